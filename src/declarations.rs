@@ -1,0 +1,1 @@
+//! Declarations (manifest, provider, tools) embedded from the package YAML files.

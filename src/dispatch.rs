@@ -1,0 +1,1 @@
+//! Routes each request to its handler.

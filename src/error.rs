@@ -1,0 +1,104 @@
+//! The one enum of tool error classes, and how each becomes a protocol session error.
+
+use serde_json::{json, Value};
+
+/// What went wrong, in the four classes users and workflows branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Bad or missing input; nothing touched the store.
+    ParamInvalid,
+    /// The store was unreachable, slow, refused, or answered nonsense.
+    UpstreamError,
+    /// The operation needs an existing record and there is none.
+    NotFound,
+    /// Same id, different content; or a stale / contradictory transition.
+    Conflict,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::ParamInvalid => "param_invalid",
+            ErrorClass::UpstreamError => "upstream_error",
+            ErrorClass::NotFound => "not_found",
+            ErrorClass::Conflict => "conflict",
+        }
+    }
+}
+
+/// An error a tool reports to its caller.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}: {message}", class.as_str())]
+pub struct ToolError {
+    pub class: ErrorClass,
+    pub message: String,
+    /// Extra machine-readable details (at most a few keys; the daemon allows ≤ 10).
+    pub details: Option<Value>,
+}
+
+impl ToolError {
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
+        ToolError { class, message: message.into(), details: None }
+    }
+    pub fn param(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::ParamInvalid, message)
+    }
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::UpstreamError, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::NotFound, message)
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Conflict, message)
+    }
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// The `data` of a session `error` message: `error_type` is the class, `message` is
+    /// what a workflow author reads, `args` carries details (an object, never > 10 keys).
+    pub fn to_session_error(&self) -> Value {
+        session_error(self.class.as_str(), &self.message, self.details.clone())
+    }
+}
+
+/// Builds session-error data for any error type string (also used for protocol-level errors
+/// such as an unknown action, and for credential validation failures).
+pub fn session_error(error_type: &str, message: &str, details: Option<Value>) -> Value {
+    let args = match details {
+        Some(Value::Object(map)) => Value::Object(map.into_iter().take(10).collect()),
+        Some(other) => json!({ "details": other }),
+        None => json!({}),
+    };
+    json!({ "error_type": error_type, "message": message, "args": args })
+}
+
+impl From<crate::store::StoreError> for ToolError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ToolError::upstream(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_error_caps_args_at_ten_keys() {
+        let mut details = serde_json::Map::new();
+        for i in 0..20 {
+            details.insert(format!("k{i}"), json!(i));
+        }
+        let v = ToolError::conflict("x").with_details(Value::Object(details)).to_session_error();
+        assert_eq!(v["error_type"], "conflict");
+        assert_eq!(v["args"].as_object().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn non_object_details_are_wrapped() {
+        let v = session_error("upstream_error", "down", Some(json!("x")));
+        assert_eq!(v["args"], json!({"details": "x"}));
+    }
+}

@@ -1,0 +1,52 @@
+//! `stateful-tool`: the plugin runtime, its KV container, a local caller, and the package tools.
+
+use clap::{Parser, Subcommand};
+
+use stateful_tool::{call, kv, package, runtime};
+
+#[derive(Parser)]
+#[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the plugin runtime (INSTALL_METHOD=local: stdio; remote: TCP; serverless/aws_lambda: HTTP).
+    Serve(runtime::ServeArgs),
+    /// Play the daemon: start `serve` over pipes, send one request, print the answer.
+    Call(call::CallArgs),
+    /// The HTTP key-value container that stores events durably.
+    #[command(subcommand)]
+    Kv(kv::KvCommand),
+    /// Build the .difypkg package.
+    Package(package::PackageArgs),
+    /// Generate an RSA key pair (PKCS#1 PEM) for signing packages.
+    Keygen(package::KeygenArgs),
+    /// Sign a .difypkg the way the Dify daemon verifies it.
+    Sign(package::SignArgs),
+    /// Verify a .difypkg signature against one or more public keys.
+    Verify(package::VerifyArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    stateful_tool::logging::init();
+    let result = match cli.command {
+        Command::Serve(args) => runtime::run(args),
+        Command::Call(args) => call::run(args),
+        Command::Kv(cmd) => kv::run(cmd),
+        Command::Package(args) => package::run_package(args),
+        Command::Keygen(args) => package::run_keygen(args),
+        Command::Sign(args) => package::run_sign(args),
+        Command::Verify(args) => package::run_verify(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("stateful-tool: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

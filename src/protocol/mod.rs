@@ -1,0 +1,10 @@
+//! The daemon's line protocol: framing (`wire`), message shapes (`message`), and the session
+//! handle tools answer through (`session`).
+
+pub mod message;
+pub mod session;
+pub mod wire;
+
+pub use message::{Inbound, InboundError};
+pub use session::{Outbox, Session};
+pub use wire::{Line, LineReader};

@@ -1,0 +1,101 @@
+//! The outbound side: one writer owns the output stream; sessions send whole lines to it.
+
+use serde_json::Value;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::message::{log_line, session_line};
+
+/// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
+/// that stops reading slows the plugin down instead of growing its memory.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: mpsc::Sender<Vec<u8>>,
+}
+
+impl Outbox {
+    /// Creates the outbox and the writer future that drains it into `out`. The writer ends
+    /// when every `Outbox` is dropped (after flushing) or when a write fails (e.g. EPIPE).
+    pub fn new<W>(out: W, depth: usize) -> (Outbox, impl std::future::Future<Output = std::io::Result<()>>)
+    where
+        W: AsyncWrite + Unpin,
+    {
+        let (tx, rx) = mpsc::channel(depth);
+        (Outbox { tx }, write_lines(out, rx))
+    }
+
+    /// Queues one line. Returns false when the writer is gone (output closed).
+    pub async fn send(&self, line: Vec<u8>) -> bool {
+        self.tx.send(line).await.is_ok()
+    }
+
+    pub async fn log(&self, level: &str, message: &str) {
+        self.send(log_line(level, message)).await;
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+async fn write_lines<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<()> {
+    while let Some(line) = rx.recv().await {
+        out.write_all(&line).await?;
+        // Flush only when nothing else is queued: one syscall per burst, not per line.
+        while let Ok(more) = rx.try_recv() {
+            out.write_all(&more).await?;
+        }
+        out.flush().await?;
+    }
+    out.flush().await
+}
+
+/// One invocation's reply channel. Its terminal message is sent by `finish`, which consumes
+/// the handle, so a session cannot end twice.
+pub struct Session {
+    pub id: String,
+    out: Outbox,
+}
+
+impl Session {
+    pub fn new(id: String, out: Outbox) -> Self {
+        Session { id, out }
+    }
+
+    pub async fn stream(&self, chunk: &Value) {
+        self.out.send(session_line(&self.id, "stream", chunk)).await;
+    }
+
+    /// Ends the session: an optional `error`, then exactly one `end`.
+    pub async fn finish(self, error: Option<Value>) {
+        if let Some(e) = error {
+            self.out.send(session_line(&self.id, "error", &e)).await;
+        }
+        self.out.send(session_line(&self.id, "end", &serde_json::json!({}))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn session_writes_stream_error_end_in_order() {
+        let mut buf = Vec::new();
+        {
+            let (outbox, writer) = Outbox::new(&mut buf, 4);
+            let s = Session::new("s1".into(), outbox);
+            let w = async move {
+                s.stream(&json!({"result": true})).await;
+                s.finish(Some(json!({"error_type":"x","message":"m","args":{}}))).await;
+            };
+            let (r, ()) = tokio::join!(writer, w);
+            r.unwrap();
+        }
+        let lines: Vec<Value> = buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+        let kinds: Vec<&str> = lines.iter().map(|l| l["data"]["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["stream", "error", "end"]);
+        assert!(lines.iter().all(|l| l["session_id"] == "s1"));
+    }
+}

@@ -1,0 +1,138 @@
+//! Newline framing with a hard cap on line length, generic over any `AsyncBufRead`.
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// Longest input line we hold in memory. The daemon's own cap on plugin output is 5 MiB; its
+/// requests are far smaller, so anything beyond this is abuse and is skipped, not buffered.
+pub const MAX_INPUT_LINE: usize = 8 * 1024 * 1024;
+
+/// How much of an oversize line is kept so its `session_id` can still be answered.
+const OVERSIZE_PREFIX: usize = 4096;
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A complete line without its terminating `\n` (and without one trailing `\r`).
+    Complete(Vec<u8>),
+    /// A line longer than the cap: its first bytes and its total length.
+    Oversize { prefix: Vec<u8>, len: usize },
+}
+
+pub struct LineReader<R> {
+    inner: R,
+    max: usize,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    pub fn new(inner: R) -> Self {
+        Self::with_limit(inner, MAX_INPUT_LINE)
+    }
+
+    pub fn with_limit(inner: R, max: usize) -> Self {
+        LineReader { inner, max }
+    }
+
+    /// The next non-empty line, or `None` at end of input. A final line without `\n` counts.
+    pub async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+        loop {
+            match self.read_one().await? {
+                None => return Ok(None),
+                Some(Line::Complete(l)) if l.iter().all(|b| b.is_ascii_whitespace()) => continue,
+                Some(line) => return Ok(Some(line)),
+            }
+        }
+    }
+
+    async fn read_one(&mut self) -> std::io::Result<Option<Line>> {
+        let mut buf = Vec::new();
+        let mut total = 0usize;
+        let mut oversize = false;
+        loop {
+            let chunk = self.inner.fill_buf().await?;
+            if chunk.is_empty() {
+                if total == 0 {
+                    return Ok(None);
+                }
+                break;
+            }
+            let (take, done) = match memchr(chunk) {
+                Some(i) => (i, true),
+                None => (chunk.len(), false),
+            };
+            total += take;
+            if !oversize {
+                if total > self.max {
+                    oversize = true;
+                    let keep = OVERSIZE_PREFIX.saturating_sub(buf.len()).min(take);
+                    buf.extend_from_slice(&chunk[..keep]);
+                    buf.truncate(OVERSIZE_PREFIX);
+                } else {
+                    buf.extend_from_slice(&chunk[..take]);
+                }
+            }
+            self.inner.consume(if done { take + 1 } else { take });
+            if done {
+                break;
+            }
+        }
+        if oversize {
+            return Ok(Some(Line::Oversize { prefix: buf, len: total }));
+        }
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        Ok(Some(Line::Complete(buf)))
+    }
+}
+
+fn memchr(hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == b'\n')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn all_lines(input: &[u8], max: usize) -> Vec<Line> {
+        let mut r = LineReader::with_limit(tokio::io::BufReader::with_capacity(7, input), max);
+        let mut out = vec![];
+        while let Some(l) = r.next_line().await.unwrap() {
+            out.push(l);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn splits_lines_skips_blank_and_strips_cr() {
+        let lines = all_lines(b"{\"a\":1}\n\n\r\n{\"b\":2}\r\nlast", 1024).await;
+        assert_eq!(
+            lines,
+            vec![
+                Line::Complete(b"{\"a\":1}".to_vec()),
+                Line::Complete(b"{\"b\":2}".to_vec()),
+                Line::Complete(b"last".to_vec()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn oversize_line_is_skipped_with_prefix_and_next_line_survives() {
+        let mut input = b"{\"session_id\":\"s1\",".to_vec();
+        input.extend(std::iter::repeat(b'x').take(100));
+        input.extend_from_slice(b"\nok\n");
+        let lines = all_lines(&input, 50).await;
+        match &lines[0] {
+            Line::Oversize { prefix, len } => {
+                assert!(prefix.starts_with(b"{\"session_id\":\"s1\""));
+                assert_eq!(*len, 119);
+            }
+            other => panic!("expected oversize, got {other:?}"),
+        }
+        assert_eq!(lines[1], Line::Complete(b"ok".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn empty_input_yields_nothing() {
+        assert!(all_lines(b"", 10).await.is_empty());
+        assert!(all_lines(b"\n\n", 10).await.is_empty());
+    }
+}

@@ -1,0 +1,4 @@
+//! Store layer.
+#[derive(Debug, thiserror::Error)]
+#[error("store error")]
+pub struct StoreError;
