@@ -1,6 +1,156 @@
-//! `stateful-tool call`: plays the daemon over pipes.
+//! `stateful-tool call`: plays the daemon — spawns `serve` over pipes, sends one request
+//! serialised as the daemon does, and prints the answer. How users try the plugin without Dify.
+
+use std::process::{ExitCode, Stdio};
+
+use anyhow::Context;
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::dispatch::PROVIDER;
+use crate::tools::settings::DEFAULT_KV_URL;
+
 #[derive(clap::Args)]
-pub struct CallArgs {}
-pub fn run(_a: CallArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("call: not built yet")
+pub struct CallArgs {
+    /// Tool to invoke (event_ingest, event_status, event_complete), or `validate` to check the
+    /// credentials, or `parameters:<tool>` for get_tool_runtime_parameters.
+    pub tool: String,
+    /// A tool parameter, `name=value` (repeatable).
+    #[arg(long = "param", short = 'p', value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+    /// A provider credential, `name=value` (repeatable). kv_url defaults to $KV_URL or http://127.0.0.1:8123.
+    #[arg(long = "credential", short = 'c', value_name = "NAME=VALUE")]
+    pub credentials: Vec<String>,
+    /// Print every protocol line the plugin wrote, as received.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+fn pairs(items: &[String], what: &str) -> anyhow::Result<Map<String, Value>> {
+    let mut map = Map::new();
+    for item in items {
+        let (k, v) = item.split_once('=').with_context(|| format!("{what} {item:?} is not name=value"))?;
+        map.insert(k.to_owned(), Value::String(v.to_owned()));
+    }
+    Ok(map)
+}
+
+/// The request line exactly as the Go daemon writes it: envelope fields in struct order,
+/// `data` keys sorted, compact.
+pub fn request_line(session_id: &str, data: Value) -> String {
+    let sorted: std::collections::BTreeMap<String, Value> = match data {
+        Value::Object(m) => m.into_iter().collect(),
+        _ => Default::default(),
+    };
+    let mut line = format!(
+        r#"{{"session_id":{},"conversation_id":null,"message_id":null,"app_id":null,"endpoint_id":null,"context":null,"event":"request","data":{}}}"#,
+        json!(session_id),
+        serde_json::to_string(&sorted).expect("JSON map serialises")
+    );
+    line.push('\n');
+    line
+}
+
+fn request_data(args: &CallArgs) -> anyhow::Result<Value> {
+    let mut creds = pairs(&args.credentials, "credential")?;
+    if !creds.contains_key("kv_url") {
+        let url = std::env::var("KV_URL").unwrap_or_else(|_| DEFAULT_KV_URL.to_owned());
+        creds.insert("kv_url".into(), Value::String(url));
+    }
+    let base = json!({"credentials": creds, "provider": PROVIDER, "type": "tool", "user_id": "cli"});
+    let mut data = base.as_object().cloned().expect("object");
+    if args.tool == "validate" {
+        data.insert("action".into(), json!("validate_tool_credentials"));
+    } else if let Some(tool) = args.tool.strip_prefix("parameters:") {
+        data.insert("action".into(), json!("get_tool_runtime_parameters"));
+        data.insert("tool".into(), json!(tool));
+    } else {
+        data.insert("action".into(), json!("invoke_tool"));
+        data.insert("credential_type".into(), json!("api-key"));
+        data.insert("tool".into(), json!(args.tool));
+        data.insert("tool_parameters".into(), Value::Object(pairs(&args.params, "param")?));
+    }
+    Ok(Value::Object(data))
+}
+
+pub fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(call(args))
+}
+
+async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
+    let session_id = format!("cli-{:016x}", rand::random::<u64>());
+    let line = request_line(&session_id, request_data(&args)?);
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let mut child = tokio::process::Command::new(exe)
+        .arg("serve")
+        .env("INSTALL_METHOD", "local")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start `stateful-tool serve`")?;
+    let mut stdin = child.stdin.take().context("no stdin pipe")?;
+    stdin.write_all(line.as_bytes()).await?;
+    // Closing stdin is how the daemon's one-shot runner works: serve answers, then exits.
+    drop(stdin);
+    let mut lines = BufReader::new(child.stdout.take().context("no stdout pipe")?).lines();
+    let mut failed = false;
+    while let Some(l) = lines.next_line().await? {
+        if args.raw {
+            println!("{l}");
+        }
+        let Ok(msg) = serde_json::from_str::<Value>(&l) else {
+            continue;
+        };
+        if msg["event"] != "session" || msg["session_id"] != session_id.as_str() {
+            continue;
+        }
+        let data = &msg["data"]["data"];
+        match msg["data"]["type"].as_str() {
+            Some("stream") if !args.raw => print_chunk(data),
+            Some("error") => {
+                failed = true;
+                eprintln!(
+                    "error: {}: {}",
+                    data["error_type"].as_str().unwrap_or("?"),
+                    data["message"].as_str().unwrap_or("?")
+                );
+            }
+            Some("end") => break,
+            _ => {}
+        }
+    }
+    let status = child.wait().await?;
+    if !status.success() {
+        anyhow::bail!("the plugin exited with {status}");
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Shows each message by kind: the `json` one (what workflow nodes get) pretty-printed,
+/// the `text` one (what agents read) as it is.
+fn print_chunk(chunk: &Value) {
+    match chunk["type"].as_str() {
+        Some("json") => {
+            println!("json: {}", serde_json::to_string_pretty(&chunk["message"]["json_object"]).unwrap_or_default())
+        }
+        Some("text") => println!("text: {}", chunk["message"]["text"].as_str().unwrap_or_default()),
+        _ => println!("{chunk}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_line_matches_the_daemon_layout() {
+        let l = request_line("s", json!({"user_id": "u", "action": "invoke_tool", "type": "tool"}));
+        assert_eq!(
+            l,
+            "{\"session_id\":\"s\",\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{\"action\":\"invoke_tool\",\"type\":\"tool\",\"user_id\":\"u\"}}\n"
+        );
+    }
 }

@@ -28,10 +28,8 @@ impl Inbound {
             message: format!("input line is not valid JSON: {e}"),
         })?;
         let session_id = value.get("session_id").and_then(Value::as_str).map(str::to_owned);
-        serde_json::from_value::<Inbound>(value).map_err(|e| InboundError {
-            session_id,
-            message: format!("input line is not a daemon message: {e}"),
-        })
+        serde_json::from_value::<Inbound>(value)
+            .map_err(|e| InboundError { session_id, message: format!("input line is not a daemon message: {e}") })
     }
 }
 
@@ -70,10 +68,7 @@ pub fn session_line(session_id: &str, kind: &str, data: &Value) -> Vec<u8> {
 
 /// A `log` event line; the daemon logs it with the plugin's id.
 pub fn log_line(level: &str, message: &str) -> Vec<u8> {
-    let ts = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let mut line = serde_json::to_vec(&json!({
         "event": "log",
         "data": { "level": level, "message": message, "timestamp": ts },

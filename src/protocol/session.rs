@@ -93,7 +93,8 @@ mod tests {
             let (r, ()) = tokio::join!(writer, w);
             r.unwrap();
         }
-        let lines: Vec<Value> = buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+        let lines: Vec<Value> =
+            buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
         let kinds: Vec<&str> = lines.iter().map(|l| l["data"]["type"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["stream", "error", "end"]);
         assert!(lines.iter().all(|l| l["session_id"] == "s1"));

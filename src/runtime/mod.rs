@@ -1,6 +1,40 @@
-//! The plugin runtime.
+//! The plugin runtime: picks the transport from `INSTALL_METHOD` and serves sessions.
+
+pub mod stdio;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::dispatch::App;
+use crate::store::Clock;
+
 #[derive(clap::Args)]
 pub struct ServeArgs {}
-pub fn run(_a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("serve: not built yet")
+
+/// Knobs of the session loop (tests shorten the heartbeat).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub heartbeat: Duration,
+    pub max_in_flight: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        let ms = std::env::var("STATEFUL_TOOL_HEARTBEAT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v: &u64| v > 0)
+            .unwrap_or(10_000);
+        ServeOptions { heartbeat: Duration::from_millis(ms), max_in_flight: 4096 }
+    }
+}
+
+pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let method = std::env::var("INSTALL_METHOD").unwrap_or_else(|_| "local".to_owned());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let app = App::new(Clock::system());
+    match method.as_str() {
+        "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
+        other => anyhow::bail!("INSTALL_METHOD={other} is not supported by this build (supported: local)"),
+    }
 }

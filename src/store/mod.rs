@@ -1,4 +1,161 @@
-//! Store layer.
-#[derive(Debug, thiserror::Error)]
-#[error("store error")]
-pub struct StoreError;
+//! The store layer: the few atomic operations the tools need, one module per backend.
+//!
+//! Every claim is ONE atomic store operation (`create`); every later transition is a
+//! compare-and-swap (`swap`) against the version that was read, so two deliveries can never
+//! both win, and a late writer can never overwrite a newer state.
+
+pub mod cache;
+pub mod clock;
+pub mod http;
+pub mod key;
+pub mod memory;
+pub mod record;
+pub mod redis;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use cache::{StoreCache, StoreConfig};
+pub use clock::{Clock, StoreClock};
+
+/// Why a store call failed. Every variant is reported as `upstream_error`, never as success.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("the store at {0} is unreachable: {1}")]
+    Unreachable(String, String),
+    #[error("the store did not answer within {0} ms")]
+    Timeout(u64),
+    #[error("the connection to the store broke before it answered: {0}")]
+    Interrupted(String),
+    #[error("the store refused the credentials: {0}")]
+    Unauthorized(String),
+    #[error("the store answered {0}")]
+    Bad(String),
+    #[error("the store configuration is invalid: {0}")]
+    Config(String),
+}
+
+impl StoreError {
+    /// True when the request may have been applied although no answer arrived: the caller
+    /// must read the key back before deciding anything.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Interrupted(_))
+    }
+}
+
+/// Opaque version of a stored value: what a compare-and-swap compares against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Version {
+    /// KV container revision (ETag).
+    Etag(String),
+    /// Redis compares the whole value.
+    Value(Vec<u8>),
+    /// In-memory store revision.
+    Rev(u64),
+}
+
+/// A value as read from the store, with the store's own clock at the time of the read.
+#[derive(Debug, Clone)]
+pub struct Current {
+    pub value: Vec<u8>,
+    pub version: Version,
+    /// The store's clock (unix ms) when it answered: leases are judged against this.
+    pub store_now_ms: i64,
+}
+
+/// Result of an atomic create-if-absent.
+#[derive(Debug, Clone)]
+pub enum Created {
+    Created,
+    Exists(Current),
+}
+
+/// Result of a compare-and-swap.
+#[derive(Debug, Clone)]
+pub enum Swapped {
+    Swapped,
+    /// The value changed (or vanished) since it was read.
+    Changed(Option<Current>),
+}
+
+/// What credential validation learned about the store.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    pub backend: &'static str,
+    pub server: String,
+    pub warnings: Vec<String>,
+}
+
+/// The atomic operations the tools need, and nothing else.
+pub trait EventStore: Send + Sync {
+    /// Creates `key` only if it is absent, in one atomic operation; otherwise returns the
+    /// current value. `ttl` is the store-side retention.
+    fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Created, StoreError>> + Send;
+    /// Reads `key`.
+    fn read(&self, key: &str) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send;
+    /// Replaces `key` only if it still holds `expected`, in one atomic operation.
+    fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Swapped, StoreError>> + Send;
+    /// Checks reachability, authentication, and that atomic creates are supported.
+    fn probe(&self) -> impl Future<Output = Result<Probe, StoreError>> + Send;
+    /// The store's clock, as last observed (used to stamp lease deadlines).
+    fn clock(&self) -> &StoreClock;
+}
+
+/// One of the backends, chosen by the `kv_url` scheme.
+pub enum AnyStore {
+    Http(http::HttpStore),
+    Redis(Box<redis::RedisStore>),
+    Memory(memory::MemoryStore),
+}
+
+macro_rules! each_backend {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            AnyStore::Http($s) => $e,
+            AnyStore::Redis($s) => $e,
+            AnyStore::Memory($s) => $e,
+        }
+    };
+}
+
+impl EventStore for AnyStore {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+        each_backend!(self, s => s.create(key, value, ttl).await)
+    }
+    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
+        each_backend!(self, s => s.read(key).await)
+    }
+    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+        each_backend!(self, s => s.swap(key, expected, value, ttl).await)
+    }
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        each_backend!(self, s => s.probe().await)
+    }
+    fn clock(&self) -> &StoreClock {
+        each_backend!(self, s => s.clock())
+    }
+}
+
+/// Per-call timeout for store operations: `STATEFUL_TOOL_STORE_TIMEOUT_MS`, default 5 s.
+pub fn call_timeout() -> Duration {
+    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        let ms = std::env::var("STATEFUL_TOOL_STORE_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(5000);
+        Duration::from_millis(ms)
+    })
+}

@@ -1,1 +1,87 @@
-//! Tools.
+//! The tools: `event_ingest`, `event_status`, `event_complete`, over any `EventStore`.
+
+pub mod complete;
+pub mod ingest;
+pub mod params;
+pub mod settings;
+pub mod status;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::ToolError;
+use crate::store::record::{format_time, Record};
+use crate::store::EventStore;
+pub use settings::Settings;
+
+/// Names of the tools this provider declares, in declaration order.
+pub const TOOL_NAMES: [&str; 3] = ["event_ingest", "event_status", "event_complete"];
+
+/// Runs one tool; the answer is the JSON object both the `json` and `text` messages carry.
+pub async fn invoke<S: EventStore>(
+    tool: &str,
+    store: &S,
+    settings: &Settings,
+    params: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    match tool {
+        "event_ingest" => ingest::run(store, settings, params).await,
+        "event_status" => status::run(store, settings, params).await,
+        "event_complete" => complete::run(store, settings, params).await,
+        other => Err(ToolError::param(format!("unknown tool {other:?}; this provider has {}", TOOL_NAMES.join(", ")))),
+    }
+}
+
+/// The record as tools show it (without the payload, which only `event_status` returns).
+pub fn record_fields(rec: &Record, key: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("event_id".into(), json!(rec.event_id));
+    m.insert("event_type".into(), json!(rec.event_type));
+    m.insert("status".into(), json!(rec.status.as_str()));
+    m.insert("received_at".into(), json!(rec.received_at));
+    m.insert("updated_at".into(), json!(rec.updated_at));
+    m.insert("attempt".into(), json!(rec.attempt));
+    m.insert("fingerprint".into(), json!(rec.fingerprint));
+    m.insert("lease_until".into(), json!(rec.lease_until_ms.map(format_time)));
+    m.insert("completed_at".into(), json!(rec.completed_at));
+    m.insert("result".into(), json!(rec.result));
+    m.insert("key".into(), json!(key));
+    m
+}
+
+/// Decodes a stored value, turning a foreign or corrupt value into an upstream error that
+/// names the key (nothing is overwritten).
+pub fn decode(bytes: &[u8], key: &str) -> Result<Record, ToolError> {
+    Record::from_bytes(bytes).map_err(|e| {
+        ToolError::upstream(format!(
+            "the store holds a value under {key} that is not an event record ({e}); it was left untouched"
+        ))
+    })
+}
+
+/// How many times a tool re-reads a record that another delivery keeps changing before
+/// giving up with `upstream_error` (each round means someone else made progress).
+pub const MAX_ROUNDS: usize = 16;
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{Clock, StoreConfig};
+
+    pub fn settings() -> Settings {
+        Settings {
+            store: StoreConfig { url: "memory://".into(), token: None },
+            namespace: None,
+            event_types: vec!["created".into(), "updated".into(), "closed".into()],
+            retention: std::time::Duration::from_secs(3600),
+        }
+    }
+
+    pub fn store() -> MemoryStore {
+        MemoryStore::new(Clock::system(), 0)
+    }
+
+    pub fn params(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+}

@@ -1,0 +1,71 @@
+//! Clocks: the plugin host's (injectable for skew tests) and our estimate of the store's.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+/// The plugin host's wall clock in unix ms, with an optional offset injected by tests
+/// (`STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS`) to prove outcomes never depend on it.
+#[derive(Debug, Clone)]
+pub struct Clock {
+    offset_ms: i64,
+}
+
+impl Clock {
+    pub fn system() -> Self {
+        let offset_ms =
+            std::env::var("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        Clock { offset_ms }
+    }
+    pub fn with_offset(offset_ms: i64) -> Self {
+        Clock { offset_ms }
+    }
+    pub fn now_ms(&self) -> i64 {
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        d.as_millis() as i64 + self.offset_ms
+    }
+}
+
+/// The store's clock as seen from here: host time plus the offset measured on the last
+/// answer that carried the store's time. Deadlines are stamped with it and judged against
+/// the store's own time, so host clock skew cannot change an outcome.
+#[derive(Debug, Clone)]
+pub struct StoreClock {
+    host: Clock,
+    inner: Arc<(AtomicI64, AtomicBool)>,
+}
+
+impl StoreClock {
+    pub fn new(host: Clock) -> Self {
+        StoreClock { host, inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))) }
+    }
+    /// Records the store's time as reported in an answer.
+    pub fn observe(&self, store_now_ms: i64) {
+        self.inner.0.store(store_now_ms - self.host.now_ms(), Ordering::Relaxed);
+        self.inner.1.store(true, Ordering::Relaxed);
+    }
+    /// True once any answer carried the store's time.
+    pub fn is_synced(&self) -> bool {
+        self.inner.1.load(Ordering::Relaxed)
+    }
+    /// Estimated current store time in unix ms.
+    pub fn now_ms(&self) -> i64 {
+        self.host.now_ms() + self.inner.0.load(Ordering::Relaxed)
+    }
+    pub fn host(&self) -> &Clock {
+        &self.host
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_clock_cancels_host_skew() {
+        let skewed = StoreClock::new(Clock::with_offset(-3_600_000));
+        let real = Clock::with_offset(0).now_ms();
+        skewed.observe(real);
+        assert!((skewed.now_ms() - real).abs() < 1000);
+        assert!(skewed.is_synced());
+    }
+}

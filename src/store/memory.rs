@@ -1,0 +1,95 @@
+//! In-process store for unit tests of the tool logic (never a user-facing backend).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+
+#[derive(Default)]
+struct Entry {
+    value: Vec<u8>,
+    rev: u64,
+    expires_ms: i64,
+}
+
+/// A mutex-guarded map with the same atomicity as the real backends. Its "store clock" is
+/// the real wall clock plus `store_skew_ms`, so tests can skew host and store apart.
+pub struct MemoryStore {
+    map: Mutex<(HashMap<String, Entry>, u64)>,
+    clock: StoreClock,
+    store_skew_ms: i64,
+}
+
+impl MemoryStore {
+    pub fn new(host: Clock, store_skew_ms: i64) -> Self {
+        let clock = StoreClock::new(host);
+        let store = MemoryStore { map: Mutex::new((HashMap::new(), 0)), clock, store_skew_ms };
+        store.clock.observe(store.store_now());
+        store
+    }
+
+    fn store_now(&self) -> i64 {
+        Clock::with_offset(self.store_skew_ms).now_ms()
+    }
+
+    fn live<'a>(map: &'a HashMap<String, Entry>, key: &str, now: i64) -> Option<&'a Entry> {
+        map.get(key).filter(|e| e.expires_ms == 0 || e.expires_ms > now)
+    }
+
+    fn current(e: &Entry, now: i64) -> Current {
+        Current { value: e.value.clone(), version: Version::Rev(e.rev), store_now_ms: now }
+    }
+
+    /// Number of live keys (tests assert "one record in the store").
+    pub fn len(&self) -> usize {
+        let now = self.store_now();
+        let g = self.map.lock().unwrap();
+        g.0.values().filter(|e| e.expires_ms == 0 || e.expires_ms > now).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl EventStore for MemoryStore {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+        let now = self.store_now();
+        let mut g = self.map.lock().unwrap();
+        if let Some(e) = Self::live(&g.0, key, now) {
+            return Ok(Created::Exists(Self::current(e, now)));
+        }
+        g.1 += 1;
+        let rev = g.1;
+        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
+        Ok(Created::Created)
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
+        let now = self.store_now();
+        let g = self.map.lock().unwrap();
+        Ok(Self::live(&g.0, key, now).map(|e| Self::current(e, now)))
+    }
+
+    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+        let now = self.store_now();
+        let mut g = self.map.lock().unwrap();
+        match Self::live(&g.0, key, now) {
+            Some(e) if Version::Rev(e.rev) == *expected => {}
+            other => return Ok(Swapped::Changed(other.map(|e| Self::current(e, now)))),
+        }
+        g.1 += 1;
+        let rev = g.1;
+        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
+        Ok(Swapped::Swapped)
+    }
+
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        Ok(Probe { backend: "memory", server: "in-process".into(), warnings: vec![] })
+    }
+
+    fn clock(&self) -> &StoreClock {
+        &self.clock
+    }
+}

@@ -1,0 +1,176 @@
+//! Redis backend (`redis://` / `rediss://` kv_url): claim = `SET key value NX GET PX ttl`.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, RedisError, Value as RV};
+
+use super::{call_timeout, Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+
+/// Compare-and-swap on the whole value, reporting the server's clock. One script call is one
+/// atomic step on the server, and it touches only KEYS[1], so it is Cluster-safe.
+const SWAP_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+local t = redis.call('TIME')
+if cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return {1, t[1], t[2]}
+end
+return {0, t[1], t[2], cur}
+";
+
+pub struct RedisStore {
+    conn: ConnectionManager,
+    swap: redis::Script,
+    clock: StoreClock,
+    display: String,
+}
+
+impl RedisStore {
+    /// Connects (bounded by the call timeout). One multiplexed connection serves every
+    /// session: Redis executes commands one at a time anyway, and pipelining keeps it busy.
+    pub async fn connect(url: &str, host: Clock) -> Result<Self, StoreError> {
+        let client =
+            redis::Client::open(url).map_err(|e| StoreError::Config(format!("kv_url is not a Redis URL: {e}")))?;
+        let info = client.get_connection_info();
+        let display = format!("{}", info.addr);
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(call_timeout())
+            .set_response_timeout(call_timeout())
+            .set_number_of_retries(2)
+            .set_max_delay(500);
+        let conn = tokio::time::timeout(call_timeout(), client.get_connection_manager_with_config(config))
+            .await
+            .map_err(|_| StoreError::Timeout(call_timeout().as_millis() as u64))?
+            .map_err(|e| classify(&display, e))?;
+        let store = RedisStore { conn, swap: redis::Script::new(SWAP_LUA), clock: StoreClock::new(host), display };
+        Ok(store)
+    }
+
+    async fn run<T>(&self, fut: impl std::future::Future<Output = Result<T, RedisError>>) -> Result<T, StoreError> {
+        match tokio::time::timeout(call_timeout(), fut).await {
+            Err(_) => Err(StoreError::Timeout(call_timeout().as_millis() as u64)),
+            Ok(r) => r.map_err(|e| classify(&self.display, e)),
+        }
+    }
+
+    fn observe(&self, secs: i64, micros: i64) -> i64 {
+        let now = secs * 1000 + micros / 1000;
+        self.clock.observe(now);
+        now
+    }
+}
+
+fn classify(addr: &str, e: RedisError) -> StoreError {
+    if e.is_timeout() {
+        StoreError::Timeout(call_timeout().as_millis() as u64)
+    } else if e.is_connection_refusal() {
+        StoreError::Unreachable(addr.to_owned(), e.to_string())
+    } else if e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("NOAUTH") || e.code() == Some("WRONGPASS")
+    {
+        StoreError::Unauthorized(format!("{e} (put the password in kv_url: redis://:password@host:port)"))
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        StoreError::Interrupted(e.to_string())
+    } else {
+        StoreError::Bad(format!("a Redis error: {e}"))
+    }
+}
+
+fn ttl_ms(ttl: Duration) -> u64 {
+    (ttl.as_millis() as u64).max(1)
+}
+
+fn int(v: &RV) -> Option<i64> {
+    match v {
+        RV::Int(i) => Some(*i),
+        RV::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        RV::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+impl EventStore for RedisStore {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg(key).arg(value).arg("NX").arg("GET").arg("PX").arg(ttl_ms(ttl)).cmd("TIME");
+        let (prev, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) = self.run(pipe.query_async(&mut conn)).await?;
+        let now = self.observe(secs, micros);
+        Ok(match prev {
+            None => Created::Created,
+            Some(value) => {
+                Created::Exists(Current { version: Version::Value(value.clone()), value, store_now_ms: now })
+            }
+        })
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(key).cmd("TIME");
+        let (value, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) = self.run(pipe.query_async(&mut conn)).await?;
+        let now = self.observe(secs, micros);
+        Ok(value.map(|value| Current { version: Version::Value(value.clone()), value, store_now_ms: now }))
+    }
+
+    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+        let Version::Value(expected) = expected else {
+            return Err(StoreError::Bad("a version from another backend".into()));
+        };
+        let mut conn = self.conn.clone();
+        let mut inv = self.swap.key(key);
+        inv.arg(expected.as_slice()).arg(value).arg(ttl_ms(ttl));
+        let reply: Vec<RV> = self.run(inv.invoke_async(&mut conn)).await?;
+        let bad = || StoreError::Bad("an unexpected reply to the swap script".into());
+        let (ok, secs, micros) = match reply.as_slice() {
+            [ok, s, m, ..] => (int(ok).ok_or_else(bad)?, int(s).ok_or_else(bad)?, int(m).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        let now = self.observe(secs, micros);
+        if ok == 1 {
+            return Ok(Swapped::Swapped);
+        }
+        Ok(Swapped::Changed(match reply.get(3) {
+            Some(RV::BulkString(v)) => {
+                Some(Current { version: Version::Value(v.clone()), value: v.clone(), store_now_ms: now })
+            }
+            _ => None,
+        }))
+    }
+
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        let mut conn = self.conn.clone();
+        let info: String = self.run(redis::cmd("INFO").arg("server").query_async(&mut conn)).await?;
+        let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("0").trim().to_owned();
+        let major: u32 = version.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        if major < 7 {
+            return Err(StoreError::Config(format!(
+                "Redis {version} at {} cannot create-or-read in one atomic step (SET … NX GET needs Redis ≥ 7.0)",
+                self.display
+            )));
+        }
+        let mut warnings = vec![];
+        let policy: Result<Vec<String>, StoreError> =
+            self.run(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn)).await;
+        match policy.as_deref() {
+            Ok([_, p]) if p != "noeviction" => warnings.push(format!(
+                "maxmemory-policy is {p}: Redis may evict event records (they all carry a TTL) under memory pressure, \
+                 and an evicted id would be accepted again; use noeviction"
+            )),
+            Ok(_) => {}
+            Err(_) => warnings
+                .push("could not read maxmemory-policy (CONFIG GET is disabled); make sure it is noeviction".into()),
+        }
+        let time: Vec<RV> = self.run(redis::cmd("TIME").query_async(&mut conn)).await?;
+        if let [secs, micros] = time.as_slice() {
+            if let (Some(secs), Some(micros)) = (int(secs), int(micros)) {
+                self.observe(secs, micros);
+            }
+        }
+        Ok(Probe { backend: "redis", server: format!("Redis {version} at {}", self.display), warnings })
+    }
+
+    fn clock(&self) -> &StoreClock {
+        &self.clock
+    }
+}
