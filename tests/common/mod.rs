@@ -1,0 +1,7 @@
+//! Test fixtures shared by the integration tests: real servers and the real binary.
+#![allow(dead_code)]
+
+pub mod fake;
+pub mod plugin;
+pub mod scenarios;
+pub mod redis;

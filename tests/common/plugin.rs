@@ -1,0 +1,175 @@
+//! Drives the real `stateful-tool serve` binary over pipes, as the daemon does.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_stateful-tool");
+
+type Waiters = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Value>>>>;
+
+/// What one session answered.
+#[derive(Debug, Clone, Default)]
+pub struct Reply {
+    pub chunks: Vec<Value>,
+    pub error: Option<Value>,
+}
+
+impl Reply {
+    /// The `json` message's object (tools always send one on success).
+    pub fn json(&self) -> &Value {
+        self.chunks
+            .iter()
+            .find(|c| c["type"] == "json")
+            .map(|c| &c["message"]["json_object"])
+            .unwrap_or_else(|| panic!("no json message in {self:?}"))
+    }
+    pub fn outcome(&self) -> String {
+        match &self.error {
+            Some(e) => format!("error:{}", e["error_type"].as_str().unwrap_or("?")),
+            None => self.json()["outcome"].as_str().unwrap_or("?").to_owned(),
+        }
+    }
+    pub fn error_type(&self) -> Option<&str> {
+        self.error.as_ref().and_then(|e| e["error_type"].as_str())
+    }
+    pub fn message(&self) -> &str {
+        self.error.as_ref().and_then(|e| e["message"].as_str()).unwrap_or("")
+    }
+}
+
+pub struct Plugin {
+    pub child: Child,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    waiters: Waiters,
+    pub heartbeats: Arc<AtomicUsize>,
+    next: AtomicU64,
+    tag: String,
+}
+
+impl Plugin {
+    /// Spawns `serve` with extra environment and waits for its first heartbeat.
+    pub async fn spawn(env: &[(&str, &str)]) -> Plugin {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.arg("serve").env("INSTALL_METHOD", "local").envs(env.iter().copied());
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn stateful-tool serve");
+        let stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let waiters: Waiters = Arc::default();
+        let heartbeats = Arc::new(AtomicUsize::new(0));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (w, hb) = (waiters.clone(), heartbeats.clone());
+        tokio::spawn(async move {
+            let mut ready = Some(ready_tx);
+            while let Ok(Some(line)) = lines.next_line().await {
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("plugin wrote non-JSON {line:?}: {e}"));
+                match v["event"].as_str() {
+                    Some("heartbeat") => {
+                        hb.fetch_add(1, Ordering::SeqCst);
+                        if let Some(r) = ready.take() {
+                            let _ = r.send(());
+                        }
+                    }
+                    Some("session") => {
+                        let sid = v["session_id"].as_str().unwrap().to_owned();
+                        let tx = w.lock().unwrap().get(&sid).cloned();
+                        match tx {
+                            Some(tx) => {
+                                let _ = tx.send(v["data"].clone());
+                            }
+                            None => panic!("message for a session nobody opened: {line}"),
+                        }
+                    }
+                    Some("log") => {}
+                    other => panic!("unexpected event {other:?}: {line}"),
+                }
+            }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), ready_rx).await.expect("first heartbeat").unwrap();
+        let tag = format!("{:08x}", rand::random::<u32>());
+        Plugin { child, stdin: tokio::sync::Mutex::new(Some(stdin)), waiters, heartbeats, next: AtomicU64::new(0), tag }
+    }
+
+    pub async fn write_raw(&self, bytes: &[u8]) {
+        let mut g = self.stdin.lock().await;
+        g.as_mut().expect("stdin open").write_all(bytes).await.unwrap();
+    }
+
+    pub async fn close_stdin(&self) {
+        self.stdin.lock().await.take();
+    }
+
+    /// Registers a session id so its messages are collected (for raw-line tests).
+    pub fn open(&self, sid: &str) -> mpsc::UnboundedReceiver<Value> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.waiters.lock().unwrap().insert(sid.to_owned(), tx);
+        rx
+    }
+
+    /// Collects one session's messages until its `end`, checking it ends exactly once.
+    pub async fn collect(mut rx: mpsc::UnboundedReceiver<Value>) -> Reply {
+        let mut reply = Reply::default();
+        let limit = std::time::Duration::from_secs(60);
+        loop {
+            let msg = tokio::time::timeout(limit, rx.recv()).await.expect("session answered in time").expect("session ended");
+            match msg["type"].as_str() {
+                Some("stream") => reply.chunks.push(msg["data"].clone()),
+                Some("error") => {
+                    assert!(reply.error.is_none(), "two errors in one session");
+                    reply.error = Some(msg["data"].clone());
+                }
+                Some("end") => break,
+                other => panic!("unexpected session message type {other:?}"),
+            }
+        }
+        reply
+    }
+
+    /// Sends one request (`data` as the daemon's request payload) and waits for the answer.
+    pub async fn request(&self, data: Value) -> Reply {
+        let sid = format!("{}-{}", self.tag, self.next.fetch_add(1, Ordering::SeqCst));
+        let rx = self.open(&sid);
+        let line = request_line(&sid, &data);
+        self.write_raw(line.as_bytes()).await;
+        let reply = Self::collect(rx).await;
+        self.waiters.lock().unwrap().remove(&sid);
+        reply
+    }
+
+    pub async fn invoke(&self, tool: &str, creds: &Value, params: Value) -> Reply {
+        self.request(json!({
+            "action": "invoke_tool", "credential_type": "api-key", "credentials": creds, "provider": "stateful_tool",
+            "tool": tool, "tool_parameters": params, "type": "tool", "user_id": "test"
+        }))
+        .await
+    }
+
+    pub async fn validate(&self, creds: &Value) -> Reply {
+        self.request(json!({
+            "action": "validate_tool_credentials", "credentials": creds, "provider": "stateful_tool", "type": "tool", "user_id": "test"
+        }))
+        .await
+    }
+}
+
+/// A request line as the Go daemon serialises it (envelope order, sorted data keys).
+pub fn request_line(sid: &str, data: &Value) -> String {
+    let sorted: std::collections::BTreeMap<String, Value> =
+        data.as_object().cloned().unwrap_or_default().into_iter().collect();
+    format!(
+        "{{\"session_id\":{},\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{}}}\n",
+        json!(sid),
+        serde_json::to_string(&sorted).unwrap()
+    )
+}
+
+pub fn creds(url: &str) -> Value {
+    json!({ "kv_url": url })
+}

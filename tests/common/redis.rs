@@ -1,0 +1,96 @@
+//! A real `redis-server` on an ephemeral loopback port, owned by one test.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl RedisServer {
+    /// Starts redis-server (no persistence unless `extra` asks for it).
+    pub fn start(extra: &[&str]) -> RedisServer {
+        let mut s = RedisServer {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()));
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        cmd.arg("--dir").arg(self.dir.path());
+        cmd.args(&self.extra);
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server); .ci/run installs it");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // Up when it answers at all (a NOAUTH refusal counts: it is listening).
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                match self.client().get_connection().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c)) {
+                    Ok(_) => return,
+                    Err(e) if e.code() == Some("NOAUTH") || e.kind() == redis::ErrorKind::AuthenticationFailed => return,
+                    Err(_) => {}
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start on port {}", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().unwrap()
+    }
+
+    /// Keys matching `pattern` (test data sets are small).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        redis::cmd("KEYS").arg(pattern).query(&mut self.conn()).unwrap()
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        redis::cmd("GET").arg(key).query(&mut self.conn()).unwrap()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Restarts on the same port and data directory.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
