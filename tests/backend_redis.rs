@@ -48,13 +48,17 @@ async fn the_record_and_ttl_are_as_documented() {
     let a = p.invoke("event_ingest", &c, json!({"event_id": "EVT-1", "event_type": "created", "payload": "x"})).await;
     assert_eq!(a.json()["key"], "evt_acme~EVT-1");
     let raw: serde_json::Value = serde_json::from_str(&r.get("evt_acme~EVT-1").unwrap()).unwrap();
-    for field in ["v", "event_id", "event_type", "payload", "fingerprint", "status", "received_at", "updated_at", "attempt"] {
+    for field in
+        ["v", "event_id", "event_type", "payload", "fingerprint", "status", "received_at", "updated_at", "attempt"]
+    {
         assert!(raw.get(field).is_some(), "record lacks {field}: {raw}");
     }
     let ttl: i64 = redis::cmd("PTTL").arg("evt_acme~EVT-1").query(&mut r.conn()).unwrap();
     assert!(ttl > 0 && ttl <= 2000, "store-side TTL is the retention: {ttl}");
     // Another namespace sharing the store never sees it.
-    let other = p.invoke("event_status", &json!({"kv_url": r.url(), "namespace": "globex"}), json!({"event_id": "EVT-1"})).await;
+    let other = p
+        .invoke("event_status", &json!({"kv_url": r.url(), "namespace": "globex"}), json!({"event_id": "EVT-1"}))
+        .await;
     assert_eq!(other.outcome(), "not_found");
     // After retention the id is a new event.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -62,7 +66,8 @@ async fn the_record_and_ttl_are_as_documented() {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let again = p.invoke("event_ingest", &c, json!({"event_id": "EVT-1", "event_type": "created", "payload": "x"})).await;
+    let again =
+        p.invoke("event_ingest", &c, json!({"event_id": "EVT-1", "event_type": "created", "payload": "x"})).await;
     assert_eq!(again.outcome(), "accepted");
 }
 
@@ -74,7 +79,8 @@ async fn store_faults_are_upstream_errors() {
     assert_eq!(down.error_type(), Some("upstream_error"), "{down:?}");
     let slow = p.invoke("event_ingest", &creds(&format!("redis://127.0.0.1:{}", silent_store())), ev.clone()).await;
     assert_eq!(slow.error_type(), Some("upstream_error"), "{slow:?}");
-    let garbage = p.invoke("event_ingest", &creds(&format!("redis://127.0.0.1:{}", canned_store(b"%%garbage\r\n"))), ev).await;
+    let garbage =
+        p.invoke("event_ingest", &creds(&format!("redis://127.0.0.1:{}", canned_store(b"%%garbage\r\n"))), ev).await;
     assert_eq!(garbage.error_type(), Some("upstream_error"), "{garbage:?}");
     let bad_scheme = p.validate(&creds("ftp://127.0.0.1:1")).await;
     assert_eq!(bad_scheme.error_type(), Some("ToolProviderCredentialValidationError"));

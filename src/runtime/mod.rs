@@ -33,8 +33,14 @@ pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
     let method = std::env::var("INSTALL_METHOD").unwrap_or_else(|_| "local".to_owned());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let app = App::new(Clock::system());
-    match method.as_str() {
+    let result = match method.as_str() {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
-        other => anyhow::bail!("INSTALL_METHOD={other} is not supported by this build (supported: local)"),
-    }
+        other => Err(anyhow::anyhow!("INSTALL_METHOD={other} is not supported by this build (supported: local)")),
+    };
+    // stdin is read on a blocking thread that a broken stdout leaves parked: don't wait for it.
+    rt.shutdown_background();
+    result
 }
+
+#[cfg(test)]
+mod tests;

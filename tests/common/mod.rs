@@ -3,5 +3,5 @@
 
 pub mod fake;
 pub mod plugin;
-pub mod scenarios;
 pub mod redis;
+pub mod scenarios;

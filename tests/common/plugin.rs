@@ -69,7 +69,8 @@ impl Plugin {
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
             while let Ok(Some(line)) = lines.next_line().await {
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("plugin wrote non-JSON {line:?}: {e}"));
+                let v: Value =
+                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("plugin wrote non-JSON {line:?}: {e}"));
                 match v["event"].as_str() {
                     Some("heartbeat") => {
                         hb.fetch_add(1, Ordering::SeqCst);
@@ -118,7 +119,8 @@ impl Plugin {
         let mut reply = Reply::default();
         let limit = std::time::Duration::from_secs(60);
         loop {
-            let msg = tokio::time::timeout(limit, rx.recv()).await.expect("session answered in time").expect("session ended");
+            let msg =
+                tokio::time::timeout(limit, rx.recv()).await.expect("session answered in time").expect("session ended");
             match msg["type"].as_str() {
                 Some("stream") => reply.chunks.push(msg["data"].clone()),
                 Some("error") => {

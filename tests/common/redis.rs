@@ -45,7 +45,9 @@ impl RedisServer {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 match self.client().get_connection().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c)) {
                     Ok(_) => return,
-                    Err(e) if e.code() == Some("NOAUTH") || e.kind() == redis::ErrorKind::AuthenticationFailed => return,
+                    Err(e) if e.code() == Some("NOAUTH") || e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                        return
+                    }
                     Err(_) => {}
                 }
             }

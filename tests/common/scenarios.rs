@@ -10,19 +10,32 @@ pub async fn outcomes(url: &str) {
     let p = Plugin::spawn(&[]).await;
     let c = creds(url);
     let id = format!("EVT-{:x}", rand::random::<u64>());
-    let first = p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created", "payload": "{\"a\":1,\"b\":[1,2]}"})).await;
+    let first = p
+        .invoke(
+            "event_ingest",
+            &c,
+            json!({"event_id": id, "event_type": "created", "payload": "{\"a\":1,\"b\":[1,2]}"}),
+        )
+        .await;
     assert_eq!(first.outcome(), "accepted", "{first:?}");
     assert_eq!(first.json()["attempt"], 1);
     assert_eq!(first.chunks[0]["type"], "text");
     let text: Value = serde_json::from_str(first.chunks[0]["message"]["text"].as_str().unwrap()).unwrap();
     assert_eq!(&text, first.json(), "text and json carry the same answer");
     // Same content, other key order and spacing: a duplicate, with the original time.
-    let dup = p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created", "payload": "{ \"b\": [1, 2], \"a\": 1 }"})).await;
+    let dup = p
+        .invoke(
+            "event_ingest",
+            &c,
+            json!({"event_id": id, "event_type": "created", "payload": "{ \"b\": [1, 2], \"a\": 1 }"}),
+        )
+        .await;
     assert_eq!(dup.outcome(), "duplicate");
     assert_eq!(dup.json()["received_at"], first.json()["received_at"]);
     assert_eq!(dup.json()["status"], "processing");
     // Different content under a known id: conflict naming both fingerprints; nothing overwritten.
-    let conflict = p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created", "payload": "{\"a\":2}"})).await;
+    let conflict =
+        p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created", "payload": "{\"a\":2}"})).await;
     assert_eq!(conflict.error_type(), Some("conflict"));
     assert!(conflict.message().contains(first.json()["fingerprint"].as_str().unwrap()), "{}", conflict.message());
     let status = p.invoke("event_status", &c, json!({"event_id": id})).await;
@@ -59,7 +72,8 @@ pub async fn race(url: &str, processes: usize, rounds: usize, per_process: usize
             for _ in 0..per_process {
                 let (p, c, id) = (p.clone(), c.clone(), id.clone());
                 tasks.push(tokio::spawn(async move {
-                    p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "updated", "payload": "same"})).await
+                    p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "updated", "payload": "same"}))
+                        .await
                 }));
             }
         }

@@ -1,0 +1,159 @@
+//! Protocol tests on byte slices: framing, concurrency, EOF, malformed and oversize input.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::stdio::serve;
+use super::ServeOptions;
+use crate::dispatch::App;
+use crate::store::Clock;
+
+fn opts() -> ServeOptions {
+    ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64 }
+}
+
+fn request(sid: &str, data: Value) -> String {
+    crate::call::request_line(sid, data)
+}
+
+fn ingest(sid: &str, id: &str) -> String {
+    request(
+        sid,
+        json!({"action": "invoke_tool", "type": "tool", "provider": "stateful_tool", "tool": "event_ingest",
+               "credentials": {"kv_url": "memory://"}, "tool_parameters": {"event_id": id, "event_type": "created"}, "user_id": "u"}),
+    )
+}
+
+async fn run(input: &[u8]) -> Vec<Value> {
+    std::env::set_var("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
+    let mut out = Vec::new();
+    serve(tokio::io::BufReader::new(input), &mut out, App::new(Clock::system()), opts()).await.unwrap();
+    out.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("non-JSON output line: {e}")))
+        .collect()
+}
+
+fn session_types(out: &[Value], sid: &str) -> Vec<String> {
+    out.iter()
+        .filter(|v| v["event"] == "session" && v["session_id"] == sid)
+        .map(|v| v["data"]["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn heartbeat_first_then_answers_and_clean_exit_at_eof() {
+    let out = run(ingest("s1", "A").as_bytes()).await;
+    assert_eq!(out[0], json!({"event": "heartbeat", "session_id": null, "data": {}}));
+    assert_eq!(session_types(&out, "s1"), ["stream", "stream", "end"]);
+}
+
+#[tokio::test]
+async fn many_sessions_each_end_exactly_once_and_one_wins() {
+    let mut input = String::new();
+    for i in 0..200 {
+        input.push_str(&ingest(&format!("s{i}"), "same-id"));
+    }
+    let out = run(input.as_bytes()).await;
+    let mut accepted = 0;
+    for i in 0..200 {
+        let sid = format!("s{i}");
+        assert_eq!(session_types(&out, &sid), ["stream", "stream", "end"], "{sid}");
+        let json = out.iter().find(|v| v["session_id"] == sid.as_str() && v["data"]["data"]["type"] == "json").unwrap();
+        if json["data"]["data"]["message"]["json_object"]["outcome"] == "accepted" {
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 1);
+}
+
+#[tokio::test]
+async fn malformed_lines_answer_identifiable_sessions_and_nothing_crashes() {
+    let mut input = Vec::new();
+    input.extend_from_slice(b"this is not json\n");
+    input.extend_from_slice(b"{\"session_id\":\"s-missing-data\",\"event\":\"request\"}\n");
+    input.extend_from_slice(b"{\"session_id\":\"s-trunc\",\"event\":\"request\",\"data\":{\"action\"\n");
+    input.extend_from_slice(b"\xff\xfe\xfd not utf8\n");
+    input.extend_from_slice(b"{\"session_id\":7,\"event\":\"request\",\"data\":{}}\n");
+    input.extend_from_slice(b"[1,2,3]\n");
+    input.extend_from_slice(&[b'['; 100_000]);
+    input.push(b'\n');
+    input.extend_from_slice(b"{\"session_id\":\"s-unknown-event\",\"event\":\"cancel\",\"data\":{}}\n");
+    input.extend_from_slice(b"{\"session_id\":\"s-bw\",\"event\":\"backwards_response\",\"data\":{}}\n");
+    input.extend_from_slice(ingest("s-ok", "B").as_bytes());
+    let out = run(&input).await;
+    for sid in ["s-missing-data", "s-trunc", "s-unknown-event"] {
+        assert_eq!(session_types(&out, sid), ["error", "end"], "{sid}");
+    }
+    assert!(session_types(&out, "s-bw").is_empty());
+    assert_eq!(session_types(&out, "s-ok"), ["stream", "stream", "end"]);
+    // Nothing but heartbeats, logs and session events ever reaches the output.
+    assert!(out.iter().all(|v| ["heartbeat", "log", "session"].contains(&v["event"].as_str().unwrap())));
+}
+
+#[tokio::test]
+async fn oversize_line_is_answered_from_its_prefix() {
+    let mut line = b"{\"session_id\":\"s-big\",\"event\":\"request\",\"data\":{\"x\":\"".to_vec();
+    line.extend(std::iter::repeat(b'a').take(crate::protocol::wire::MAX_INPUT_LINE + 10));
+    line.extend_from_slice(b"\"}}\n");
+    line.extend_from_slice(ingest("s-after", "C").as_bytes());
+    let out = run(&line).await;
+    assert_eq!(session_types(&out, "s-big"), ["error", "end"]);
+    let err = out.iter().find(|v| v["session_id"] == "s-big" && v["data"]["type"] == "error").unwrap();
+    assert!(err["data"]["data"]["message"].as_str().unwrap().contains("exceeds"));
+    assert_eq!(session_types(&out, "s-after"), ["stream", "stream", "end"]);
+}
+
+#[tokio::test]
+async fn unknown_action_tool_and_provider_are_clear_errors() {
+    let base = |action: &str, provider: &str, tool: &str| json!({"action": action, "type": "tool", "provider": provider, "tool": tool, "credentials": {}, "tool_parameters": {}, "user_id": "u"});
+    let mut input = request("a", base("invoke_llm", "stateful_tool", "event_ingest"));
+    input += &request("b", base("invoke_tool", "stateful_tool", "nope"));
+    input += &request("c", base("invoke_tool", "echo", "event_ingest"));
+    input += &request(
+        "d",
+        json!({"action": "get_tool_runtime_parameters", "type": "tool", "provider": "stateful_tool", "tool": "event_ingest", "credentials": {}, "user_id": "u"}),
+    );
+    let out = run(input.as_bytes()).await;
+    let message = |sid: &str| {
+        out.iter()
+            .find(|v| v["session_id"] == sid && v["data"]["type"] == "error")
+            .map(|v| v["data"]["data"]["message"].as_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    assert!(message("a").contains("invoke_llm"), "{}", message("a"));
+    assert!(message("b").contains("\"nope\""), "{}", message("b"));
+    assert!(message("c").contains("echo"), "{}", message("c"));
+    assert_eq!(session_types(&out, "d"), ["stream", "end"]);
+}
+
+#[tokio::test]
+async fn output_error_stops_the_loop() {
+    struct Broken;
+    impl tokio::io::AsyncWrite for Broken {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+    // An input that never ends: only the broken output can stop the loop.
+    let (_keep_open, reader) = tokio::io::duplex(64);
+    let r = serve(tokio::io::BufReader::new(reader), Broken, App::new(Clock::system()), opts()).await;
+    assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+}
