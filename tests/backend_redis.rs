@@ -96,3 +96,29 @@ async fn credential_validation_checks_auth() {
     let right = p.validate(&creds(&format!("redis://:s3cret@127.0.0.1:{}/0", r.port))).await;
     assert_eq!(right.chunks, vec![json!({"result": true})], "{right:?}");
 }
+
+mod lifecycle {
+    use super::common::lifecycle;
+    use super::RedisServer;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn complete_fail_repeat_stale_unknown() {
+        lifecycle::complete_fail_repeat_stale_unknown(&RedisServer::start(&[]).url()).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn crash_and_takeover() {
+        lifecycle::crash_and_takeover(&RedisServer::start(&[]).url()).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn no_lease_means_processing_until_completed() {
+        lifecycle::no_lease_means_processing_until_completed(&RedisServer::start(&[]).url()).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn one_reclaim_among_concurrent_redeliveries() {
+        lifecycle::one_reclaim_among_concurrent_redeliveries(&RedisServer::start(&[]).url()).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn host_clock_skew_changes_nothing() {
+        lifecycle::host_clock_skew_changes_nothing(&RedisServer::start(&[]).url()).await;
+    }
+}

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod lifecycle;
 pub mod plugin;
 pub mod redis;
 pub mod scenarios;
