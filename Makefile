@@ -1,0 +1,32 @@
+# stateful_tool — build, run, test, package. `make help` lists the targets.
+CARGO ?= cargo
+BIN := target/release/stateful-tool
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+
+.PHONY: help build run test lint package bench marketplace-check bump debug fuzz clean
+
+help:
+	@echo "make run      - start the KV container (on-disk data) and ingest one event twice: accepted, then duplicate"
+	@echo "make test     - the whole test suite (installs redis-server if missing)"
+	@echo "make lint     - cargo fmt --check and clippy -D warnings"
+	@echo "make package  - build dist/stateful_tool-$(VERSION).difypkg (SIGNING_KEY=private.pem also signs it)"
+	@echo "make bench    - benchmarks: plugin vs raw store, KV container durability"
+	@echo "make debug    - run the plugin against a running Dify (remote debugging; fill .env first)"
+
+build:
+	$(CARGO) build --release --locked
+
+run: build
+	BIN=$(BIN) ./scripts/demo.sh
+
+test:
+	./scripts/ensure-redis.sh
+	$(CARGO) test --locked
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
+	rm -rf dist
