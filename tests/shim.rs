@@ -321,3 +321,55 @@ fn chmod_failure_exits_1_with_a_clear_message() {
     assert!(stderr.contains("cannot make"), "{stderr}");
     assert!(stderr.contains("must be writable") && stderr.contains("executing files"), "{stderr}");
 }
+
+/// End to end as the daemon runs it: an extracted package (files 0644), `python3 -m main`,
+/// request lines on stdin, protocol lines on stdout — accepted, then duplicate, then a clean
+/// exit at EOF.
+#[test]
+fn daemon_style_launch_serves_requests_through_the_shim() {
+    let binary = format!("stateful-tool-{}", host_arch());
+    let dir = extracted_package(&[(binary.as_str(), real_binary())]);
+    let mut child = shim_command(dir.path())
+        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let request = |sid: &str| {
+        format!(
+            "{{\"session_id\":\"{sid}\",\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{{\"action\":\"invoke_tool\",\"credential_type\":\"api-key\",\"credentials\":{{\"kv_url\":\"memory://\"}},\"provider\":\"stateful_tool\",\"tool\":\"event_ingest\",\"tool_parameters\":{{\"event_id\":\"EVT-1\",\"event_type\":\"created\"}},\"type\":\"tool\",\"user_id\":\"u\"}}}}\n"
+        )
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(request("first").as_bytes()).unwrap();
+    // Wait for the first answer before the retry, as a sender's retry would come later.
+    let stdout = child.stdout.take().unwrap();
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut lines = vec![];
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0 {
+        lines.push(std::mem::take(&mut line));
+        if lines.last().unwrap().contains("\"first\"") && lines.last().unwrap().contains("\"end\"") {
+            break;
+        }
+    }
+    stdin.write_all(request("second").as_bytes()).unwrap();
+    drop(stdin);
+    while std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0 {
+        lines.push(std::mem::take(&mut line));
+    }
+    let status = wait_with_deadline(&mut child);
+    assert!(status.success(), "{status:?}");
+    let outcome = |sid: &str| -> String {
+        lines
+            .iter()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("stdout carries only JSON lines"))
+            .find(|v| v["session_id"] == sid && v["data"]["data"]["type"] == "json")
+            .map(|v| v["data"]["data"]["message"]["json_object"]["outcome"].as_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    assert!(lines[0].contains("heartbeat"), "{lines:?}");
+    assert_eq!(outcome("first"), "accepted");
+    assert_eq!(outcome("second"), "duplicate");
+}

@@ -17,24 +17,37 @@ pub async fn complete_fail_repeat_stale_unknown(url: &str) {
     let id = fresh_id("life");
     let ev = json!({"event_id": id, "event_type": "created"});
     assert_eq!(p.invoke("event_ingest", &c, ev.clone()).await.outcome(), "accepted");
-    let fail = p.invoke("event_complete", &c, json!({"event_id": id, "status": "failed", "attempt": 1, "result": "smtp down"})).await;
+    let fail = p
+        .invoke("event_complete", &c, json!({"event_id": id, "status": "failed", "attempt": 1, "result": "smtp down"}))
+        .await;
     assert_eq!(fail.outcome(), "failed", "{fail:?}");
     let repeat = p.invoke("event_complete", &c, json!({"event_id": id, "status": "failed", "attempt": 1})).await;
     assert_eq!(repeat.outcome(), "already_failed");
     // A failed run is retried by the sender's next delivery.
     let retry = p.invoke("event_ingest", &c, ev.clone()).await;
-    assert_eq!((retry.outcome().as_str(), retry.json()["attempt"].as_u64(), retry.json()["retry"].as_bool()), ("accepted", Some(2), Some(true)));
+    assert_eq!(
+        (retry.outcome().as_str(), retry.json()["attempt"].as_u64(), retry.json()["retry"].as_bool()),
+        ("accepted", Some(2), Some(true))
+    );
     let stale = p.invoke("event_complete", &c, json!({"event_id": id, "status": "completed", "attempt": 1})).await;
     assert_eq!(stale.error_type(), Some("conflict"));
     assert_eq!(stale.message(), "stale completion: attempt 1, current attempt 2");
-    let done = p.invoke("event_complete", &c, json!({"event_id": id, "status": "completed", "attempt": 2, "result": "sent"})).await;
+    let done = p
+        .invoke("event_complete", &c, json!({"event_id": id, "status": "completed", "attempt": 2, "result": "sent"}))
+        .await;
     assert_eq!(done.outcome(), "completed");
-    assert_eq!(p.invoke("event_complete", &c, json!({"event_id": id, "status": "completed", "attempt": 2})).await.outcome(), "already_completed");
+    assert_eq!(
+        p.invoke("event_complete", &c, json!({"event_id": id, "status": "completed", "attempt": 2})).await.outcome(),
+        "already_completed"
+    );
     let flip = p.invoke("event_complete", &c, json!({"event_id": id, "status": "failed"})).await;
     assert_eq!(flip.error_type(), Some("conflict"));
     assert_eq!(p.invoke("event_ingest", &c, ev).await.outcome(), "duplicate", "completed events stay done");
     let st = p.invoke("event_status", &c, json!({"event_id": id})).await;
-    assert_eq!((st.json()["status"].as_str(), st.json()["attempt"].as_u64(), st.json()["result"].as_str()), (Some("completed"), Some(2), Some("sent")));
+    assert_eq!(
+        (st.json()["status"].as_str(), st.json()["attempt"].as_u64(), st.json()["result"].as_str()),
+        (Some("completed"), Some(2), Some("sent"))
+    );
     assert!(st.json()["completed_at"].is_string());
     let unknown = p.invoke("event_complete", &c, json!({"event_id": fresh_id("never")})).await;
     assert_eq!(unknown.error_type(), Some("not_found"));
