@@ -1,7 +1,9 @@
-//! Test fixtures shared by the integration tests: real servers and the real binary.
+//! Test fixtures shared by the integration tests (`mod common;`): real servers and the real
+//! binary. Each test binary uses a different subset of them.
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod kv;
 pub mod lifecycle;
 pub mod plugin;
 pub mod redis;

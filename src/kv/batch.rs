@@ -1,0 +1,257 @@
+//! Applies one batch of writes inside a single redb write transaction (the group commit body).
+
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableTable, Table, TableDefinition};
+
+use super::record::{CorruptRecord, Record};
+
+/// key → encoded [`Record`].
+pub const DATA: TableDefinition<&str, &[u8]> = TableDefinition::new("kv_data_v1");
+/// (expires_ms, key) → (); lets the purge find expired keys in order without a full scan.
+pub const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("kv_expiry_v1");
+/// Small named counters; today only the revision counter.
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("kv_meta_v1");
+/// Highest revision ever handed out. Stored in the same transaction as the writes that use
+/// it, so it survives restarts exactly as far as the data does (ETags never repeat).
+pub const REV_KEY: &str = "last_rev";
+
+/// What a write is conditional on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    /// Unconditional.
+    None,
+    /// `If-None-Match: *` — only if no live value exists.
+    IfAbsent,
+    /// `If-Match: *` — only if a live value exists.
+    IfExists,
+    /// `If-Match: "<rev>"` — only if the live value has exactly this revision.
+    IfRev(u64),
+}
+
+/// One queued write.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    Put {
+        key: String,
+        value: Bytes,
+        pre: Precondition,
+        ttl_ms: Option<u64>,
+    },
+    Delete {
+        key: String,
+        pre: Precondition,
+    },
+    /// Delete at most `limit` expired keys.
+    Purge {
+        limit: usize,
+    },
+}
+
+/// Metadata of a value that was just written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub rev: u64,
+    pub modified_ms: u64,
+    pub expires_ms: u64,
+}
+
+/// The answer to one [`WriteOp`], valid only once the batch has committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Created(Written),
+    Replaced(Written),
+    Deleted,
+    NotFound,
+    /// Precondition failed; carries the live value if there is one.
+    PreconditionFailed(Option<Record>),
+    Purged(usize),
+}
+
+/// Anything that stops a batch from committing; every request in it then gets an error.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// Boxed: redb's error is large and this travels through every `?` on the hot path.
+    #[error("storage: {0}")]
+    Storage(Box<redb::Error>),
+    #[error(transparent)]
+    Corrupt(#[from] CorruptRecord),
+    #[error("revision counter exhausted")]
+    RevisionOverflow,
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for BatchError {
+            fn from(e: $t) -> Self { BatchError::Storage(Box::new(e.into())) }
+        }
+    )*};
+}
+from_redb!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+struct Tables<'t> {
+    data: Table<'t, &'static str, &'static [u8]>,
+    expiry: Table<'t, (u64, &'static str), ()>,
+    rev: u64,
+    now: u64,
+    dirty: bool,
+}
+
+/// Runs `ops` in order in one transaction and commits once. Later ops see the effects of
+/// earlier ones, so two creates of one key in the same batch still yield one winner.
+/// The flag says whether a commit happened: a batch that changed nothing (all preconditions
+/// failed, nothing to purge) is aborted instead, which costs no fsync, unless
+/// `force_commit` asks for a commit anyway (to make earlier non-durable commits durable).
+pub fn apply(
+    db: &Database,
+    ops: &[WriteOp],
+    now: u64,
+    durability: Durability,
+    force_commit: bool,
+) -> Result<(Vec<Outcome>, bool), BatchError> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(durability);
+    let (outcomes, dirty) = {
+        let mut meta = txn.open_table(META)?;
+        let start_rev = meta.get(REV_KEY)?.map(|g| g.value()).unwrap_or(0);
+        let mut t = Tables {
+            data: txn.open_table(DATA)?,
+            expiry: txn.open_table(EXPIRY)?,
+            rev: start_rev,
+            now,
+            dirty: false,
+        };
+        let outcomes = ops
+            .iter()
+            .map(|op| t.apply_one(op))
+            .collect::<Result<Vec<_>, _>>()?;
+        if t.rev != start_rev {
+            meta.insert(REV_KEY, t.rev)?;
+        }
+        (outcomes, t.dirty)
+    };
+    if dirty || force_commit {
+        txn.commit()?;
+    } else {
+        txn.abort()?;
+    }
+    Ok((outcomes, dirty || force_commit))
+}
+
+impl Tables<'_> {
+    fn apply_one(&mut self, op: &WriteOp) -> Result<Outcome, BatchError> {
+        match op {
+            WriteOp::Put {
+                key,
+                value,
+                pre,
+                ttl_ms,
+            } => self.put(key, value, *pre, *ttl_ms),
+            WriteOp::Delete { key, pre } => self.delete(key, *pre),
+            WriteOp::Purge { limit } => self.purge(*limit),
+        }
+    }
+
+    /// The stored record, expired or not (the purge index needs the raw expiry).
+    fn load(&self, key: &str) -> Result<Option<Record>, BatchError> {
+        match self.data.get(key)? {
+            Some(guard) => Ok(Some(Record::decode(guard.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put(
+        &mut self,
+        key: &str,
+        value: &Bytes,
+        pre: Precondition,
+        ttl_ms: Option<u64>,
+    ) -> Result<Outcome, BatchError> {
+        let stored = self.load(key)?;
+        let live = stored.clone().filter(|r| r.is_live(self.now));
+        if !precondition_holds(pre, live.as_ref()) {
+            return Ok(Outcome::PreconditionFailed(live));
+        }
+        if let Some(old) = &stored {
+            if old.expires_ms != 0 {
+                self.expiry.remove((old.expires_ms, key))?;
+            }
+        }
+        self.rev = self
+            .rev
+            .checked_add(1)
+            .ok_or(BatchError::RevisionOverflow)?;
+        let written = Written {
+            rev: self.rev,
+            modified_ms: self.now,
+            expires_ms: ttl_ms.map_or(0, |ttl| self.now.saturating_add(ttl)),
+        };
+        let blob = Record::encode(value, written.rev, written.modified_ms, written.expires_ms);
+        self.data.insert(key, blob.as_slice())?;
+        if written.expires_ms != 0 {
+            self.expiry.insert((written.expires_ms, key), ())?;
+        }
+        self.dirty = true;
+        Ok(match live {
+            Some(_) => Outcome::Replaced(written),
+            None => Outcome::Created(written),
+        })
+    }
+
+    fn delete(&mut self, key: &str, pre: Precondition) -> Result<Outcome, BatchError> {
+        let live = self.load(key)?.filter(|r| r.is_live(self.now));
+        let Some(current) = live else {
+            // An expired leftover is the purge's job; to clients the key is simply absent.
+            return Ok(match pre {
+                Precondition::None => Outcome::NotFound,
+                _ => Outcome::PreconditionFailed(None),
+            });
+        };
+        if !precondition_holds(pre, Some(&current)) {
+            return Ok(Outcome::PreconditionFailed(Some(current)));
+        }
+        self.data.remove(key)?;
+        if current.expires_ms != 0 {
+            self.expiry.remove((current.expires_ms, key))?;
+        }
+        self.dirty = true;
+        Ok(Outcome::Deleted)
+    }
+
+    fn purge(&mut self, limit: usize) -> Result<Outcome, BatchError> {
+        // Everything strictly below (now + 1, "") has expires_ms <= now, i.e. is expired.
+        let bound = self.now.saturating_add(1);
+        let mut victims: Vec<(u64, String)> = Vec::new();
+        for entry in self.expiry.range::<(u64, &str)>(..(bound, ""))? {
+            if victims.len() >= limit {
+                break;
+            }
+            let (k, _) = entry?;
+            let (expires, key) = k.value();
+            victims.push((expires, key.to_owned()));
+        }
+        for (expires, key) in &victims {
+            self.expiry.remove((*expires, key.as_str()))?;
+            // The index entry and the record are written together, but double-check so a
+            // purge can never delete a value that was rewritten with a later expiry.
+            if self.load(key)?.is_some_and(|r| r.expires_ms == *expires) {
+                self.data.remove(key.as_str())?;
+            }
+        }
+        self.dirty |= !victims.is_empty();
+        Ok(Outcome::Purged(victims.len()))
+    }
+}
+
+fn precondition_holds(pre: Precondition, live: Option<&Record>) -> bool {
+    match pre {
+        Precondition::None => true,
+        Precondition::IfAbsent => live.is_none(),
+        Precondition::IfExists => live.is_some(),
+        Precondition::IfRev(rev) => live.is_some_and(|r| r.rev == rev),
+    }
+}

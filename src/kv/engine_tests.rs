@@ -1,0 +1,336 @@
+//! Engine tests: group commit, ordering inside a batch, CAS, TTL on a pinned clock, failures.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::task::JoinHandle;
+
+use super::batch::{Outcome, Precondition, WriteOp, Written};
+use super::engine::{DurabilityMode, Engine, EngineError, WriterHandle};
+use super::inspect::inventory;
+use super::record::Clock;
+
+type Reply = Result<Outcome, EngineError>;
+
+fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
+    WriteOp::Put {
+        key: key.to_owned(),
+        value: Bytes::copy_from_slice(value.as_bytes()),
+        pre,
+        ttl_ms,
+    }
+}
+
+fn open(dir: &Path, clock: Clock) -> (Engine, WriterHandle) {
+    Engine::open(dir, DurabilityMode::Immediate, clock).expect("engine opens")
+}
+
+fn created(outcome: Reply) -> Written {
+    match outcome {
+        Ok(Outcome::Created(w)) => w,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
+/// Queues `ops` strictly in this order (each is in the queue before the next is sent).
+async fn enqueue_in_order(engine: &Engine, ops: Vec<WriteOp>) -> Vec<JoinHandle<Reply>> {
+    let mut handles = Vec::new();
+    for op in ops {
+        let target = engine.queued() + 1;
+        let e = engine.clone();
+        handles.push(tokio::spawn(async move { e.write(op).await }));
+        wait_queued(engine, target).await;
+    }
+    handles
+}
+
+async fn wait_queued(engine: &Engine, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.queued() < n {
+        assert!(Instant::now() < deadline, "queue never reached {n}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn join_all(handles: Vec<JoinHandle<Reply>>) -> Vec<Reply> {
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_concurrent_writes_commit_in_one_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gate, gate_rx) = std::sync::mpsc::channel();
+    let (engine, writer) = Engine::open_gated(
+        dir.path(),
+        DurabilityMode::Immediate,
+        Clock::system(),
+        Some(gate_rx),
+    )
+    .unwrap();
+    const N: usize = 200;
+    let handles: Vec<_> = (0..N)
+        .map(|i| {
+            let e = engine.clone();
+            tokio::spawn(async move {
+                e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None))
+                    .await
+            })
+        })
+        .collect();
+    wait_queued(&engine, N).await;
+    gate.send(()).unwrap();
+    let mut revs: Vec<u64> = join_all(handles)
+        .await
+        .into_iter()
+        .map(|r| created(r).rev)
+        .collect();
+    revs.sort_unstable();
+    revs.dedup();
+    assert_eq!(revs.len(), N, "every write got its own revision");
+    assert_eq!(
+        engine.stats().commits.load(Ordering::SeqCst),
+        1,
+        "one fsync'd commit for {N} writes"
+    );
+    drop(engine);
+    writer.join();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_concurrent_writers_need_fewer_commits_than_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, writer) = open(dir.path(), Clock::system());
+    const WRITERS: usize = 32;
+    const EACH: usize = 25;
+    let handles: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let e = engine.clone();
+            tokio::spawn(async move {
+                for n in 0..EACH {
+                    created(
+                        e.write(put(
+                            &format!("w{w}-{n}"),
+                            "{}",
+                            Precondition::IfAbsent,
+                            None,
+                        ))
+                        .await,
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let commits = engine.stats().commits.load(Ordering::SeqCst);
+    assert!(
+        commits < (WRITERS * EACH) as u64,
+        "{commits} commits for {} writes",
+        WRITERS * EACH
+    );
+    drop(engine);
+    writer.join();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_writes_in_a_batch_see_earlier_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gate, gate_rx) = std::sync::mpsc::channel();
+    let (engine, writer) = Engine::open_gated(
+        dir.path(),
+        DurabilityMode::Immediate,
+        Clock::system(),
+        Some(gate_rx),
+    )
+    .unwrap();
+    let ops = vec![
+        put("k", "\"a\"", Precondition::IfAbsent, None),
+        put("k", "\"b\"", Precondition::IfAbsent, None),
+        WriteOp::Delete {
+            key: "k".into(),
+            pre: Precondition::None,
+        },
+        put("k", "\"c\"", Precondition::IfAbsent, None),
+        put("k", "\"d\"", Precondition::IfRev(1), None),
+    ];
+    let handles = enqueue_in_order(&engine, ops).await;
+    gate.send(()).unwrap();
+    let r = join_all(handles).await;
+    let first = created(r[0].clone());
+    match &r[1] {
+        Ok(Outcome::PreconditionFailed(Some(cur))) => {
+            assert_eq!((&cur.value[..], cur.rev), (&b"\"a\""[..], first.rev))
+        }
+        other => panic!("second create must lose to the first: {other:?}"),
+    }
+    assert_eq!(r[2].clone().unwrap(), Outcome::Deleted);
+    let third = created(r[3].clone());
+    assert!(third.rev > first.rev);
+    assert!(matches!(&r[4], Ok(Outcome::PreconditionFailed(Some(c))) if c.rev == third.rev));
+    assert_eq!(engine.stats().commits.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        &engine.get("k".into()).await.unwrap().unwrap().value[..],
+        b"\"c\""
+    );
+    drop(engine);
+    writer.join();
+}
+
+#[tokio::test]
+async fn compare_and_swap_and_conditional_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, writer) = open(dir.path(), Clock::system());
+    let w1 = created(e.write(put("k", "1", Precondition::None, None)).await);
+    let w2 = match e
+        .write(put("k", "2", Precondition::IfRev(w1.rev), None))
+        .await
+    {
+        Ok(Outcome::Replaced(w)) => w,
+        other => panic!("CAS with the current rev must succeed: {other:?}"),
+    };
+    assert!(w2.rev > w1.rev);
+    match e
+        .write(put("k", "3", Precondition::IfRev(w1.rev), None))
+        .await
+    {
+        Ok(Outcome::PreconditionFailed(Some(cur))) => {
+            assert_eq!((&cur.value[..], cur.rev), (&b"2"[..], w2.rev))
+        }
+        other => panic!("stale CAS must fail with the current value: {other:?}"),
+    }
+    let absent = e
+        .write(put("nope", "1", Precondition::IfExists, None))
+        .await;
+    assert_eq!(absent.unwrap(), Outcome::PreconditionFailed(None));
+    let stale = e
+        .write(WriteOp::Delete {
+            key: "k".into(),
+            pre: Precondition::IfRev(w1.rev),
+        })
+        .await;
+    assert!(matches!(stale, Ok(Outcome::PreconditionFailed(Some(_)))));
+    let del = e
+        .write(WriteOp::Delete {
+            key: "k".into(),
+            pre: Precondition::IfRev(w2.rev),
+        })
+        .await;
+    assert_eq!(del.unwrap(), Outcome::Deleted);
+    let again = e
+        .write(WriteOp::Delete {
+            key: "k".into(),
+            pre: Precondition::None,
+        })
+        .await;
+    assert_eq!(again.unwrap(), Outcome::NotFound);
+    assert!(e.get("k".into()).await.unwrap().is_none());
+    drop(e);
+    writer.join();
+}
+
+#[tokio::test]
+async fn expiry_hides_keys_and_purge_reclaims_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (clock, now) = Clock::manual(1_000_000);
+    let (e, writer) = open(dir.path(), clock);
+    let w = created(e.write(put("k", "1", Precondition::None, Some(300))).await);
+    assert_eq!(w.expires_ms, 1_000_300);
+    now.store(1_000_299, Ordering::SeqCst);
+    assert!(e.get("k".into()).await.unwrap().is_some());
+    now.store(1_000_300, Ordering::SeqCst);
+    assert!(
+        e.get("k".into()).await.unwrap().is_none(),
+        "expired keys read as absent"
+    );
+    // Preconditions also treat it as absent, before any purge ran.
+    created(e.write(put("k", "2", Precondition::IfAbsent, None)).await);
+    // A key rewritten with a later expiry must survive a purge of its old deadline.
+    created(
+        e.write(put("moved", "1", Precondition::None, Some(100)))
+            .await,
+    );
+    let _ = e
+        .write(put("moved", "2", Precondition::None, Some(10_000)))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        created(
+            e.write(put(&format!("t{i}"), "1", Precondition::None, Some(100)))
+                .await,
+        );
+    }
+    now.store(1_000_500, Ordering::SeqCst);
+    let mut purged = Vec::new();
+    loop {
+        match e.write(WriteOp::Purge { limit: 2 }).await.unwrap() {
+            Outcome::Purged(0) => break,
+            Outcome::Purged(n) => purged.push(n),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(purged, vec![2, 2, 1], "bounded batches");
+    assert!(e.get("moved".into()).await.unwrap().is_some());
+    drop(e);
+    writer.join();
+    let inv = inventory(dir.path()).unwrap();
+    assert_eq!(
+        (inv.records, inv.expiry_entries),
+        (2, 1),
+        "k and moved remain"
+    );
+}
+
+#[tokio::test]
+async fn revisions_keep_increasing_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, writer) = open(dir.path(), Clock::system());
+    created(e.write(put("a", "1", Precondition::None, None)).await);
+    let last = created(e.write(put("b", "1", Precondition::None, None)).await).rev;
+    drop(e);
+    writer.join();
+    assert_eq!(inventory(dir.path()).unwrap().last_rev, last);
+    let (e, writer) = open(dir.path(), Clock::system());
+    assert_eq!(
+        e.get("a".into()).await.unwrap().map(|r| r.value),
+        Some(Bytes::from_static(b"1"))
+    );
+    let next = created(e.write(put("c", "1", Precondition::None, None)).await).rev;
+    assert!(next > last, "ETags never repeat after a restart");
+    drop(e);
+    writer.join();
+}
+
+#[tokio::test]
+async fn a_failed_batch_acknowledges_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, writer) = open(dir.path(), Clock::system());
+    e.stats().fail_next_batch.store(true, Ordering::SeqCst);
+    let r = e.write(put("k", "1", Precondition::IfAbsent, None)).await;
+    assert!(matches!(r, Err(EngineError::Storage(_))), "{r:?}");
+    assert!(e.get("k".into()).await.unwrap().is_none());
+    created(e.write(put("k", "1", Precondition::IfAbsent, None)).await);
+    drop(e);
+    writer.join();
+}
+
+#[tokio::test]
+async fn none_mode_still_keeps_writes_over_a_clean_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, writer) = Engine::open(dir.path(), DurabilityMode::None, Clock::system()).unwrap();
+    for i in 0..10 {
+        created(
+            e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None))
+                .await,
+        );
+    }
+    drop(e);
+    writer.join();
+    assert_eq!(inventory(dir.path()).unwrap().records, 10);
+}

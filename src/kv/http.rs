@@ -1,0 +1,225 @@
+//! Routes of the v1 protocol and the mapping of engine outcomes to status codes and headers.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{middleware, Json, Router};
+
+use super::auth::{self, Token};
+use super::batch::{Outcome, Precondition, WriteOp, Written};
+use super::engine::{DurabilityMode, Engine, EngineError};
+use super::error::ApiError;
+use super::record::{system_now_ms, Record};
+use super::request::{self, MAX_VALUE_LEN};
+
+const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
+const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
+const KV_EXPIRES_MS: HeaderName = HeaderName::from_static("kv-expires-ms");
+const CAPABILITIES: [&str; 4] = ["conditional-put", "ttl", "server-time", "cas"];
+
+/// What every handler needs.
+pub struct AppState {
+    pub engine: Engine,
+    pub durability: DurabilityMode,
+}
+
+type App = State<Arc<AppState>>;
+
+/// The whole HTTP surface. Layers run outside-in: time stamp, then auth, then the body
+/// limit, then the route — so a 401 is sent before any body byte is read.
+pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route(
+            "/state/{*key}",
+            get(get_value)
+                .put(put_value)
+                .post(post_value)
+                .delete(delete_value),
+        )
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(MAX_VALUE_LEN))
+        .layer(middleware::from_fn_with_state(token, auth::require_token))
+        .layer(middleware::map_response(stamp_server_time))
+}
+
+/// Every response, errors included, tells the client the store's clock: the plugin judges
+/// leases by it, never by its own.
+async fn stamp_server_time(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
+    resp
+}
+
+async fn healthz(State(app): App) -> Response {
+    let alive = app.engine.writer_alive();
+    let body = serde_json::json!({
+        "status": if alive { "ok" } else { "unavailable" },
+        "capabilities": CAPABILITIES,
+        "version": env!("CARGO_PKG_VERSION"),
+        "durability": app.durability.as_str(),
+    });
+    let status = if alive {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn unknown_route(uri: Uri) -> ApiError {
+    // `/state` and `/state/` reach here because the key is empty; that is a bad key, not
+    // an unknown route.
+    let path = uri.path();
+    if path == "/state" || path.starts_with("/state/") {
+        ApiError::bad_key("key is empty")
+    } else {
+        ApiError::not_found("no such route")
+    }
+}
+
+/// The key from the raw path (axum's `Path` would percent-decode it; we must not).
+fn key_of(uri: &Uri) -> Result<String, ApiError> {
+    let raw = uri.path().strip_prefix("/state/").unwrap_or_default();
+    request::validate_key(raw).map(str::to_owned)
+}
+
+async fn get_value(State(app): App, uri: Uri) -> Result<Response, ApiError> {
+    let key = key_of(&uri)?;
+    match app.engine.get(key).await? {
+        Some(record) => Ok(value_response(StatusCode::OK, &record)),
+        None => Err(ApiError::not_found("key not found")),
+    }
+}
+
+async fn put_value(State(app): App, req: Request) -> Result<Response, ApiError> {
+    let pre = request::precondition(req.headers(), true)?;
+    write_value(&app, req, pre).await
+}
+
+/// Legacy unconditional write. A precondition here would be silently ignored, turning a
+/// client's compare-and-swap into an overwrite, so it is refused instead.
+async fn post_value(State(app): App, req: Request) -> Result<Response, ApiError> {
+    if request::precondition(req.headers(), true)? != Precondition::None {
+        return Err(ApiError::bad_request(
+            "bad_precondition",
+            "POST is unconditional; use PUT with If-Match / If-None-Match",
+        ));
+    }
+    write_value(&app, req, Precondition::None).await
+}
+
+async fn write_value(
+    app: &AppState,
+    req: Request,
+    pre: Precondition,
+) -> Result<Response, ApiError> {
+    // Cheap checks first, so a bad request never costs reading a body.
+    let key = key_of(req.uri())?;
+    let ttl_ms = request::ttl(req.headers())?;
+    let value = read_body(req).await?;
+    request::validate_json(&value)?;
+    let op = WriteOp::Put {
+        key,
+        value,
+        pre,
+        ttl_ms,
+    };
+    match app.engine.write(op).await? {
+        Outcome::Created(w) => Ok(written_response(StatusCode::CREATED, w)),
+        Outcome::Replaced(w) => Ok(written_response(StatusCode::OK, w)),
+        Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn delete_value(State(app): App, req: Request) -> Result<Response, ApiError> {
+    let key = key_of(req.uri())?;
+    let pre = request::precondition(req.headers(), false)?;
+    match app.engine.write(WriteOp::Delete { key, pre }).await? {
+        Outcome::Deleted => Ok(StatusCode::NO_CONTENT.into_response()),
+        Outcome::NotFound => Err(ApiError::not_found("key not found")),
+        Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// Reads at most 1 MiB. A declared oversize body is refused before reading any of it; an
+/// undeclared (chunked) one is cut off by the limit as soon as it passes 1 MiB.
+async fn read_body(req: Request) -> Result<Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_VALUE_LEN as u64) {
+        return Err(ApiError::too_large());
+    }
+    match Bytes::from_request(req, &()).await {
+        Ok(body) => Ok(body),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(ApiError::too_large())
+        }
+        Err(rejection) => Err(ApiError::bad_request(
+            "bad_body",
+            format!("could not read the request body: {}", rejection.body_text()),
+        )),
+    }
+}
+
+fn set_meta(headers: &mut HeaderMap, rev: u64, modified_ms: u64, expires_ms: u64) {
+    if let Ok(etag) = HeaderValue::try_from(format!("\"{rev}\"")) {
+        headers.insert(header::ETAG, etag);
+    }
+    headers.insert(KV_MODIFIED_MS, HeaderValue::from(modified_ms));
+    if expires_ms != 0 {
+        headers.insert(KV_EXPIRES_MS, HeaderValue::from(expires_ms));
+    }
+}
+
+fn value_response(status: StatusCode, record: &Record) -> Response {
+    let mut resp = (status, record.value.clone()).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    set_meta(headers, record.rev, record.modified_ms, record.expires_ms);
+    resp
+}
+
+fn written_response(status: StatusCode, w: Written) -> Response {
+    let mut resp = status.into_response();
+    set_meta(resp.headers_mut(), w.rev, w.modified_ms, w.expires_ms);
+    resp
+}
+
+/// 412 carries the current value and its ETag, so a duplicate create costs one round trip;
+/// with no live value the body is empty and there is no ETag.
+fn precondition_failed(current: Option<Record>) -> Response {
+    match current {
+        Some(record) => value_response(StatusCode::PRECONDITION_FAILED, &record),
+        None => StatusCode::PRECONDITION_FAILED.into_response(),
+    }
+}
+
+/// The engine answered with an outcome of another kind of operation: a bug, reported as a
+/// storage failure rather than guessed into a success.
+/// Only the variant is logged: the outcome may carry a stored value, which is never logged.
+fn unexpected(outcome: Outcome) -> ApiError {
+    let kind = match outcome {
+        Outcome::Created(_) | Outcome::Replaced(_) => "write",
+        Outcome::Deleted | Outcome::NotFound => "delete",
+        Outcome::PreconditionFailed(_) => "precondition",
+        Outcome::Purged(_) => "purge",
+    };
+    ApiError::from(EngineError::Storage(format!(
+        "unexpected {kind} outcome from the engine"
+    )))
+}

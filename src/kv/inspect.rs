@@ -1,0 +1,27 @@
+//! Offline inspection of a data directory (server stopped: redb locks the file while open).
+
+use std::path::Path;
+
+use redb::{Database, ReadableTableMetadata};
+
+use super::batch::{DATA, EXPIRY, META, REV_KEY};
+use super::engine::DB_FILE;
+
+/// What is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inventory {
+    pub records: u64,
+    pub expiry_entries: u64,
+    pub last_rev: u64,
+}
+
+pub fn inventory(dir: &Path) -> anyhow::Result<Inventory> {
+    let db = Database::create(dir.join(DB_FILE))?;
+    let txn = db.begin_read()?;
+    let last_rev = txn.open_table(META)?.get(REV_KEY)?.map_or(0, |g| g.value());
+    Ok(Inventory {
+        records: txn.open_table(DATA)?.len()?,
+        expiry_entries: txn.open_table(EXPIRY)?.len()?,
+        last_rev,
+    })
+}

@@ -1,0 +1,197 @@
+//! Runs the real `stateful-tool kv serve` binary on an ephemeral loopback port for tests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long a (debug, possibly repairing) server may take to print its `listening on` line.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running KV container child process. Dropping it kills the process.
+pub struct KvServer {
+    child: Child,
+    addr: SocketAddr,
+    data_dir: PathBuf,
+}
+
+impl KvServer {
+    /// Starts `kv serve --listen 127.0.0.1:0 --data <data_dir> <extra_args…>` and waits for
+    /// the `listening on http://ip:port` line on its stdout.
+    pub fn start(data_dir: &Path, extra_args: &[&str]) -> KvServer {
+        Self::start_with_env(data_dir, extra_args, &[])
+    }
+
+    /// Like [`KvServer::start`], with extra environment variables for the child.
+    pub fn start_with_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> KvServer {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stateful-tool"));
+        cmd.args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data_dir)
+            .args(extra_args)
+            // An ambient token must not leak into tests that expect an open store.
+            .env_remove("KV_TOKEN")
+            // Quiet by default; KV_TEST_LOG=debug shows the server's log on stderr.
+            .env(
+                "STATEFUL_TOOL_LOG",
+                std::env::var("KV_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn stateful-tool kv serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(first)) = lines.next() {
+                let _ = tx.send(first);
+            }
+            // Keep draining so the server never blocks or fails on a full stdout pipe.
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                panic!("kv server printed no 'listening on' line (exit: {status:?})");
+            }
+        };
+        let addr = line
+            .strip_prefix("listening on http://")
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first stdout line {line:?}"));
+        KvServer {
+            child,
+            addr,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    /// `http://127.0.0.1:<port>` (no trailing slash).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// SIGKILL: no shutdown code runs, exactly like a crash.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait (bounded) for a clean exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                panic!("kv server did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for KvServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A response read off a raw socket, for requests an HTTP client library would "fix"
+/// (normalising `..`, refusing spaces) before sending.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Writes `request` verbatim, then reads until the server closes the connection (send
+/// `Connection: close`). Write errors are ignored: the server may answer before reading all.
+pub fn raw_http(addr: SocketAddr, request: &[u8]) -> RawResponse {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let _ = stream.write_all(request);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> RawResponse {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no complete response: {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line in {head:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    RawResponse {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    }
+}
+
+/// The revision in an `ETag: "<n>"` header, if there is one.
+pub fn etag_rev(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+    let tag = headers.get("etag")?.to_str().ok()?;
+    tag.strip_prefix('"')?.strip_suffix('"')?.parse().ok()
+}
+
+/// A numeric header such as `KV-Modified-Ms`.
+pub fn header_u64(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.parse().ok()
+}
+
+/// Asserts the `KV-Time-Ms` header every response must carry, and returns it.
+pub fn server_time(headers: &reqwest::header::HeaderMap) -> u64 {
+    let t = header_u64(headers, "kv-time-ms").expect("KV-Time-Ms on every response");
+    assert!(
+        t > 1_577_836_800_000,
+        "KV-Time-Ms {t} is not a unix time in ms"
+    );
+    t
+}
