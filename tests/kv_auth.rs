@@ -22,12 +22,7 @@ async fn assert_401(req: reqwest::RequestBuilder) {
 async fn check_token_enforced(server: &KvServer) {
     let http = Client::new();
     let url = format!("{}/state/k", server.url());
-    for auth in [
-        None,
-        Some("Bearer wrong"),
-        Some("Bearer correct horse"),
-        Some(TOKEN),
-    ] {
+    for auth in [None, Some("Bearer wrong"), Some("Bearer correct horse"), Some(TOKEN)] {
         let with = |req: reqwest::RequestBuilder| match auth {
             Some(a) => req.header("authorization", a),
             None => req,
@@ -38,27 +33,12 @@ async fn check_token_enforced(server: &KvServer) {
         assert_401(with(http.delete(&url))).await;
     }
     let bearer = format!("Bearer {TOKEN}");
-    let resp = http
-        .put(&url)
-        .header("authorization", &bearer)
-        .body("1")
-        .send()
-        .await
-        .unwrap();
+    let resp = http.put(&url).header("authorization", &bearer).body("1").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
-    let resp = http
-        .get(&url)
-        .header("authorization", &bearer)
-        .send()
-        .await
-        .unwrap();
+    let resp = http.get(&url).header("authorization", &bearer).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     // Probes need no token.
-    let resp = http
-        .get(format!("{}/healthz", server.url()))
-        .send()
-        .await
-        .unwrap();
+    let resp = http.get(format!("{}/healthz", server.url())).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
@@ -81,8 +61,7 @@ async fn unauthenticated_request_is_refused_before_its_body_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let server = KvServer::start(dir.path(), &["--token", TOKEN]);
     // The body is announced but never sent: only an answer that does not wait for it returns.
-    let req =
-        "PUT /state/k HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n";
+    let req = "PUT /state/k HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n";
     let resp = raw_http(server.addr(), req.as_bytes());
     assert_eq!(resp.status, 401);
     assert!(resp.header("kv-time-ms").is_some());
@@ -92,15 +71,7 @@ async fn unauthenticated_request_is_refused_before_its_body_is_read() {
 fn empty_token_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_stateful-tool"))
-        .args([
-            "kv",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            "",
-            "--data",
-        ])
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--token", "", "--data"])
         .arg(dir.path())
         .env_remove("KV_TOKEN")
         .stdin(Stdio::null())

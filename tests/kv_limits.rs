@@ -18,22 +18,8 @@ async fn bad_keys_are_400_and_nothing_is_stored() {
     let server = KvServer::start(dir.path(), &[]);
     let http = Client::new();
     let long = "k".repeat(1025);
-    let bad = [
-        "%2F",
-        "a%2Fb",
-        "%00",
-        "a%00b",
-        "%20",
-        "a%20b",
-        "a%2E",
-        "a:b",
-        "a@b",
-        "a+b",
-        "a/b",
-        "a/",
-        "",
-        long.as_str(),
-    ];
+    let bad =
+        ["%2F", "a%2Fb", "%00", "a%00b", "%20", "a%20b", "a%2E", "a:b", "a@b", "a+b", "a/b", "a/", "", long.as_str()];
     for key in bad {
         let url = format!("{}/state/{key}", server.url());
         for req in [http.put(&url).body("1"), http.get(&url), http.delete(&url)] {
@@ -44,14 +30,7 @@ async fn bad_keys_are_400_and_nothing_is_stored() {
         }
     }
     // What reqwest would normalise away is sent raw: dot segments must never be keys.
-    let dots = [
-        "/state/..",
-        "/state/.",
-        "/state/%2E%2E",
-        "/state/%2e",
-        "/state/../healthz",
-        "/state/a/../b",
-    ];
+    let dots = ["/state/..", "/state/.", "/state/%2E%2E", "/state/%2e", "/state/../healthz", "/state/a/../b"];
     for target in dots {
         let req = format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         let resp = raw_http(server.addr(), req.as_bytes());
@@ -61,14 +40,8 @@ async fn bad_keys_are_400_and_nothing_is_stored() {
     }
     // A raw space or NUL is not HTTP at all; hyper refuses it before our code runs.
     for target in ["/state/a b", "/state/a\0b"] {
-        let req = format!(
-            "PUT {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\n1"
-        );
-        assert_eq!(
-            raw_http(server.addr(), req.as_bytes()).status,
-            400,
-            "{target:?}"
-        );
+        let req = format!("PUT {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\n1");
+        assert_eq!(raw_http(server.addr(), req.as_bytes()).status, 400, "{target:?}");
     }
 }
 
@@ -80,14 +53,8 @@ async fn key_of_1024_unreserved_bytes_is_fine() {
     let key = format!("Az09._~-{}", "x".repeat(1016));
     assert_eq!(key.len(), 1024);
     let url = format!("{}/state/{key}", server.url());
-    assert_eq!(
-        http.put(&url).body("1").send().await.unwrap().status(),
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        http.get(&url).send().await.unwrap().status(),
-        StatusCode::OK
-    );
+    assert_eq!(http.put(&url).body("1").send().await.unwrap().status(), StatusCode::CREATED);
+    assert_eq!(http.get(&url).send().await.unwrap().status(), StatusCode::OK);
 }
 
 #[tokio::test]
@@ -98,20 +65,13 @@ async fn non_json_bodies_are_400_invalid_json() {
     let url = format!("{}/state/j", server.url());
     let bodies: [&[u8]; 6] = [b"", b"{", b"abc", br#"{"a":1} x"#, b"\xff\xfe", b"'single'"];
     for body in bodies {
-        for req in [
-            http.put(&url),
-            http.post(&url),
-            http.put(&url).header("if-none-match", "*"),
-        ] {
+        for req in [http.put(&url), http.post(&url), http.put(&url).header("if-none-match", "*")] {
             let resp = req.body(body.to_vec()).send().await.unwrap();
             assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{body:?}");
             assert_eq!(code(&resp.bytes().await.unwrap()), "invalid_json");
         }
     }
-    assert_eq!(
-        http.get(&url).send().await.unwrap().status(),
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(http.get(&url).send().await.unwrap().status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
@@ -124,23 +84,11 @@ async fn values_up_to_1_mib_are_stored_and_larger_are_413() {
     assert_eq!(exact.len(), MIB);
     let resp = http.put(&url).body(exact.clone()).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
-    assert_eq!(
-        http.get(&url)
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
-            .len(),
-        MIB
-    );
+    assert_eq!(http.get(&url).send().await.unwrap().bytes().await.unwrap().len(), MIB);
 
     // Declared too large: refused from the headers alone, before any body byte is read.
-    let req = format!(
-        "PUT /state/big2 HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        MIB + 1
-    );
+    let req =
+        format!("PUT /state/big2 HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", MIB + 1);
     let resp = raw_http(server.addr(), req.as_bytes());
     assert_eq!((resp.status, code(&resp.body).as_str()), (413, "too_large"));
     assert!(resp.header("kv-time-ms").is_some());
@@ -156,11 +104,7 @@ async fn values_up_to_1_mib_are_stored_and_larger_are_413() {
     assert_eq!((resp.status, code(&resp.body).as_str()), (413, "too_large"));
 
     for key in ["big2", "big3"] {
-        let resp = http
-            .get(format!("{}/state/{key}", server.url()))
-            .send()
-            .await
-            .unwrap();
+        let resp = http.get(format!("{}/state/{key}", server.url())).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     }
 }
@@ -171,11 +115,7 @@ async fn unknown_routes_are_404_and_wrong_methods_405_json() {
     let server = KvServer::start(dir.path(), &[]);
     let http = Client::new();
     for path in ["/", "/nope", "/states/k", "/healthz/x"] {
-        let resp = http
-            .get(format!("{}{path}", server.url()))
-            .send()
-            .await
-            .unwrap();
+        let resp = http.get(format!("{}{path}", server.url())).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
         server_time(resp.headers());
         assert_eq!(code(&resp.bytes().await.unwrap()), "not_found");

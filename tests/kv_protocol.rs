@@ -16,11 +16,7 @@ struct Fixture {
 
 fn start() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    Fixture {
-        server: KvServer::start(dir.path(), &[]),
-        http: Client::new(),
-        _dir: dir,
-    }
+    Fixture { server: KvServer::start(dir.path(), &[]), http: Client::new(), _dir: dir }
 }
 
 impl Fixture {
@@ -53,14 +49,7 @@ async fn healthz_reports_capabilities_version_and_durability() {
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(v["durability"], "immediate");
     for cap in ["conditional-put", "ttl", "server-time", "cas"] {
-        assert!(
-            v["capabilities"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c == cap),
-            "{cap}"
-        );
+        assert!(v["capabilities"].as_array().unwrap().iter().any(|c| c == cap), "{cap}");
     }
 }
 
@@ -84,17 +73,11 @@ async fn put_creates_then_replaces_and_get_returns_exact_bytes() {
     assert_eq!(&body[..], br#"{"v":2}"#);
     assert_eq!(etag_rev(&h), Some(r2));
     assert_eq!(h["content-type"], "application/json");
-    assert_eq!(
-        header_u64(&h, "kv-modified-ms"),
-        header_u64(&h2, "kv-modified-ms")
-    );
+    assert_eq!(header_u64(&h, "kv-modified-ms"), header_u64(&h2, "kv-modified-ms"));
 
     // Stored bytes are returned verbatim, not re-serialised.
     send(f.http.put(f.key("raw")).body(first)).await;
-    assert_eq!(
-        &send(f.http.get(f.key("raw"))).await.2[..],
-        first.as_bytes()
-    );
+    assert_eq!(&send(f.http.get(f.key("raw"))).await.2[..], first.as_bytes());
 }
 
 #[tokio::test]
@@ -107,17 +90,8 @@ async fn post_is_an_unconditional_write() {
     assert!(etag_rev(&h2) > etag_rev(&h1));
     assert_eq!(&send(f.http.get(f.key("p"))).await.2[..], b"2");
     // A precondition on POST would be ignored by legacy semantics, so it is refused.
-    let (status, _, body) = send(
-        f.http
-            .post(f.key("p"))
-            .header("if-none-match", "*")
-            .body("3"),
-    )
-    .await;
-    assert_eq!(
-        (status, error_code(&body).as_str()),
-        (StatusCode::BAD_REQUEST, "bad_precondition")
-    );
+    let (status, _, body) = send(f.http.post(f.key("p")).header("if-none-match", "*").body("3")).await;
+    assert_eq!((status, error_code(&body).as_str()), (StatusCode::BAD_REQUEST, "bad_precondition"));
 }
 
 #[tokio::test]
@@ -132,31 +106,16 @@ async fn get_of_a_missing_key_is_404_json() {
 #[tokio::test]
 async fn if_none_match_creates_once_and_412_carries_the_current_value() {
     let f = start();
-    let put = |v: &'static str| {
-        f.http
-            .put(f.key("evt_1"))
-            .header("if-none-match", "*")
-            .body(v)
-    };
+    let put = |v: &'static str| f.http.put(f.key("evt_1")).header("if-none-match", "*").body(v);
     let (status, h1, body) = send(put(r#"{"first":true}"#)).await;
     assert_eq!(status, StatusCode::CREATED);
     assert!(body.is_empty());
     let (status, h2, body) = send(put(r#"{"second":true}"#)).await;
     assert_eq!(status, StatusCode::PRECONDITION_FAILED);
-    assert_eq!(
-        &body[..],
-        br#"{"first":true}"#,
-        "duplicate learns the stored value"
-    );
+    assert_eq!(&body[..], br#"{"first":true}"#, "duplicate learns the stored value");
     assert_eq!(etag_rev(&h2), etag_rev(&h1));
-    assert_eq!(
-        header_u64(&h2, "kv-modified-ms"),
-        header_u64(&h1, "kv-modified-ms")
-    );
-    assert_eq!(
-        &send(f.http.get(f.key("evt_1"))).await.2[..],
-        br#"{"first":true}"#
-    );
+    assert_eq!(header_u64(&h2, "kv-modified-ms"), header_u64(&h1, "kv-modified-ms"));
+    assert_eq!(&send(f.http.get(f.key("evt_1"))).await.2[..], br#"{"first":true}"#);
 }
 
 #[tokio::test]
@@ -183,64 +142,35 @@ async fn if_match_is_compare_and_swap() {
     assert_eq!(&send(f.http.get(f.key("c"))).await.2[..], b"5");
 
     for tag in ["\"1\"", "*"] {
-        let absent = f
-            .http
-            .put(f.key("absent"))
-            .header("if-match", tag)
-            .body("1");
+        let absent = f.http.put(f.key("absent")).header("if-match", tag).body("1");
         let (status, h, body) = send(absent).await;
         assert_eq!(status, StatusCode::PRECONDITION_FAILED);
-        assert!(
-            body.is_empty() && h.get("etag").is_none(),
-            "absent key: empty 412"
-        );
+        assert!(body.is_empty() && h.get("etag").is_none(), "absent key: empty 412");
     }
-    assert_eq!(
-        send(f.http.get(f.key("absent"))).await.0,
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(send(f.http.get(f.key("absent"))).await.0, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn delete_paths() {
     let f = start();
     let (status, _, body) = send(f.http.delete(f.key("d"))).await;
-    assert_eq!(
-        (status, error_code(&body).as_str()),
-        (StatusCode::NOT_FOUND, "not_found")
-    );
+    assert_eq!((status, error_code(&body).as_str()), (StatusCode::NOT_FOUND, "not_found"));
 
     let (_, h, _) = send(f.http.put(f.key("d")).body(r#""v""#)).await;
     let rev = etag_rev(&h).unwrap();
-    let (status, h, body) = send(
-        f.http
-            .delete(f.key("d"))
-            .header("if-match", format!("\"{}\"", rev + 1000)),
-    )
-    .await;
+    let (status, h, body) = send(f.http.delete(f.key("d")).header("if-match", format!("\"{}\"", rev + 1000))).await;
     assert_eq!(status, StatusCode::PRECONDITION_FAILED);
     assert_eq!((&body[..], etag_rev(&h)), (&br#""v""#[..], Some(rev)));
 
-    let (status, _, body) = send(
-        f.http
-            .delete(f.key("d"))
-            .header("if-match", format!("\"{rev}\"")),
-    )
-    .await;
+    let (status, _, body) = send(f.http.delete(f.key("d")).header("if-match", format!("\"{rev}\""))).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(body.is_empty());
     assert_eq!(send(f.http.get(f.key("d"))).await.0, StatusCode::NOT_FOUND);
 
     send(f.http.put(f.key("d")).body("1")).await;
-    assert_eq!(
-        send(f.http.delete(f.key("d"))).await.0,
-        StatusCode::NO_CONTENT
-    );
+    assert_eq!(send(f.http.delete(f.key("d"))).await.0, StatusCode::NO_CONTENT);
     let (status, _, body) = send(f.http.delete(f.key("d")).header("if-none-match", "*")).await;
-    assert_eq!(
-        (status, error_code(&body).as_str()),
-        (StatusCode::BAD_REQUEST, "bad_precondition")
-    );
+    assert_eq!((status, error_code(&body).as_str()), (StatusCode::BAD_REQUEST, "bad_precondition"));
 }
 
 #[tokio::test]
@@ -258,17 +188,9 @@ async fn malformed_preconditions_are_400() {
             req = req.header(*k, *v);
         }
         let (status, _, body) = send(req).await;
-        assert_eq!(
-            (status, error_code(&body).as_str()),
-            (StatusCode::BAD_REQUEST, "bad_precondition"),
-            "{headers:?}"
-        );
+        assert_eq!((status, error_code(&body).as_str()), (StatusCode::BAD_REQUEST, "bad_precondition"), "{headers:?}");
     }
-    assert_eq!(
-        send(f.http.get(f.key("m"))).await.0,
-        StatusCode::NOT_FOUND,
-        "nothing written"
-    );
+    assert_eq!(send(f.http.get(f.key("m"))).await.0, StatusCode::NOT_FOUND, "nothing written");
 }
 
 #[tokio::test]

@@ -23,18 +23,12 @@ impl Token {
         // An empty KV_TOKEN is far more likely a deployment mistake than a wish for no
         // auth; refusing to start beats silently serving an open store.
         anyhow::ensure!(!token.is_empty(), "the KV token must not be empty");
-        Ok(Token {
-            digest: Sha256::digest(token.as_bytes()).into(),
-        })
+        Ok(Token { digest: Sha256::digest(token.as_bytes()).into() })
     }
 
     /// True when `headers` carry `Authorization: Bearer <token>` with the right token.
     pub fn admits(&self, headers: &HeaderMap) -> bool {
-        let Some(given) = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer)
-        else {
+        let Some(given) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer) else {
             return false;
         };
         let digest: [u8; 32] = Sha256::digest(given.as_bytes()).into();
@@ -45,18 +39,12 @@ impl Token {
 /// The credential of a `Bearer` authorization (scheme name is case-insensitive).
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, rest) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| rest.trim_start())
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim_start())
 }
 
 /// Middleware: answers 401 before the handler (and before any body is read) when a token is
 /// configured and the request does not carry it. `/healthz` stays open for probes.
-pub async fn require_token(
-    State(token): State<Option<Arc<Token>>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn require_token(State(token): State<Option<Arc<Token>>>, req: Request, next: Next) -> Response {
     match token {
         Some(token) if req.uri().path() != "/healthz" && !token.admits(req.headers()) => {
             ApiError::unauthorized().into_response()

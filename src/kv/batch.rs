@@ -86,12 +86,7 @@ macro_rules! from_redb {
         }
     )*};
 }
-from_redb!(
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);
+from_redb!(redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError);
 
 struct Tables<'t> {
     data: Table<'t, &'static str, &'static [u8]>,
@@ -118,17 +113,9 @@ pub fn apply(
     let (outcomes, dirty) = {
         let mut meta = txn.open_table(META)?;
         let start_rev = meta.get(REV_KEY)?.map(|g| g.value()).unwrap_or(0);
-        let mut t = Tables {
-            data: txn.open_table(DATA)?,
-            expiry: txn.open_table(EXPIRY)?,
-            rev: start_rev,
-            now,
-            dirty: false,
-        };
-        let outcomes = ops
-            .iter()
-            .map(|op| t.apply_one(op))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut t =
+            Tables { data: txn.open_table(DATA)?, expiry: txn.open_table(EXPIRY)?, rev: start_rev, now, dirty: false };
+        let outcomes = ops.iter().map(|op| t.apply_one(op)).collect::<Result<Vec<_>, _>>()?;
         if t.rev != start_rev {
             meta.insert(REV_KEY, t.rev)?;
         }
@@ -145,12 +132,7 @@ pub fn apply(
 impl Tables<'_> {
     fn apply_one(&mut self, op: &WriteOp) -> Result<Outcome, BatchError> {
         match op {
-            WriteOp::Put {
-                key,
-                value,
-                pre,
-                ttl_ms,
-            } => self.put(key, value, *pre, *ttl_ms),
+            WriteOp::Put { key, value, pre, ttl_ms } => self.put(key, value, *pre, *ttl_ms),
             WriteOp::Delete { key, pre } => self.delete(key, *pre),
             WriteOp::Purge { limit } => self.purge(*limit),
         }
@@ -164,13 +146,7 @@ impl Tables<'_> {
         }
     }
 
-    fn put(
-        &mut self,
-        key: &str,
-        value: &Bytes,
-        pre: Precondition,
-        ttl_ms: Option<u64>,
-    ) -> Result<Outcome, BatchError> {
+    fn put(&mut self, key: &str, value: &Bytes, pre: Precondition, ttl_ms: Option<u64>) -> Result<Outcome, BatchError> {
         let stored = self.load(key)?;
         let live = stored.clone().filter(|r| r.is_live(self.now));
         if !precondition_holds(pre, live.as_ref()) {
@@ -181,10 +157,7 @@ impl Tables<'_> {
                 self.expiry.remove((old.expires_ms, key))?;
             }
         }
-        self.rev = self
-            .rev
-            .checked_add(1)
-            .ok_or(BatchError::RevisionOverflow)?;
+        self.rev = self.rev.checked_add(1).ok_or(BatchError::RevisionOverflow)?;
         let written = Written {
             rev: self.rev,
             modified_ms: self.now,

@@ -107,11 +107,7 @@ impl WriterHandle {
 
 impl Engine {
     /// Opens (creating if needed) `<dir>/kv.redb` and starts the writer thread.
-    pub fn open(
-        dir: &Path,
-        durability: DurabilityMode,
-        clock: Clock,
-    ) -> anyhow::Result<(Engine, WriterHandle)> {
+    pub fn open(dir: &Path, durability: DurabilityMode, clock: Clock) -> anyhow::Result<(Engine, WriterHandle)> {
         Self::open_gated(dir, durability, clock, None)
     }
 
@@ -126,27 +122,14 @@ impl Engine {
         let db = Arc::new(open_database(dir)?);
         let (queue, rx) = mpsc::channel(QUEUE_DEPTH);
         let stats = Arc::new(Stats::default());
-        let writer = Writer {
-            db: db.clone(),
-            rx,
-            durability,
-            clock: clock.clone(),
-            stats: stats.clone(),
-        };
-        let thread = std::thread::Builder::new()
-            .name("kv-writer".into())
-            .spawn(move || {
-                if let Some(gate) = gate {
-                    let _ = gate.recv();
-                }
-                writer.run();
-            })?;
-        let engine = Engine {
-            db,
-            queue,
-            clock,
-            stats,
-        };
+        let writer = Writer { db: db.clone(), rx, durability, clock: clock.clone(), stats: stats.clone() };
+        let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || {
+            if let Some(gate) = gate {
+                let _ = gate.recv();
+            }
+            writer.run();
+        })?;
+        let engine = Engine { db, queue, clock, stats };
         Ok((engine, WriterHandle(thread)))
     }
 
@@ -162,10 +145,7 @@ impl Engine {
     /// Queues one write and waits until its batch has committed (or failed).
     pub async fn write(&self, op: WriteOp) -> Result<Outcome, EngineError> {
         let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Job { op, reply })
-            .await
-            .map_err(|_| EngineError::Unavailable)?;
+        self.queue.send(Job { op, reply }).await.map_err(|_| EngineError::Unavailable)?;
         // A dropped reply means the writer died mid-batch: report failure, never success.
         answer.await.map_err(|_| EngineError::Unavailable)?
     }
@@ -189,17 +169,13 @@ impl Engine {
 
 fn open_database(dir: &Path) -> anyhow::Result<Database> {
     use anyhow::Context;
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating data directory {}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
     let path: PathBuf = dir.join(DB_FILE);
     let db = Database::builder()
         .set_repair_callback(|session| {
             // Called only after an unclean shutdown (e.g. kill -9); redb verifies checksums
             // and rebuilds its allocator state, the committed data itself is intact.
-            tracing::warn!(
-                "kv: database was not closed cleanly, repairing ({:.0}%)",
-                session.progress() * 100.0
-            );
+            tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", session.progress() * 100.0);
         })
         .create(&path)
         .with_context(|| format!("opening {}", path.display()))?;
@@ -216,9 +192,7 @@ fn read_live(db: &Database, key: &str, now: u64) -> Result<Option<Record>, Engin
     let txn = db.begin_read()?;
     let table = txn.open_table(DATA)?;
     let stored = match table.get(key)? {
-        Some(guard) => {
-            Some(Record::decode(guard.value()).map_err(|e| EngineError::Storage(e.to_string()))?)
-        }
+        Some(guard) => Some(Record::decode(guard.value()).map_err(|e| EngineError::Storage(e.to_string()))?),
         None => None,
     };
     Ok(stored.filter(|r| r.is_live(now)))

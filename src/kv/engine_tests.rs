@@ -15,12 +15,7 @@ use super::record::Clock;
 type Reply = Result<Outcome, EngineError>;
 
 fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
-    WriteOp::Put {
-        key: key.to_owned(),
-        value: Bytes::copy_from_slice(value.as_bytes()),
-        pre,
-        ttl_ms,
-    }
+    WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms }
 }
 
 fn open(dir: &Path, clock: Clock) -> (Engine, WriterHandle) {
@@ -66,38 +61,22 @@ async fn join_all(handles: Vec<JoinHandle<Reply>>) -> Vec<Reply> {
 async fn queued_concurrent_writes_commit_in_one_transaction() {
     let dir = tempfile::tempdir().unwrap();
     let (gate, gate_rx) = std::sync::mpsc::channel();
-    let (engine, writer) = Engine::open_gated(
-        dir.path(),
-        DurabilityMode::Immediate,
-        Clock::system(),
-        Some(gate_rx),
-    )
-    .unwrap();
+    let (engine, writer) =
+        Engine::open_gated(dir.path(), DurabilityMode::Immediate, Clock::system(), Some(gate_rx)).unwrap();
     const N: usize = 200;
     let handles: Vec<_> = (0..N)
         .map(|i| {
             let e = engine.clone();
-            tokio::spawn(async move {
-                e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None))
-                    .await
-            })
+            tokio::spawn(async move { e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None)).await })
         })
         .collect();
     wait_queued(&engine, N).await;
     gate.send(()).unwrap();
-    let mut revs: Vec<u64> = join_all(handles)
-        .await
-        .into_iter()
-        .map(|r| created(r).rev)
-        .collect();
+    let mut revs: Vec<u64> = join_all(handles).await.into_iter().map(|r| created(r).rev).collect();
     revs.sort_unstable();
     revs.dedup();
     assert_eq!(revs.len(), N, "every write got its own revision");
-    assert_eq!(
-        engine.stats().commits.load(Ordering::SeqCst),
-        1,
-        "one fsync'd commit for {N} writes"
-    );
+    assert_eq!(engine.stats().commits.load(Ordering::SeqCst), 1, "one fsync'd commit for {N} writes");
     drop(engine);
     writer.join();
 }
@@ -113,15 +92,7 @@ async fn live_concurrent_writers_need_fewer_commits_than_writes() {
             let e = engine.clone();
             tokio::spawn(async move {
                 for n in 0..EACH {
-                    created(
-                        e.write(put(
-                            &format!("w{w}-{n}"),
-                            "{}",
-                            Precondition::IfAbsent,
-                            None,
-                        ))
-                        .await,
-                    );
+                    created(e.write(put(&format!("w{w}-{n}"), "{}", Precondition::IfAbsent, None)).await);
                 }
             })
         })
@@ -130,11 +101,7 @@ async fn live_concurrent_writers_need_fewer_commits_than_writes() {
         h.await.unwrap();
     }
     let commits = engine.stats().commits.load(Ordering::SeqCst);
-    assert!(
-        commits < (WRITERS * EACH) as u64,
-        "{commits} commits for {} writes",
-        WRITERS * EACH
-    );
+    assert!(commits < (WRITERS * EACH) as u64, "{commits} commits for {} writes", WRITERS * EACH);
     drop(engine);
     writer.join();
 }
@@ -143,20 +110,12 @@ async fn live_concurrent_writers_need_fewer_commits_than_writes() {
 async fn later_writes_in_a_batch_see_earlier_ones() {
     let dir = tempfile::tempdir().unwrap();
     let (gate, gate_rx) = std::sync::mpsc::channel();
-    let (engine, writer) = Engine::open_gated(
-        dir.path(),
-        DurabilityMode::Immediate,
-        Clock::system(),
-        Some(gate_rx),
-    )
-    .unwrap();
+    let (engine, writer) =
+        Engine::open_gated(dir.path(), DurabilityMode::Immediate, Clock::system(), Some(gate_rx)).unwrap();
     let ops = vec![
         put("k", "\"a\"", Precondition::IfAbsent, None),
         put("k", "\"b\"", Precondition::IfAbsent, None),
-        WriteOp::Delete {
-            key: "k".into(),
-            pre: Precondition::None,
-        },
+        WriteOp::Delete { key: "k".into(), pre: Precondition::None },
         put("k", "\"c\"", Precondition::IfAbsent, None),
         put("k", "\"d\"", Precondition::IfRev(1), None),
     ];
@@ -175,10 +134,7 @@ async fn later_writes_in_a_batch_see_earlier_ones() {
     assert!(third.rev > first.rev);
     assert!(matches!(&r[4], Ok(Outcome::PreconditionFailed(Some(c))) if c.rev == third.rev));
     assert_eq!(engine.stats().commits.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        &engine.get("k".into()).await.unwrap().unwrap().value[..],
-        b"\"c\""
-    );
+    assert_eq!(&engine.get("k".into()).await.unwrap().unwrap().value[..], b"\"c\"");
     drop(engine);
     writer.join();
 }
@@ -188,47 +144,24 @@ async fn compare_and_swap_and_conditional_delete() {
     let dir = tempfile::tempdir().unwrap();
     let (e, writer) = open(dir.path(), Clock::system());
     let w1 = created(e.write(put("k", "1", Precondition::None, None)).await);
-    let w2 = match e
-        .write(put("k", "2", Precondition::IfRev(w1.rev), None))
-        .await
-    {
+    let w2 = match e.write(put("k", "2", Precondition::IfRev(w1.rev), None)).await {
         Ok(Outcome::Replaced(w)) => w,
         other => panic!("CAS with the current rev must succeed: {other:?}"),
     };
     assert!(w2.rev > w1.rev);
-    match e
-        .write(put("k", "3", Precondition::IfRev(w1.rev), None))
-        .await
-    {
+    match e.write(put("k", "3", Precondition::IfRev(w1.rev), None)).await {
         Ok(Outcome::PreconditionFailed(Some(cur))) => {
             assert_eq!((&cur.value[..], cur.rev), (&b"2"[..], w2.rev))
         }
         other => panic!("stale CAS must fail with the current value: {other:?}"),
     }
-    let absent = e
-        .write(put("nope", "1", Precondition::IfExists, None))
-        .await;
+    let absent = e.write(put("nope", "1", Precondition::IfExists, None)).await;
     assert_eq!(absent.unwrap(), Outcome::PreconditionFailed(None));
-    let stale = e
-        .write(WriteOp::Delete {
-            key: "k".into(),
-            pre: Precondition::IfRev(w1.rev),
-        })
-        .await;
+    let stale = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w1.rev) }).await;
     assert!(matches!(stale, Ok(Outcome::PreconditionFailed(Some(_)))));
-    let del = e
-        .write(WriteOp::Delete {
-            key: "k".into(),
-            pre: Precondition::IfRev(w2.rev),
-        })
-        .await;
+    let del = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w2.rev) }).await;
     assert_eq!(del.unwrap(), Outcome::Deleted);
-    let again = e
-        .write(WriteOp::Delete {
-            key: "k".into(),
-            pre: Precondition::None,
-        })
-        .await;
+    let again = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::None }).await;
     assert_eq!(again.unwrap(), Outcome::NotFound);
     assert!(e.get("k".into()).await.unwrap().is_none());
     drop(e);
@@ -245,26 +178,14 @@ async fn expiry_hides_keys_and_purge_reclaims_them() {
     now.store(1_000_299, Ordering::SeqCst);
     assert!(e.get("k".into()).await.unwrap().is_some());
     now.store(1_000_300, Ordering::SeqCst);
-    assert!(
-        e.get("k".into()).await.unwrap().is_none(),
-        "expired keys read as absent"
-    );
+    assert!(e.get("k".into()).await.unwrap().is_none(), "expired keys read as absent");
     // Preconditions also treat it as absent, before any purge ran.
     created(e.write(put("k", "2", Precondition::IfAbsent, None)).await);
     // A key rewritten with a later expiry must survive a purge of its old deadline.
-    created(
-        e.write(put("moved", "1", Precondition::None, Some(100)))
-            .await,
-    );
-    let _ = e
-        .write(put("moved", "2", Precondition::None, Some(10_000)))
-        .await
-        .unwrap();
+    created(e.write(put("moved", "1", Precondition::None, Some(100))).await);
+    let _ = e.write(put("moved", "2", Precondition::None, Some(10_000))).await.unwrap();
     for i in 0..5 {
-        created(
-            e.write(put(&format!("t{i}"), "1", Precondition::None, Some(100)))
-                .await,
-        );
+        created(e.write(put(&format!("t{i}"), "1", Precondition::None, Some(100))).await);
     }
     now.store(1_000_500, Ordering::SeqCst);
     let mut purged = Vec::new();
@@ -280,11 +201,7 @@ async fn expiry_hides_keys_and_purge_reclaims_them() {
     drop(e);
     writer.join();
     let inv = inventory(dir.path()).unwrap();
-    assert_eq!(
-        (inv.records, inv.expiry_entries),
-        (2, 1),
-        "k and moved remain"
-    );
+    assert_eq!((inv.records, inv.expiry_entries), (2, 1), "k and moved remain");
 }
 
 #[tokio::test]
@@ -297,10 +214,7 @@ async fn revisions_keep_increasing_across_restarts() {
     writer.join();
     assert_eq!(inventory(dir.path()).unwrap().last_rev, last);
     let (e, writer) = open(dir.path(), Clock::system());
-    assert_eq!(
-        e.get("a".into()).await.unwrap().map(|r| r.value),
-        Some(Bytes::from_static(b"1"))
-    );
+    assert_eq!(e.get("a".into()).await.unwrap().map(|r| r.value), Some(Bytes::from_static(b"1")));
     let next = created(e.write(put("c", "1", Precondition::None, None)).await).rev;
     assert!(next > last, "ETags never repeat after a restart");
     drop(e);
@@ -325,10 +239,7 @@ async fn none_mode_still_keeps_writes_over_a_clean_restart() {
     let dir = tempfile::tempdir().unwrap();
     let (e, writer) = Engine::open(dir.path(), DurabilityMode::None, Clock::system()).unwrap();
     for i in 0..10 {
-        created(
-            e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None))
-                .await,
-        );
+        created(e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None)).await);
     }
     drop(e);
     writer.join();

@@ -15,11 +15,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
+        ApiError { status, code, message: message.into() }
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -35,27 +31,15 @@ impl ApiError {
     }
 
     pub fn too_large() -> Self {
-        Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            "value is larger than 1 MiB (1048576 bytes)",
-        )
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", "value is larger than 1 MiB (1048576 bytes)")
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
     }
 
     pub fn method_not_allowed() -> Self {
-        Self::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "method not allowed on this path",
-        )
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this path")
     }
 }
 
@@ -82,10 +66,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.code, "message": self.message }).to_string();
         let mut resp = (self.status, body).into_response();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         resp
     }
 }

@@ -34,13 +34,7 @@ type App = State<Arc<AppState>>;
 pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
-        .route(
-            "/state/{*key}",
-            get(get_value)
-                .put(put_value)
-                .post(post_value)
-                .delete(delete_value),
-        )
+        .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
         .fallback(unknown_route)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)
@@ -52,8 +46,7 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
 /// Every response, errors included, tells the client the store's clock: the plugin judges
 /// leases by it, never by its own.
 async fn stamp_server_time(mut resp: Response) -> Response {
-    resp.headers_mut()
-        .insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
+    resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
     resp
 }
 
@@ -65,11 +58,7 @@ async fn healthz(State(app): App) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "durability": app.durability.as_str(),
     });
-    let status = if alive {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
+    let status = if alive { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
 }
 
@@ -115,22 +104,13 @@ async fn post_value(State(app): App, req: Request) -> Result<Response, ApiError>
     write_value(&app, req, Precondition::None).await
 }
 
-async fn write_value(
-    app: &AppState,
-    req: Request,
-    pre: Precondition,
-) -> Result<Response, ApiError> {
+async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<Response, ApiError> {
     // Cheap checks first, so a bad request never costs reading a body.
     let key = key_of(req.uri())?;
     let ttl_ms = request::ttl(req.headers())?;
     let value = read_body(req).await?;
     request::validate_json(&value)?;
-    let op = WriteOp::Put {
-        key,
-        value,
-        pre,
-        ttl_ms,
-    };
+    let op = WriteOp::Put { key, value, pre, ttl_ms };
     match app.engine.write(op).await? {
         Outcome::Created(w) => Ok(written_response(StatusCode::CREATED, w)),
         Outcome::Replaced(w) => Ok(written_response(StatusCode::OK, w)),
@@ -153,19 +133,14 @@ async fn delete_value(State(app): App, req: Request) -> Result<Response, ApiErro
 /// Reads at most 1 MiB. A declared oversize body is refused before reading any of it; an
 /// undeclared (chunked) one is cut off by the limit as soon as it passes 1 MiB.
 async fn read_body(req: Request) -> Result<Bytes, ApiError> {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<u64>().ok());
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|s| s.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_VALUE_LEN as u64) {
         return Err(ApiError::too_large());
     }
     match Bytes::from_request(req, &()).await {
         Ok(body) => Ok(body),
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            Err(ApiError::too_large())
-        }
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::too_large()),
         Err(rejection) => Err(ApiError::bad_request(
             "bad_body",
             format!("could not read the request body: {}", rejection.body_text()),
@@ -186,10 +161,7 @@ fn set_meta(headers: &mut HeaderMap, rev: u64, modified_ms: u64, expires_ms: u64
 fn value_response(status: StatusCode, record: &Record) -> Response {
     let mut resp = (status, record.value.clone()).into_response();
     let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     set_meta(headers, record.rev, record.modified_ms, record.expires_ms);
     resp
 }
@@ -219,7 +191,5 @@ fn unexpected(outcome: Outcome) -> ApiError {
         Outcome::PreconditionFailed(_) => "precondition",
         Outcome::Purged(_) => "purge",
     };
-    ApiError::from(EngineError::Storage(format!(
-        "unexpected {kind} outcome from the engine"
-    )))
+    ApiError::from(EngineError::Storage(format!("unexpected {kind} outcome from the engine")))
 }

@@ -19,9 +19,5 @@ pub fn inventory(dir: &Path) -> anyhow::Result<Inventory> {
     let db = Database::create(dir.join(DB_FILE))?;
     let txn = db.begin_read()?;
     let last_rev = txn.open_table(META)?.get(REV_KEY)?.map_or(0, |g| g.value());
-    Ok(Inventory {
-        records: txn.open_table(DATA)?.len()?,
-        expiry_entries: txn.open_table(EXPIRY)?.len()?,
-        last_rev,
-    })
+    Ok(Inventory { records: txn.open_table(DATA)?.len()?, expiry_entries: txn.open_table(EXPIRY)?.len()?, last_rev })
 }

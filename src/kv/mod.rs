@@ -72,33 +72,26 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let listen: SocketAddr = args
-        .listen
-        .parse()
-        .with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
+    let listen: SocketAddr =
+        args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
     let token = match args.token.as_deref() {
         Some(t) => Some(Arc::new(auth::Token::new(t)?)),
         None => None,
     };
     if !listen.ip().is_loopback() && token.is_none() {
-        tracing::warn!("kv: listening on a non-loopback address without a token; anyone who can reach it can read and write");
+        tracing::warn!(
+            "kv: listening on a non-loopback address without a token; anyone who can reach it can read and write"
+        );
     }
-    let (engine, writer) =
-        engine::Engine::open(&args.data, args.durability, record::Clock::system())?;
+    let (engine, writer) = engine::Engine::open(&args.data, args.durability, record::Clock::system())?;
     tracing::info!(
         "kv: data in {} (durability {}, auth {})",
         args.data.join(DB_FILE).display(),
         args.durability.as_str(),
         if token.is_some() { "on" } else { "off" }
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("kv-http")
-        .build()?;
-    let state = Arc::new(http::AppState {
-        engine,
-        durability: args.durability,
-    });
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
+    let state = Arc::new(http::AppState { engine, durability: args.durability });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
     let result = runtime.block_on(serve_http(state, listen, token, purge_every));
     // Dropping the runtime drops every task holding an engine handle; the writer then
@@ -114,9 +107,7 @@ async fn serve_http(
     token: Option<Arc<auth::Token>>,
     purge_every: Duration,
 ) -> anyhow::Result<ExitCode> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
     let app = http::router(state, token);
@@ -152,10 +143,7 @@ async fn serve_http(
 /// The one line on stdout: tests and scripts read it to learn the (possibly ephemeral) port.
 fn announce(local: SocketAddr) {
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "listening on http://{local}")
-        .and_then(|()| out.flush())
-        .is_err()
-    {
+    if writeln!(out, "listening on http://{local}").and_then(|()| out.flush()).is_err() {
         tracing::warn!("kv: could not write the 'listening on' line to stdout");
     }
     tracing::info!("kv: listening on http://{local}");

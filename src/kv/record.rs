@@ -50,18 +50,10 @@ impl Record {
             return Err(corrupt());
         }
         let word = |at: usize| -> Result<u64, CorruptRecord> {
-            let bytes: [u8; 8] = header
-                .get(at..at + 8)
-                .and_then(|s| s.try_into().ok())
-                .ok_or_else(corrupt)?;
+            let bytes: [u8; 8] = header.get(at..at + 8).and_then(|s| s.try_into().ok()).ok_or_else(corrupt)?;
             Ok(u64::from_le_bytes(bytes))
         };
-        Ok(Record {
-            rev: word(1)?,
-            modified_ms: word(9)?,
-            expires_ms: word(17)?,
-            value: Bytes::copy_from_slice(value),
-        })
+        Ok(Record { rev: word(1)?, modified_ms: word(9)?, expires_ms: word(17)?, value: Bytes::copy_from_slice(value) })
     }
 
     /// Expired records read as absent everywhere, even before the purge deletes them.
@@ -87,12 +79,7 @@ impl Clock {
     #[cfg(test)]
     pub fn manual(start_ms: u64) -> (Clock, Arc<AtomicU64>) {
         let handle = Arc::new(AtomicU64::new(start_ms));
-        (
-            Clock {
-                manual: Some(handle.clone()),
-            },
-            handle,
-        )
+        (Clock { manual: Some(handle.clone()) }, handle)
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -105,10 +92,7 @@ impl Clock {
 
 /// Unix time in ms; a clock set before 1970 reads as 0 rather than failing a request.
 pub fn system_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -120,10 +104,7 @@ mod tests {
         let raw = Record::encode(br#"{"a":1}"#, 42, 1_700_000_000_000, 7);
         let rec = Record::decode(&raw).expect("decodes");
         assert_eq!(&rec.value[..], br#"{"a":1}"#);
-        assert_eq!(
-            (rec.rev, rec.modified_ms, rec.expires_ms),
-            (42, 1_700_000_000_000, 7)
-        );
+        assert_eq!((rec.rev, rec.modified_ms, rec.expires_ms), (42, 1_700_000_000_000, 7));
     }
 
     #[test]

@@ -45,10 +45,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Api
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(ApiError::bad_request(
-            "bad_header",
-            format!("header {name} given more than once"),
-        ));
+        return Err(ApiError::bad_request("bad_header", format!("header {name} given more than once")));
     }
     first
         .to_str()
@@ -58,10 +55,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Api
 
 /// Reads `If-Match` / `If-None-Match`. `allow_if_none_match` is false for DELETE, where
 /// "delete only if absent" means nothing.
-pub fn precondition(
-    headers: &HeaderMap,
-    allow_if_none_match: bool,
-) -> Result<Precondition, ApiError> {
+pub fn precondition(headers: &HeaderMap, allow_if_none_match: bool) -> Result<Precondition, ApiError> {
     let if_match = header(headers, "if-match")?;
     let if_none_match = header(headers, "if-none-match")?;
     let bad = |msg: &str| Err(ApiError::bad_request("bad_precondition", msg));
@@ -72,9 +66,9 @@ pub fn precondition(
         (None, Some("*")) => Ok(Precondition::IfAbsent),
         (None, Some(_)) => bad("only 'If-None-Match: *' is supported"),
         (Some("*"), None) => Ok(Precondition::IfExists),
-        (Some(tag), None) => parse_etag(tag).map(Precondition::IfRev).ok_or_else(|| {
-            ApiError::bad_request("bad_precondition", "If-Match must be \"<revision>\" or *")
-        }),
+        (Some(tag), None) => parse_etag(tag)
+            .map(Precondition::IfRev)
+            .ok_or_else(|| ApiError::bad_request("bad_precondition", "If-Match must be \"<revision>\" or *")),
     }
 }
 
@@ -95,28 +89,19 @@ pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     let ms = header(headers, TTL_MS)?;
     let secs = header(headers, TTL_SECONDS)?;
     let number = |s: &str| -> Result<u64, ApiError> {
-        let n = s
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0 && s.bytes().all(|b| b.is_ascii_digit()));
+        let n = s.parse::<u64>().ok().filter(|n| *n > 0 && s.bytes().all(|b| b.is_ascii_digit()));
         n.ok_or_else(|| ApiError::bad_request("bad_ttl", "TTL must be a positive whole number"))
     };
     let ttl_ms = match (ms, secs) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "bad_ttl",
-                "send KV-TTL-Ms or KV-TTL-Seconds, not both",
-            ))
+            return Err(ApiError::bad_request("bad_ttl", "send KV-TTL-Ms or KV-TTL-Seconds, not both"))
         }
         (None, None) => return Ok(None),
         (Some(ms), None) => number(ms)?,
         (None, Some(s)) => number(s)?.saturating_mul(1000),
     };
     if ttl_ms > MAX_TTL_MS {
-        return Err(ApiError::bad_request(
-            "bad_ttl",
-            "TTL is longer than 100 years",
-        ));
+        return Err(ApiError::bad_request("bad_ttl", "TTL is longer than 100 years"));
     }
     Ok(Some(ttl_ms))
 }
@@ -155,22 +140,10 @@ mod tests {
     fn preconditions() {
         use Precondition::*;
         assert_eq!(precondition(&headers(&[]), true).unwrap(), None);
-        assert_eq!(
-            precondition(&headers(&[("if-none-match", "*")]), true).unwrap(),
-            IfAbsent
-        );
-        assert_eq!(
-            precondition(&headers(&[("if-match", "\"7\"")]), true).unwrap(),
-            IfRev(7)
-        );
-        assert_eq!(
-            precondition(&headers(&[("if-match", "7")]), true).unwrap(),
-            IfRev(7)
-        );
-        assert_eq!(
-            precondition(&headers(&[("if-match", "*")]), true).unwrap(),
-            IfExists
-        );
+        assert_eq!(precondition(&headers(&[("if-none-match", "*")]), true).unwrap(), IfAbsent);
+        assert_eq!(precondition(&headers(&[("if-match", "\"7\"")]), true).unwrap(), IfRev(7));
+        assert_eq!(precondition(&headers(&[("if-match", "7")]), true).unwrap(), IfRev(7));
+        assert_eq!(precondition(&headers(&[("if-match", "*")]), true).unwrap(), IfExists);
         for bad in [
             vec![("if-match", "\"x\"")],
             vec![("if-match", "\"7")],

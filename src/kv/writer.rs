@@ -45,19 +45,12 @@ impl Writer {
                 replies.push(job.reply);
             }
             // In `none` mode, make one commit per interval durable, even an empty one.
-            let flush_due = self.durability == DurabilityMode::None
-                && unsynced
-                && last_sync.elapsed() >= NONE_MODE_SYNC_EVERY;
+            let flush_due =
+                self.durability == DurabilityMode::None && unsynced && last_sync.elapsed() >= NONE_MODE_SYNC_EVERY;
             let durable = self.durability == DurabilityMode::Immediate || flush_due;
-            let level = if durable {
-                Durability::Immediate
-            } else {
-                Durability::None
-            };
+            let level = if durable { Durability::Immediate } else { Durability::None };
             let result = self.apply(&ops, level, flush_due);
-            self.stats
-                .ops
-                .fetch_add(ops.len() as u64, Ordering::Relaxed);
+            self.stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
             match result {
                 Ok((outcomes, committed)) => {
                     if committed {
@@ -73,10 +66,7 @@ impl Writer {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(
-                        "kv: batch of {} writes failed, none acknowledged: {e}",
-                        ops.len()
-                    );
+                    tracing::error!("kv: batch of {} writes failed, none acknowledged: {e}", ops.len());
                     let err = EngineError::Storage(e.to_string());
                     for reply in replies.drain(..) {
                         let _ = reply.send(Err(err.clone()));

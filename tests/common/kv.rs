@@ -33,10 +33,7 @@ impl KvServer {
             // An ambient token must not leak into tests that expect an open store.
             .env_remove("KV_TOKEN")
             // Quiet by default; KV_TEST_LOG=debug shows the server's log on stderr.
-            .env(
-                "STATEFUL_TOOL_LOG",
-                std::env::var("KV_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("STATEFUL_TOOL_LOG", std::env::var("KV_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -66,11 +63,7 @@ impl KvServer {
             .strip_prefix("listening on http://")
             .and_then(|a| a.trim().parse().ok())
             .unwrap_or_else(|| panic!("unexpected first stdout line {line:?}"));
-        KvServer {
-            child,
-            addr,
-            data_dir: data_dir.to_path_buf(),
-        }
+        KvServer { child, addr, data_dir: data_dir.to_path_buf() }
     }
 
     /// `http://127.0.0.1:<port>` (no trailing slash).
@@ -98,9 +91,7 @@ impl KvServer {
 
     /// SIGTERM and wait (bounded) for a clean exit.
     pub fn terminate(&mut self) -> ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -132,10 +123,7 @@ pub struct RawResponse {
 
 impl RawResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
@@ -143,9 +131,7 @@ impl RawResponse {
 /// `Connection: close`). Write errors are ignored: the server may answer before reading all.
 pub fn raw_http(addr: SocketAddr, request: &[u8]) -> RawResponse {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let _ = stream.write_all(request);
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
@@ -164,15 +150,9 @@ fn parse_response(raw: &[u8]) -> RawResponse {
         .and_then(|l| l.split(' ').nth(1))
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("bad status line in {head:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    RawResponse {
-        status,
-        headers,
-        body: raw[split + 4..].to_vec(),
-    }
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
+    RawResponse { status, headers, body: raw[split + 4..].to_vec() }
 }
 
 /// The revision in an `ETag: "<n>"` header, if there is one.
@@ -189,9 +169,6 @@ pub fn header_u64(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u6
 /// Asserts the `KV-Time-Ms` header every response must carry, and returns it.
 pub fn server_time(headers: &reqwest::header::HeaderMap) -> u64 {
     let t = header_u64(headers, "kv-time-ms").expect("KV-Time-Ms on every response");
-    assert!(
-        t > 1_577_836_800_000,
-        "KV-Time-Ms {t} is not a unix time in ms"
-    );
+    assert!(t > 1_577_836_800_000, "KV-Time-Ms {t} is not a unix time in ms");
     t
 }
