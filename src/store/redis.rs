@@ -20,7 +20,13 @@ return {0, t[1], t[2], cur}
 ";
 
 pub struct RedisStore {
-    conn: ConnectionManager,
+    /// The shared connection and its generation (bumped each time it is replaced).
+    conn: std::sync::Mutex<(u64, ConnectionManager)>,
+    /// What a replacement connection is made from.
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    /// Held while a replacement connection is being made; others do not wait for it.
+    reconnecting: tokio::sync::Mutex<()>,
     swap: redis::Script,
     clock: StoreClock,
     display: String,
@@ -39,18 +45,60 @@ impl RedisStore {
             .set_response_timeout(call_timeout())
             .set_number_of_retries(2)
             .set_max_delay(500);
-        let conn = tokio::time::timeout(call_timeout(), client.get_connection_manager_with_config(config))
+        let conn = tokio::time::timeout(call_timeout(), client.get_connection_manager_with_config(config.clone()))
             .await
             .map_err(|_| StoreError::Timeout(call_timeout().as_millis() as u64))?
             .map_err(|e| classify(&display, e))?;
-        let store = RedisStore { conn, swap: redis::Script::new(SWAP_LUA), clock: StoreClock::new(host), display };
+        let store = RedisStore {
+            conn: std::sync::Mutex::new((0, conn)),
+            client,
+            config,
+            reconnecting: tokio::sync::Mutex::new(()),
+            swap: redis::Script::new(SWAP_LUA),
+            clock: StoreClock::new(host),
+            display,
+        };
         Ok(store)
     }
 
-    async fn run<T>(&self, fut: impl std::future::Future<Output = Result<T, RedisError>>) -> Result<T, StoreError> {
-        match tokio::time::timeout(call_timeout(), fut).await {
+    /// The shared connection (a cheap handle) and its generation.
+    fn connection(&self) -> (u64, ConnectionManager) {
+        let g = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        (g.0, g.1.clone())
+    }
+
+    async fn run<T>(
+        &self,
+        generation: u64,
+        fut: impl std::future::Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        let result = match tokio::time::timeout(call_timeout(), fut).await {
             Err(_) => Err(StoreError::Timeout(call_timeout().as_millis() as u64)),
             Ok(r) => r.map_err(|e| classify(&self.display, e)),
+        };
+        if matches!(result, Err(StoreError::Timeout(_))) {
+            self.replace_connection(generation).await;
+        }
+        result
+    }
+
+    /// After a timeout. The command's answer is still owed on the multiplexed connection, and
+    /// every later command queues behind it: a connection that went silent (a half-open TCP
+    /// connection, a stalled proxy) would time out every session forever, and the connection
+    /// manager only reconnects on I/O errors. So the connection is replaced, once per
+    /// generation, by one caller; the others return their timeout without waiting.
+    async fn replace_connection(&self, generation: u64) {
+        let Ok(_one) = self.reconnecting.try_lock() else { return };
+        if self.connection().0 != generation {
+            return;
+        }
+        let fresh = self.client.get_connection_manager_with_config(self.config.clone());
+        match tokio::time::timeout(call_timeout(), fresh).await {
+            Ok(Ok(conn)) => {
+                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = (generation + 1, conn);
+                tracing::warn!("redis at {}: a command timed out; now using a new connection", self.display);
+            }
+            _ => tracing::warn!("redis at {}: a command timed out and reconnecting failed", self.display),
         }
     }
 
@@ -91,10 +139,11 @@ fn int(v: &RV) -> Option<i64> {
 
 impl EventStore for RedisStore {
     async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
-        let mut conn = self.conn.clone();
+        let (generation, mut conn) = self.connection();
         let mut pipe = redis::pipe();
         pipe.cmd("SET").arg(key).arg(value).arg("NX").arg("GET").arg("PX").arg(ttl_ms(ttl)).cmd("TIME");
-        let (prev, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) = self.run(pipe.query_async(&mut conn)).await?;
+        let (prev, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) =
+            self.run(generation, pipe.query_async(&mut conn)).await?;
         let now = self.observe(secs, micros);
         Ok(match prev {
             None => Created::Created,
@@ -105,10 +154,11 @@ impl EventStore for RedisStore {
     }
 
     async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        let mut conn = self.conn.clone();
+        let (generation, mut conn) = self.connection();
         let mut pipe = redis::pipe();
         pipe.cmd("GET").arg(key).cmd("TIME");
-        let (value, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) = self.run(pipe.query_async(&mut conn)).await?;
+        let (value, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) =
+            self.run(generation, pipe.query_async(&mut conn)).await?;
         let now = self.observe(secs, micros);
         Ok(value.map(|value| Current { version: Version::Value(value.clone()), value, store_now_ms: now }))
     }
@@ -117,10 +167,10 @@ impl EventStore for RedisStore {
         let Version::Value(expected) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
-        let mut conn = self.conn.clone();
+        let (generation, mut conn) = self.connection();
         let mut inv = self.swap.key(key);
         inv.arg(expected.as_slice()).arg(value).arg(ttl_ms(ttl));
-        let reply: Vec<RV> = self.run(inv.invoke_async(&mut conn)).await?;
+        let reply: Vec<RV> = self.run(generation, inv.invoke_async(&mut conn)).await?;
         let bad = || StoreError::Bad("an unexpected reply to the swap script".into());
         let (ok, secs, micros) = match reply.as_slice() {
             [ok, s, m, ..] => (int(ok).ok_or_else(bad)?, int(s).ok_or_else(bad)?, int(m).ok_or_else(bad)?),
@@ -139,8 +189,8 @@ impl EventStore for RedisStore {
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {
-        let mut conn = self.conn.clone();
-        let info: String = self.run(redis::cmd("INFO").arg("server").query_async(&mut conn)).await?;
+        let (generation, mut conn) = self.connection();
+        let info: String = self.run(generation, redis::cmd("INFO").arg("server").query_async(&mut conn)).await?;
         let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("0").trim().to_owned();
         let major: u32 = version.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
         if major < 7 {
@@ -151,7 +201,7 @@ impl EventStore for RedisStore {
         }
         let mut warnings = vec![];
         let policy: Result<Vec<String>, StoreError> =
-            self.run(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn)).await;
+            self.run(generation, redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn)).await;
         match policy.as_deref() {
             Ok([_, p]) if p != "noeviction" => warnings.push(format!(
                 "maxmemory-policy is {p}: Redis may evict event records (they all carry a TTL) under memory pressure, \
@@ -161,7 +211,7 @@ impl EventStore for RedisStore {
             Err(_) => warnings
                 .push("could not read maxmemory-policy (CONFIG GET is disabled); make sure it is noeviction".into()),
         }
-        let time: Vec<RV> = self.run(redis::cmd("TIME").query_async(&mut conn)).await?;
+        let time: Vec<RV> = self.run(generation, redis::cmd("TIME").query_async(&mut conn)).await?;
         if let [secs, micros] = time.as_slice() {
             if let (Some(secs), Some(micros)) = (int(secs), int(micros)) {
                 self.observe(secs, micros);

@@ -15,6 +15,15 @@ pub struct KvServer {
     child: Child,
     addr: SocketAddr,
     data_dir: PathBuf,
+    extra_args: Vec<String>,
+}
+
+struct Launch<'a> {
+    listen: &'a str,
+    data_dir: &'a Path,
+    extra_args: &'a [&'a str],
+    env: &'a [(&'a str, &'a str)],
+    stderr: Option<&'a Path>,
 }
 
 impl KvServer {
@@ -26,18 +35,36 @@ impl KvServer {
 
     /// Like [`KvServer::start`], with extra environment variables for the child.
     pub fn start_with_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> KvServer {
+        Self::launch(Launch { listen: "127.0.0.1:0", data_dir, extra_args, env, stderr: None })
+    }
+
+    /// Starts on a fixed `listen` address (e.g. the address of an earlier run, so clients
+    /// that know it keep working across a restart).
+    pub fn start_at(listen: &str, data_dir: &Path, extra_args: &[&str]) -> KvServer {
+        Self::launch(Launch { listen, data_dir, extra_args, env: &[], stderr: None })
+    }
+
+    /// Like [`KvServer::start_with_env`], with the server's stderr (its log) written to `log`.
+    pub fn start_logged(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)], log: &Path) -> KvServer {
+        Self::launch(Launch { listen: "127.0.0.1:0", data_dir, extra_args, env, stderr: Some(log) })
+    }
+
+    fn launch(l: Launch<'_>) -> KvServer {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stateful-tool"));
-        cmd.args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(data_dir)
-            .args(extra_args)
+        cmd.args(["kv", "serve", "--listen", l.listen, "--data"])
+            .arg(l.data_dir)
+            .args(l.extra_args)
             // An ambient token must not leak into tests that expect an open store.
             .env_remove("KV_TOKEN")
             // Quiet by default; KV_TEST_LOG=debug shows the server's log on stderr.
             .env("STATEFUL_TOOL_LOG", std::env::var("KV_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
+            .stdout(Stdio::piped());
+        match l.stderr {
+            Some(path) => cmd.stderr(std::fs::File::create(path).expect("create the server log file")),
+            None => cmd.stderr(Stdio::inherit()),
+        };
+        for (k, v) in l.env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn stateful-tool kv serve");
@@ -63,7 +90,15 @@ impl KvServer {
             .strip_prefix("listening on http://")
             .and_then(|a| a.trim().parse().ok())
             .unwrap_or_else(|| panic!("unexpected first stdout line {line:?}"));
-        KvServer { child, addr, data_dir: data_dir.to_path_buf() }
+        let extra_args = l.extra_args.iter().map(|s| s.to_string()).collect();
+        KvServer { child, addr, data_dir: l.data_dir.to_path_buf(), extra_args }
+    }
+
+    /// `kill -9`, then a new server on the same address and data directory (crash recovery).
+    pub fn restart(&mut self) {
+        self.kill9();
+        let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+        *self = Self::start_at(&self.addr.to_string(), &self.data_dir.clone(), &args);
     }
 
     /// `http://127.0.0.1:<port>` (no trailing slash).

@@ -5,6 +5,8 @@
 pub mod fake;
 pub mod kv;
 pub mod lifecycle;
+pub mod load;
 pub mod plugin;
+pub mod proxy;
 pub mod redis;
 pub mod scenarios;

@@ -84,6 +84,13 @@ impl RedisServer {
         }
     }
 
+    /// Starts the server again after [`RedisServer::kill9`], on the same port and data
+    /// directory (what a supervisor does after a crash).
+    pub fn relaunch(&mut self) {
+        assert!(self.child.is_none(), "relaunch only after kill9");
+        self.spawn();
+    }
+
     /// Restarts on the same port and data directory.
     pub fn restart(&mut self) {
         self.kill9();

@@ -1,0 +1,128 @@
+//! Sustained ingest load from several plugin processes, recording every call's outcome and
+//! time span, and the checks every crash test makes on such a record.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use super::plugin::Plugin;
+
+/// One finished call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub id: String,
+    pub started: Instant,
+    pub ended: Instant,
+    /// `accepted`, `duplicate` or `error:<type>`.
+    pub outcome: String,
+    pub attempt: Option<u64>,
+}
+
+/// The ingest parameters used for `id` (one fixed content per id: redeliveries never conflict).
+pub fn event(id: &str) -> Value {
+    json!({"event_id": id, "event_type": "created", "payload": format!("{{\"id\":\"{id}\"}}")})
+}
+
+/// Workers that keep calling `event_ingest` until stopped: mostly new ids, and about one call
+/// in five a redelivery of an id issued before.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    workers: Vec<JoinHandle<Vec<Call>>>,
+    issued: Arc<Mutex<Vec<String>>>,
+}
+
+impl Load {
+    pub fn start(plugins: &[Arc<Plugin>], creds: &Value, sessions_per_plugin: usize, tag: &str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let next = Arc::new(AtomicU64::new(0));
+        let issued: Arc<Mutex<Vec<String>>> = Arc::default();
+        let mut workers = vec![];
+        for p in plugins {
+            for _ in 0..sessions_per_plugin {
+                let (p, creds, stop, next, issued) =
+                    (p.clone(), creds.clone(), stop.clone(), next.clone(), issued.clone());
+                let tag = tag.to_owned();
+                workers.push(tokio::spawn(async move {
+                    let mut calls = vec![];
+                    while !stop.load(Ordering::SeqCst) {
+                        let id = {
+                            let mut ids = issued.lock().unwrap();
+                            if !ids.is_empty() && rand::random::<u8>() < 51 {
+                                ids[rand::random::<usize>() % ids.len()].clone()
+                            } else {
+                                let id = format!("{tag}-{}", next.fetch_add(1, Ordering::SeqCst));
+                                ids.push(id.clone());
+                                id
+                            }
+                        };
+                        let started = Instant::now();
+                        let r = p.invoke("event_ingest", &creds, event(&id)).await;
+                        let attempt = r.error.is_none().then(|| r.json()["attempt"].as_u64()).flatten();
+                        let failed = r.error.is_some();
+                        calls.push(Call { id, started, ended: Instant::now(), outcome: r.outcome(), attempt });
+                        if failed {
+                            // A sender backs off after an error instead of spinning.
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        }
+                    }
+                    calls
+                }));
+            }
+        }
+        Load { stop, workers, issued }
+    }
+
+    /// Stops the workers and returns every call they made, and every id they issued.
+    pub async fn stop(self) -> (Vec<Call>, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut calls = vec![];
+        for w in self.workers {
+            calls.extend(w.await.unwrap());
+        }
+        let ids = self.issued.lock().unwrap().clone();
+        (calls, ids)
+    }
+}
+
+/// What a crash test learns from its calls.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Ids answered `accepted` (each exactly once: checked).
+    pub accepted: Vec<String>,
+    /// Ids that only ever got `upstream_error`: whether their claim landed is unknown.
+    pub unresolved: Vec<String>,
+    pub outage_calls: usize,
+}
+
+/// The properties of every crash test: only accepted / duplicate / upstream_error answers,
+/// no id accepted twice, and every call made entirely while the store was down (`outage`)
+/// answered `upstream_error`.
+pub fn check_calls(calls: &[Call], outage: (Instant, Instant)) -> Summary {
+    let mut per_id: HashMap<&str, Vec<&Call>> = HashMap::new();
+    let mut s = Summary::default();
+    for c in calls {
+        assert!(
+            ["accepted", "duplicate", "error:upstream_error"].contains(&c.outcome.as_str()),
+            "unexpected outcome: {c:?}"
+        );
+        if c.started > outage.0 && c.ended < outage.1 {
+            assert_eq!(c.outcome, "error:upstream_error", "a call made while the store was down: {c:?}");
+            s.outage_calls += 1;
+        }
+        per_id.entry(&c.id).or_default().push(c);
+    }
+    for (id, cs) in per_id {
+        let accepted = cs.iter().filter(|c| c.outcome == "accepted").count();
+        assert!(accepted <= 1, "{id} was reported accepted {accepted} times: {cs:?}");
+        if accepted == 1 {
+            s.accepted.push(id.to_owned());
+        } else if cs.iter().all(|c| c.outcome == "error:upstream_error") {
+            s.unresolved.push(id.to_owned());
+        }
+    }
+    s
+}

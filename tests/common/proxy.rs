@@ -1,0 +1,221 @@
+//! A loopback TCP proxy between the plugin and a real store that injects answer-side faults.
+//! Requests are always forwarded at once (so the store applies them); only the store's
+//! answers are held back or swallowed, which is exactly the "did my write land?" ambiguity.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the proxy does to the first `times` requests that contain `trigger`.
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// Forward both ways.
+    Pass,
+    /// Hold the store's answers on that connection (the request itself is forwarded). With
+    /// `release = Some(p)`, everything held is forwarded in order as soon as the client sends
+    /// bytes containing `p` on that connection: the answer arrives, but only after the
+    /// client gave up waiting and asked again. With `None` the answers never arrive (a
+    /// connection that went silent).
+    Hold { trigger: &'static [u8], times: usize, release: Option<&'static [u8]> },
+    /// Wait for the store's answer, drop it, and close the connection both ways: the request
+    /// was applied, its answer is lost.
+    Cut { trigger: &'static [u8], times: usize },
+}
+
+#[derive(Default)]
+enum Mode {
+    #[default]
+    Normal,
+    Holding {
+        held: Vec<u8>,
+        release: Option<&'static [u8]>,
+        released: bool,
+    },
+    CutPending,
+}
+
+struct Shared {
+    fault: Fault,
+    remaining: AtomicUsize,
+    fired: AtomicUsize,
+    connections: AtomicUsize,
+    stop: AtomicBool,
+    sockets: Mutex<Vec<TcpStream>>,
+}
+
+pub struct Proxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    /// Listens on an ephemeral loopback port and forwards every connection to `upstream`.
+    pub fn start(upstream: SocketAddr, fault: Fault) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let times = match fault {
+            Fault::Pass => 0,
+            Fault::Hold { times, .. } | Fault::Cut { times, .. } => times,
+        };
+        let shared = Arc::new(Shared {
+            fault,
+            remaining: AtomicUsize::new(times),
+            fired: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            sockets: Mutex::new(vec![]),
+        });
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if s.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(store) = TcpStream::connect(upstream) else { continue };
+                s.connections.fetch_add(1, Ordering::SeqCst);
+                let _ = client.set_nodelay(true);
+                let _ = store.set_nodelay(true);
+                {
+                    let mut socks = s.sockets.lock().unwrap();
+                    socks.push(client.try_clone().unwrap());
+                    socks.push(store.try_clone().unwrap());
+                }
+                let mode = Arc::new(Mutex::new(Mode::Normal));
+                let (c2, s2, m2, sh2) =
+                    (client.try_clone().unwrap(), store.try_clone().unwrap(), mode.clone(), s.clone());
+                std::thread::spawn(move || requests(c2, s2, m2, sh2));
+                std::thread::spawn(move || answers(store, client, mode));
+            }
+        });
+        Proxy { addr, shared }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    pub fn redis_url(&self) -> String {
+        format!("redis://{}/0", self.addr)
+    }
+
+    /// How many requests the fault has been applied to so far.
+    pub fn fired(&self) -> usize {
+        self.shared.fired.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        for s in self.shared.sockets.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// Client → store: always forwarded at once; arms the fault (before forwarding, so the
+/// answer-side thread cannot miss it) and notices the release pattern.
+fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>, shared: Arc<Shared>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    // The tail of earlier reads, so a pattern split across two reads is still seen.
+    let mut window: Vec<u8> = Vec::new();
+    loop {
+        let n = match client.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        window.extend_from_slice(&buf[..n]);
+        {
+            let mut m = mode.lock().unwrap();
+            let mut matched = false;
+            match &mut *m {
+                Mode::Holding { release: Some(p), released, .. } if !*released && contains(&window, p) => {
+                    *released = true;
+                    matched = true;
+                }
+                Mode::Normal => {
+                    let trigger = match shared.fault {
+                        Fault::Pass => None,
+                        Fault::Hold { trigger, .. } | Fault::Cut { trigger, .. } => Some(trigger),
+                    };
+                    if trigger.is_some_and(|t| contains(&window, t))
+                        && shared
+                            .remaining
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
+                            .is_ok()
+                    {
+                        shared.fired.fetch_add(1, Ordering::SeqCst);
+                        matched = true;
+                        *m = match shared.fault {
+                            Fault::Hold { release, .. } => Mode::Holding { held: vec![], release, released: false },
+                            _ => Mode::CutPending,
+                        };
+                    }
+                }
+                _ => {}
+            }
+            if matched {
+                window.clear();
+            } else if window.len() > 128 {
+                window.drain(..window.len() - 128);
+            }
+        }
+        if store.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = store.shutdown(Shutdown::Write);
+}
+
+/// Store → client: forwards, holds or swallows according to the connection's mode.
+fn answers(mut store: TcpStream, mut client: TcpStream, mode: Arc<Mutex<Mode>>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match store.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let out = {
+            let mut m = mode.lock().unwrap();
+            match &mut *m {
+                Mode::Normal => buf[..n].to_vec(),
+                Mode::Holding { held, released, .. } => {
+                    held.extend_from_slice(&buf[..n]);
+                    if !*released {
+                        continue;
+                    }
+                    let out = std::mem::take(held);
+                    *m = Mode::Normal;
+                    out
+                }
+                Mode::CutPending => {
+                    let _ = client.shutdown(Shutdown::Both);
+                    let _ = store.shutdown(Shutdown::Both);
+                    return;
+                }
+            }
+        };
+        if client.write_all(&out).is_err() {
+            break;
+        }
+    }
+    let _ = client.shutdown(Shutdown::Write);
+}
