@@ -12,6 +12,7 @@ help:
 	@echo "make package  - build dist/stateful_tool-$(VERSION).difypkg (SIGNING_KEY=private.pem also signs it)"
 	@echo "make bench    - benchmarks: plugin vs raw store, KV container durability"
 	@echo "make debug    - run the plugin against a running Dify (remote debugging; fill .env first)"
+	@echo "make fuzz     - coverage-guided fuzzing (needs nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60)"
 
 build:
 	$(CARGO) build --release --locked
@@ -26,6 +27,9 @@ test:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+fuzz:
+	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 clean:
 	$(CARGO) clean

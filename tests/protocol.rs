@@ -147,3 +147,116 @@ async fn abuse_huge_lines_garbage_and_ten_thousand_sessions() {
     }
     assert_eq!(accepted, 100, "one winner per id among 10k sessions");
 }
+
+/// Peak resident memory of a process (`VmHWM`), in KiB.
+fn vm_hwm_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmHWM:")
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} in {status}"));
+    line[field.len()..].trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
+fn ingest_data(id: &str) -> serde_json::Value {
+    json!({"action": "invoke_tool", "type": "tool", "provider": "stateful_tool", "tool": "event_ingest", "user_id": "u",
+           "credentials": {"kv_url": "memory://"}, "tool_parameters": {"event_id": id, "event_type": "created"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn backwards_response_for_a_session_never_opened_is_ignored() {
+    let p = Plugin::spawn(&MEMORY).await;
+    let ghost = p.open("ghost");
+    let lines: [&[u8]; 4] = [
+        b"{\"session_id\":\"ghost\",\"event\":\"backwards_response\",\"data\":{\"type\":\"stream\",\"data\":{\"x\":1}}}\n",
+        b"{\"session_id\":\"ghost\",\"event\":\"backwards_response\",\"data\":null}\n",
+        b"{\"session_id\":null,\"event\":\"backwards_response\",\"data\":{}}\n",
+        b"{\"event\":\"backwards_response\"}\n",
+    ];
+    for line in lines {
+        p.write_raw(line).await;
+    }
+    // The plugin keeps serving, and the never-opened session gets nothing.
+    let r = p.request(ingest_data("after-ghost")).await;
+    assert_eq!(r.outcome(), "accepted");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ghost = ghost;
+    assert!(ghost.try_recv().is_err(), "a backwards_response is never answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oversize_lines_do_not_grow_memory_past_the_line_cap() {
+    let p = Plugin::spawn(&MEMORY).await;
+    let pid = p.child.id().unwrap();
+    assert_eq!(p.request(ingest_data("warm")).await.outcome(), "accepted");
+    let before = vm_hwm_kib(pid);
+    // 3 × 48 MiB lines: each is skipped once it passes the 8 MiB cap, so the peak is bounded
+    // by the cap (one line buffer), not by the 144 MiB sent.
+    for i in 0..3 {
+        let sid = format!("huge-{i}");
+        let rx = p.open(&sid);
+        let mut line = format!("{{\"session_id\":\"{sid}\",\"event\":\"request\",\"data\":{{\"pad\":\"").into_bytes();
+        line.resize(48 << 20, b'x');
+        line.extend_from_slice(b"\"}}\n");
+        p.write_raw(&line).await;
+        let r = Plugin::collect(rx).await;
+        assert_eq!(r.error_type(), Some("param_invalid"), "{r:?}");
+    }
+    assert_eq!(p.request(ingest_data("after-huge")).await.outcome(), "accepted");
+    let after = vm_hwm_kib(pid);
+    eprintln!("plugin VmHWM: {before} KiB before, {after} KiB after 144 MiB of oversize lines");
+    assert!(after < before + 40 * 1024, "peak grew from {before} KiB to {after} KiB");
+}
+
+/// A daemon that stops reading: the plugin stops reading too (bounded outbox, bounded
+/// sessions in flight) instead of buffering everything; once the daemon reads again, every
+/// session is answered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daemon_that_stops_reading_gets_backpressure_not_memory_growth() {
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("serve")
+        .envs(MEMORY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).await.unwrap();
+    let before = vm_hwm_kib(pid);
+    const N: usize = 12_000;
+    let mut blob = String::new();
+    for i in 0..N {
+        blob += &request_line(&format!("bp-{i}"), &ingest_data(&format!("id-{}", i % 500)));
+    }
+    let writer = tokio::spawn(async move {
+        stdin.write_all(blob.as_bytes()).await.unwrap();
+        stdin
+    });
+    // Nobody reads stdout for a while: the plugin must block, not buffer 12k answers.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!writer.is_finished(), "the plugin stopped reading its input once its output backed up");
+    let stalled = vm_hwm_kib(pid);
+    let mut ends = std::collections::HashMap::new();
+    let mut line = String::new();
+    while ends.len() < N {
+        line.clear();
+        let n = tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line)).await.unwrap().unwrap();
+        assert!(n > 0, "output ended early");
+        if line.contains("\"type\":\"end\"") {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            *ends.entry(v["session_id"].as_str().unwrap().to_owned()).or_insert(0) += 1;
+        }
+    }
+    drop(writer.await.unwrap());
+    assert!(ends.values().all(|&n| n == 1) && ends.len() == N);
+    eprintln!("plugin VmHWM: {before} KiB idle, {stalled} KiB with its output blocked");
+    // Bounded by the sessions allowed in flight (4096, each ≤ 32 KiB even in a debug build),
+    // not by the ~5 MB of requests queued behind them: buffering those as parsed requests
+    // and answers would take several hundred MiB.
+    assert!(stalled < before + 128 * 1024, "peak grew from {before} KiB to {stalled} KiB while blocked");
+}

@@ -107,7 +107,14 @@ async fn accept_line(line: Line, outbox: &Outbox) -> Option<(String, Result<serd
             tracing::debug!("ignoring a backwards_response: this plugin never calls back into Dify");
             None
         }
-        Ok(msg) => report(msg.session_id, format!("unknown event {:?}", msg.event), outbox).await,
+        Ok(msg) => {
+            // Without a session the message is logged, and a log line never repeats input.
+            let message = match msg.session_id {
+                Some(_) => format!("unknown event {:?}", msg.event),
+                None => "unknown event".to_owned(),
+            };
+            report(msg.session_id, message, outbox).await
+        }
         Err(e) => report(e.session_id, e.message, outbox).await,
     }
 }

@@ -56,16 +56,21 @@ pub struct Plugin {
 impl Plugin {
     /// Spawns `serve` with extra environment and waits for its first heartbeat.
     pub async fn spawn(env: &[(&str, &str)]) -> Plugin {
-        Self::spawn_with_stderr(env, Stdio::inherit()).await
+        Self::spawn_with_stderr(BIN, env, Stdio::inherit()).await
+    }
+
+    /// Like [`Plugin::spawn`], running another build of the binary (e.g. the release one).
+    pub async fn spawn_bin(bin: &str, env: &[(&str, &str)]) -> Plugin {
+        Self::spawn_with_stderr(bin, env, Stdio::inherit()).await
     }
 
     /// Like [`Plugin::spawn`], with the plugin's stderr (its log) written to `log`.
     pub async fn spawn_logged(env: &[(&str, &str)], log: &std::path::Path) -> Plugin {
-        Self::spawn_with_stderr(env, std::fs::File::create(log).expect("create the plugin log file").into()).await
+        Self::spawn_with_stderr(BIN, env, std::fs::File::create(log).expect("create the plugin log file").into()).await
     }
 
-    async fn spawn_with_stderr(env: &[(&str, &str)], stderr: Stdio) -> Plugin {
-        let mut cmd = tokio::process::Command::new(BIN);
+    async fn spawn_with_stderr(bin: &str, env: &[(&str, &str)], stderr: Stdio) -> Plugin {
+        let mut cmd = tokio::process::Command::new(bin);
         cmd.arg("serve").env("INSTALL_METHOD", "local").envs(env.iter().copied());
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn stateful-tool serve");
