@@ -69,6 +69,9 @@ where
     for t in &tasks {
         t.abort();
     }
+    // A request the store had fully received before the kill may still be applied: let it
+    // settle before taking the snapshot of what landed.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let mut seen = HashMap::new();
     for (id, r) in &answered {
         assert_eq!(r.outcome(), "accepted", "{id}: a first delivery to a healthy store: {r:?}");

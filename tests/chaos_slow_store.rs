@@ -16,7 +16,7 @@ use common::redis::RedisServer;
 use serde_json::{json, Value};
 
 /// The plugin's per-call store timeout in these tests: the held answers wait past it.
-const TIMEOUT_MS: &str = "700";
+const TIMEOUT_MS: &str = "1200";
 
 #[derive(Clone, Copy, Debug)]
 enum Backend {
@@ -126,7 +126,10 @@ async fn late_answer_is_found_by_the_read_back(backend: Backend) {
     let started = Instant::now();
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!(proxy.fired(), 1, "the claim's answer was held");
-    assert!(started.elapsed() >= Duration::from_millis(700), "the plugin waited for the held answer first");
+    assert!(
+        started.elapsed() >= Duration::from_millis(TIMEOUT_MS.parse().unwrap()),
+        "the plugin waited for the held answer first"
+    );
     assert_eq!(first.outcome(), "accepted", "the read-back finds the plugin's own claim: {first:?}");
     assert_eq!(first.json()["attempt"], 1);
     let mut answers = vec![first];
