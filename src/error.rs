@@ -38,7 +38,11 @@ pub struct ToolError {
 
 impl ToolError {
     pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
-        ToolError { class, message: message.into(), details: None }
+        ToolError {
+            class,
+            message: message.into(),
+            details: None,
+        }
     }
     pub fn param(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::ParamInvalid, message)
@@ -91,7 +95,9 @@ mod tests {
         for i in 0..20 {
             details.insert(format!("k{i}"), json!(i));
         }
-        let v = ToolError::conflict("x").with_details(Value::Object(details)).to_session_error();
+        let v = ToolError::conflict("x")
+            .with_details(Value::Object(details))
+            .to_session_error();
         assert_eq!(v["error_type"], "conflict");
         assert_eq!(v["args"].as_object().unwrap().len(), 10);
     }

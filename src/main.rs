@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 use stateful_tool::{call, kv, package, runtime};
 
 #[derive(Parser)]
-#[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]
+#[command(
+    name = "stateful-tool",
+    version,
+    about = "Exactly-once event ingestion for Dify"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -27,7 +27,10 @@ impl Inbound {
             session_id: session_id_from_prefix(line),
             message: format!("input line is not valid JSON: {e}"),
         })?;
-        let session_id = value.get("session_id").and_then(Value::as_str).map(str::to_owned);
+        let session_id = value
+            .get("session_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         serde_json::from_value::<Inbound>(value).map_err(|e| InboundError {
             session_id,
             message: format!("input line is not a daemon message: {e}"),
@@ -50,7 +53,9 @@ pub fn session_id_from_prefix(line: &[u8]) -> Option<String> {
         return None;
     }
     let id = std::str::from_utf8(&rest[..end]).ok()?;
-    id.chars().all(|c| c.is_ascii_graphic()).then(|| id.to_owned())
+    id.chars()
+        .all(|c| c.is_ascii_graphic())
+        .then(|| id.to_owned())
 }
 
 /// The heartbeat line, exactly as the SDK writes it.
@@ -98,7 +103,8 @@ mod tests {
 
     #[test]
     fn non_json_with_readable_session_id_keeps_it() {
-        let e = Inbound::parse(br#"{"session_id": "abc-1", "event":"request", "data": {"#).unwrap_err();
+        let e =
+            Inbound::parse(br#"{"session_id": "abc-1", "event":"request", "data": {"#).unwrap_err();
         assert_eq!(e.session_id.as_deref(), Some("abc-1"));
         let e = Inbound::parse(b"this is not json").unwrap_err();
         assert_eq!(e.session_id, None);

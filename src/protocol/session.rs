@@ -16,7 +16,13 @@ pub struct Outbox {
 impl Outbox {
     /// Creates the outbox and the writer future that drains it into `out`. The writer ends
     /// when every `Outbox` is dropped (after flushing) or when a write fails (e.g. EPIPE).
-    pub fn new<W>(out: W, depth: usize) -> (Outbox, impl std::future::Future<Output = std::io::Result<()>>)
+    pub fn new<W>(
+        out: W,
+        depth: usize,
+    ) -> (
+        Outbox,
+        impl std::future::Future<Output = std::io::Result<()>>,
+    )
     where
         W: AsyncWrite + Unpin,
     {
@@ -38,7 +44,10 @@ impl Outbox {
     }
 }
 
-async fn write_lines<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<()> {
+async fn write_lines<W: AsyncWrite + Unpin>(
+    mut out: W,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) -> std::io::Result<()> {
     while let Some(line) = rx.recv().await {
         out.write_all(&line).await?;
         // Flush only when nothing else is queued: one syscall per burst, not per line.
@@ -71,7 +80,9 @@ impl Session {
         if let Some(e) = error {
             self.out.send(session_line(&self.id, "error", &e)).await;
         }
-        self.out.send(session_line(&self.id, "end", &serde_json::json!({}))).await;
+        self.out
+            .send(session_line(&self.id, "end", &serde_json::json!({})))
+            .await;
     }
 }
 
@@ -88,13 +99,21 @@ mod tests {
             let s = Session::new("s1".into(), outbox);
             let w = async move {
                 s.stream(&json!({"result": true})).await;
-                s.finish(Some(json!({"error_type":"x","message":"m","args":{}}))).await;
+                s.finish(Some(json!({"error_type":"x","message":"m","args":{}})))
+                    .await;
             };
             let (r, ()) = tokio::join!(writer, w);
             r.unwrap();
         }
-        let lines: Vec<Value> = buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
-        let kinds: Vec<&str> = lines.iter().map(|l| l["data"]["type"].as_str().unwrap()).collect();
+        let lines: Vec<Value> = buf
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        let kinds: Vec<&str> = lines
+            .iter()
+            .map(|l| l["data"]["type"].as_str().unwrap())
+            .collect();
         assert_eq!(kinds, ["stream", "error", "end"]);
         assert!(lines.iter().all(|l| l["session_id"] == "s1"));
     }

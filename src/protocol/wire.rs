@@ -75,7 +75,10 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             }
         }
         if oversize {
-            return Ok(Some(Line::Oversize { prefix: buf, len: total }));
+            return Ok(Some(Line::Oversize {
+                prefix: buf,
+                len: total,
+            }));
         }
         if buf.last() == Some(&b'\r') {
             buf.pop();
