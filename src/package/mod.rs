@@ -7,12 +7,14 @@
 pub mod arch;
 pub mod archive;
 pub mod checksum;
+pub mod decl_check;
 pub mod gofs;
 pub mod keys;
 pub mod layout;
 pub mod manifest_rules;
 pub mod pack;
 pub mod patterns;
+pub mod runtime_rules;
 pub mod sign;
 pub mod tool_rules;
 pub mod validate;

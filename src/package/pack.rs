@@ -7,10 +7,9 @@ use std::path::{Path, PathBuf};
 use super::arch::{rewrite_arch, Arch};
 use super::archive::write_zip;
 use super::checksum::{checked_unique_identifier, checksum_of_entries};
+use super::decl_check::check_declarations;
 use super::layout::{DirTree, FileSet, Tree, WARN_COMPRESSED};
-use super::validate::{
-    check_declarations, check_sizes, list, report_for, same_arches, source_files, Problem, Report,
-};
+use super::validate::{check_sizes, list, report_for, same_arches, source_files, Problem, Report};
 
 /// Everything that will go into the package, validated.
 pub struct Plan {
