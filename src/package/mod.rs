@@ -3,6 +3,14 @@
 //! `package` validates an allow-listed source tree and writes a deterministic zip;
 //! `keygen`/`sign`/`verify` implement the daemon's signature scheme byte for byte
 //! (see `shared/spec/package-and-signature.md`).
+//!
+//! Package contents: `manifest.yaml`, `README.md`, `PRIVACY.md`, `requirements.txt`,
+//! `main.py`, the provider YAML named in `plugins.tools`, the tool YAML it lists, the
+//! icons named by manifest and provider (under `_assets/`), and `bin/stateful-tool-<arch>`
+//! per `--bin`. Nothing else from the source tree is read. When the packaged arches differ
+//! from `meta.arch`, the manifest written into the package has its `arch:` list replaced
+//! by exactly the packaged arches (only those lines change; the source file is untouched)
+//! and `package` prints a note saying so.
 
 pub mod arch;
 pub mod archive;
@@ -42,8 +50,9 @@ pub struct PackageArgs {
     /// Plugin source tree (manifest.yaml, provider/, tools/, _assets/, README.md, …).
     #[arg(long, default_value = ".")]
     pub source: PathBuf,
-    /// Binary per arch, ARCH=PATH with ARCH amd64 or arm64 (repeatable). Default: this
-    /// executable, for the host arch.
+    /// Binary per arch, ARCH=PATH with ARCH amd64 or arm64 (repeatable); packaged as
+    /// bin/stateful-tool-ARCH. Default: this executable, for the host arch. The packaged
+    /// manifest's meta.arch is set to exactly the packaged arches.
     #[arg(long = "bin", value_name = "ARCH=PATH")]
     pub bins: Vec<String>,
     /// Validate (and build in memory) without writing anything.
@@ -206,7 +215,14 @@ pub fn run_sign(args: SignArgs) -> anyhow::Result<ExitCode> {
         zip.len(),
         args.category.as_str()
     );
+    // Self-check with the matching public key before reporting success.
     let outcome = verify::verify_bytes(zip, &[key.to_public_key()]);
+    if let Err(failure) = outcome.result {
+        anyhow::bail!(
+            "internal error: {} does not verify: {failure}",
+            out.display()
+        );
+    }
     if let Some(id) = outcome.identifier {
         println!("identifier: {id}");
     }
