@@ -213,3 +213,46 @@ fn a_single_binary_narrows_meta_arch_in_the_package_only() {
     assert_eq!(text, source_text.replace("    - arm64\n", ""));
     assert!(validate_package_bytes(built.bytes).is_ok());
 }
+
+#[test]
+fn duplicated_names_read_the_first_copy_like_the_daemon() {
+    use sha2::{Digest, Sha256};
+    use stateful_tool::package::checksum::{checksum_of_hashes, checksum_of_zip};
+    use stateful_tool::package::gofs::DaemonView;
+    use stateful_tool::package::zipread::RawZip;
+    use stateful_tool::package::Entry;
+
+    // Two entries whose names have the same length; renaming the second in both its
+    // local header and the central directory yields a zip with a duplicated name.
+    let zip = write_zip(
+        &[Entry::new("one.txt", "AAAA"), Entry::new("two.txt", "BBBB")],
+        b"",
+    )
+    .unwrap();
+    let mut bytes = zip.clone();
+    let mut renamed = 0;
+    for i in 0..bytes.len() - 7 {
+        if &bytes[i..i + 7] == b"two.txt" {
+            bytes[i..i + 7].copy_from_slice(b"one.txt");
+            renamed += 1;
+        }
+    }
+    assert_eq!(renamed, 2);
+    let raw = RawZip::parse(bytes.clone()).unwrap();
+    assert_eq!(raw.entries.len(), 2, "both records are visible");
+    let first: [u8; 32] = Sha256::digest(b"AAAA").into();
+    let hashes = DaemonView::new(&raw).walk_hashes().unwrap();
+    assert_eq!(
+        hashes,
+        vec![
+            ("one.txt".to_string(), first),
+            ("one.txt".to_string(), first)
+        ]
+    );
+    assert_eq!(
+        checksum_of_zip(&raw).unwrap(),
+        checksum_of_hashes([("one.txt", first)])
+    );
+    let err = read_package(bytes).err().unwrap();
+    assert!(err.contains("appears more than once"), "{err}");
+}

@@ -284,3 +284,25 @@ fn arch_and_binary_rules() {
     let problems = plan_package(&source, &[]).err().unwrap();
     assert!(has(&problems, "--bin", "", "no binary"), "{problems:#?}");
 }
+
+#[test]
+fn a_package_over_the_upload_limit_builds_with_a_warning() {
+    use rand::{RngCore, SeedableRng};
+    let (tmp, source, mut bins) = fixture_copy();
+    // Incompressible bytes, so the compressed package exceeds 15 MiB as well.
+    let mut noise = vec![0u8; 16_000_000];
+    rand::rngs::StdRng::seed_from_u64(7).fill_bytes(&mut noise);
+    let big = tmp.path().join("noisy-binary");
+    fs::write(&big, noise).unwrap();
+    bins[0].1 = big;
+    let built = build_package(&source, &bins).unwrap_or_else(|p| panic!("{p:#?}"));
+    assert!(built.bytes.len() > 15 * 1024 * 1024);
+    assert!(
+        built
+            .warnings
+            .iter()
+            .any(|w| w.contains("over Dify's default upload limit")),
+        "{:?}",
+        built.warnings
+    );
+}

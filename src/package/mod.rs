@@ -96,7 +96,7 @@ pub struct VerifyArgs {
     /// Package to verify.
     pub pkg: PathBuf,
     /// Trusted PKCS#1 PEM public key (`RSA PUBLIC KEY`); repeatable.
-    #[arg(long = "key")]
+    #[arg(long = "key", value_name = "PUBLIC_PEM")]
     pub keys: Vec<PathBuf>,
     /// Also trust the official Dify marketplace key (tried first, as the daemon does).
     #[arg(long)]
