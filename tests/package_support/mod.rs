@@ -4,7 +4,9 @@
 #![allow(dead_code)]
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use stateful_tool::package::Arch;
 
@@ -87,4 +89,39 @@ pub fn edit(root: &Path, name: &str, from: &str, to: &str) {
     let text = fs::read_to_string(&path).unwrap();
     assert!(text.contains(from), "{name} does not contain {from:?}");
     fs::write(&path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// Runs the real binary.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stateful-tool"))
+        .args(args)
+        .output()
+        .expect("run stateful-tool")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn all_output(out: &Output) -> String {
+    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+pub fn mode(p: &Path) -> u32 {
+    fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// The `not verified: …` line of a failing `verify` (asserting exit code 1).
+pub fn verify_reason(pkg: &Path, key: &Path) -> String {
+    let out = run(&["verify", s(pkg), "--key", s(key)]);
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    let text = stdout(&out);
+    text.lines()
+        .find(|l| l.starts_with("not verified: "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_string()
 }
