@@ -27,6 +27,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
+package: build
+	./scripts/package.sh
+
 clean:
 	$(CARGO) clean
 	rm -rf dist
