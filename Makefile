@@ -12,6 +12,8 @@ help:
 	@echo "make package  - build dist/stateful_tool-$(VERSION).difypkg (SIGNING_KEY=private.pem also signs it)"
 	@echo "make bench    - benchmarks: plugin vs raw store, KV container durability"
 	@echo "make debug    - run the plugin against a running Dify (remote debugging; fill .env first)"
+	@echo "make marketplace-check - reproduce the Dify marketplace pre-check on the built package"
+	@echo "make bump VERSION=x.y.z - set the version in Cargo.toml, Cargo.lock and manifest.yaml"
 
 build:
 	$(CARGO) build --release --locked
@@ -29,6 +31,12 @@ lint:
 
 package: build
 	./scripts/package.sh
+
+marketplace-check: package
+	python3 scripts/marketplace_check.py dist/stateful_tool-$(VERSION).difypkg --bin $(BIN)
+
+bump:
+	./scripts/bump.sh $(VERSION)
 
 clean:
 	$(CARGO) clean
