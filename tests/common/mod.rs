@@ -2,6 +2,7 @@
 //! binary. Each test binary uses a different subset of them.
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod fake;
 pub mod kv;
 pub mod lifecycle;
