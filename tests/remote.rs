@@ -64,18 +64,23 @@ fn ingest(id: &str) -> Value {
 async fn registers_like_the_sdk_then_serves_sessions() {
     let daemon = FakeDaemon::bind().await;
     let dir = tempfile::tempdir().unwrap();
-    let _plugin = spawn(dir.path(), &pairs(&remote_env(daemon.port())), false);
+    let mut env = remote_env(daemon.port());
+    env.push(("STATEFUL_TOOL_HEARTBEAT_MS", "100".into()));
+    let _plugin = spawn(dir.path(), &pairs(&env), false);
     let mut conn = daemon.accept().await;
     conn.registration(KEY).await;
-    let first = conn.line().await.unwrap();
-    assert_eq!(first, json!({"event": "heartbeat", "session_id": null, "data": {}}), "heartbeat right after end");
+    for _ in 0..3 {
+        let line = conn.line().await.unwrap();
+        assert_eq!(line, json!({"event": "heartbeat", "session_id": null, "data": {}}), "heartbeats from `end` on");
+    }
     let a = conn.request("d0000000-0000-4000-8000-00000000000d", &ingest("tcp-1")).await;
     assert_eq!(a.outcome(), "accepted", "{a:?}");
     let b = conn.request("d0000000-0000-4000-8000-00000000000e", &ingest("tcp-1")).await;
     assert_eq!(b.outcome(), "duplicate", "{b:?}");
     assert_eq!(b.json()["received_at"], a.json()["received_at"]);
-    let status = json!({"action": "invoke_tool", "credentials": {"kv_url": "memory://"}, "provider": "stateful_tool",
-                        "tool": "event_status", "type": "tool", "user_id": "u", "tool_parameters": {"event_id": "tcp-1"}});
+    let mut status = ingest("tcp-1");
+    status["tool"] = json!("event_status");
+    status["tool_parameters"] = json!({"event_id": "tcp-1"});
     assert_eq!(conn.request("s3", &status).await.outcome(), "found");
     let validate = json!({"action": "validate_tool_credentials", "credentials": {"kv_url": "memory://"},
                           "provider": "stateful_tool", "type": "tool", "user_id": "u"});
@@ -118,6 +123,19 @@ async fn registration_refused_after_end_exits_with_the_daemons_reason() {
     assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
     assert!(stderr.contains("refused the plugin's registration"), "{stderr}");
     assert!(stderr.contains("label is required"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_close_of_the_first_registration_exits_non_zero() {
+    let daemon = FakeDaemon::bind().await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = spawn(dir.path(), &pairs(&remote_env(daemon.port())), true);
+    let mut conn = daemon.accept().await;
+    conn.registration(KEY).await;
+    drop(conn);
+    let (out, stderr) = exit(plugin, STEP).await;
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("gave no reason") && stderr.contains("REMOTE_INSTALL_URL"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,8 +98,13 @@ mod tests {
 
     #[test]
     fn parses_comments_quotes_and_export() {
-        let text = "\u{feff}# remote debugging\n\nINSTALL_METHOD=remote\r\nexport REMOTE_INSTALL_URL = \"debug.example:5003\"\n\
-                    REMOTE_INSTALL_KEY='a#b \"c\"'  # the key\nPLAIN=value # trailing\nHASH=a#b\nEMPTY=\nESC=\"x\\\"y\\\\z\\n\"\n";
+        let text = concat!(
+            "\u{feff}# remote debugging\n\nINSTALL_METHOD=remote\r\n",
+            "export REMOTE_INSTALL_URL = \"debug.example:5003\"\n",
+            "REMOTE_INSTALL_KEY='a#b \"c\"'  # the key\n",
+            "PLAIN=value # trailing\nHASH=a#b\nEMPTY=\n",
+            "ESC=\"x\\\"y\\\\z\\n\"\n",
+        );
         let m = parse(text);
         assert_eq!(m["INSTALL_METHOD"], "remote");
         assert_eq!(m["REMOTE_INSTALL_URL"], "debug.example:5003");

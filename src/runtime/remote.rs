@@ -1,4 +1,4 @@
-//! `INSTALL_METHOD=remote`: register with a running daemon over TCP, serve sessions there as over stdio, reconnect when dropped.
+//! `INSTALL_METHOD=remote`: register with a running daemon over TCP and serve sessions there; reconnect when dropped.
 //!
 //! Policy, per connection:
 //! - The daemon's verdict on a registration is silence (success) or one text line and a close
@@ -232,7 +232,7 @@ async fn connect_once(cfg: &RemoteConfig, app: &Arc<App>, opts: &ServeOptions) -
             }
             () = &mut grace, if !accepted => {
                 accepted = true;
-                tracing::info!("registered with the daemon at {addr} (no refusal within {ACCEPT_GRACE:?}); waiting for requests");
+                tracing::info!("registered with the daemon at {addr} (no refusal within {ACCEPT_GRACE:?})");
             }
         }
     }
