@@ -32,6 +32,10 @@ lint:
 package: build
 	./scripts/package.sh
 
+debug:
+	@test -f .env || { echo "copy .env.example to .env and set REMOTE_INSTALL_KEY (Dify -> Plugins -> Debug)"; exit 1; }
+	INSTALL_METHOD=remote $(CARGO) run --locked --quiet -- serve
+
 marketplace-check: package
 	python3 scripts/marketplace_check.py dist/stateful_tool-$(VERSION).difypkg --bin $(BIN)
 
