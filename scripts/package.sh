@@ -12,7 +12,7 @@ if [ "${ARM64:-1}" != 0 ]; then
   args+=(--bin "arm64=$arm")
 fi
 "$bin" package "${args[@]}"
-version=$(sed -n 's/^version: *//p' manifest.yaml | head -n1 | tr -d '"')
+version=$(sed -n 's/^version: *\([0-9][0-9.]*\).*/\1/p' manifest.yaml | head -n1)
 pkg="dist/stateful_tool-$version.difypkg"
 if [ -n "${SIGNING_KEY:-}" ]; then
   public="${PUBLIC_KEY:-${SIGNING_KEY%.private.pem}.public.pem}"
