@@ -32,7 +32,8 @@ const PROVIDER_TAGS: [&str; 17] = [
 const CREDENTIAL_TYPES: [&str; 7] =
     ["secret-input", "text-input", "select", "boolean", "model-selector", "app-selector", "array[tools]"];
 
-const PARAMETER_TYPES: [&str; 16] = [
+/// Tool parameter types the daemon and the SDK accept (`ToolParameter.type`).
+pub const PARAMETER_TYPES: [&str; 16] = [
     "string",
     "number",
     "boolean",
@@ -51,7 +52,8 @@ const PARAMETER_TYPES: [&str; 16] = [
     "date-range",
 ];
 
-const PARAMETER_FORMS: [&str; 3] = ["llm", "form", "schema"];
+/// Tool parameter forms (`ToolParameter.form`).
+pub const PARAMETER_FORMS: [&str; 3] = ["llm", "form", "schema"];
 
 /// What the packager needs from a provider file.
 #[derive(Debug, Default)]
