@@ -13,6 +13,8 @@ help:
 	@echo "make bench    - benchmarks: plugin vs raw store, KV container durability"
 	@echo "make debug    - run the plugin against a running Dify (remote debugging; fill .env first)"
 	@echo "make fuzz     - coverage-guided fuzzing (needs nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60)"
+	@echo "make marketplace-check - reproduce the Dify marketplace pre-check on the built package"
+	@echo "make bump VERSION=x.y.z - set the version in Cargo.toml, Cargo.lock and manifest.yaml"
 
 build:
 	$(CARGO) build --release --locked
@@ -27,6 +29,19 @@ test:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+package: build
+	./scripts/package.sh
+
+debug:
+	@test -f .env || { echo "copy .env.example to .env and set REMOTE_INSTALL_KEY (Dify -> Plugins -> Debug)"; exit 1; }
+	INSTALL_METHOD=remote $(CARGO) run --locked --quiet -- serve
+
+marketplace-check: package
+	python3 scripts/marketplace_check.py dist/stateful_tool-$(VERSION).difypkg --bin $(BIN)
+
+bump:
+	./scripts/bump.sh $(VERSION)
 
 fuzz:
 	./scripts/fuzz.sh $(FUZZ_SECONDS)

@@ -44,6 +44,7 @@ async fn heartbeats_repeat_while_idle() {
 async fn stdin_eof_finishes_in_flight_sessions_then_exits_zero() {
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
+        .env("INSTALL_METHOD", "local") // a developer's `.env` may say remote
         .envs(MEMORY)
         .env("STATEFUL_TOOL_STORE_TIMEOUT_MS", "700")
         .stdin(Stdio::piped())
@@ -75,6 +76,7 @@ async fn stdin_eof_finishes_in_flight_sessions_then_exits_zero() {
 async fn stdout_closed_makes_the_plugin_exit() {
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
+        .env("INSTALL_METHOD", "local") // a developer's `.env` may say remote
         .envs(MEMORY)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

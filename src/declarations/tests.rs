@@ -327,25 +327,7 @@ fn provider_follows_spec_section_2_1() {
     assert!(y.get("extra").is_none(), "no extra.python: native plugin");
 }
 
-const PARAMETER_TYPES: [&str; 16] = [
-    "string",
-    "number",
-    "boolean",
-    "select",
-    "secret-input",
-    "file",
-    "files",
-    "app-selector",
-    "model-selector",
-    "any",
-    "dynamic-select",
-    "array",
-    "object",
-    "checkbox",
-    "date",
-    "date-range",
-];
-const PARAMETER_FORMS: [&str; 3] = ["llm", "form", "schema"];
+use crate::package::tool_rules::{PARAMETER_FORMS, PARAMETER_TYPES};
 const JSON_SCHEMA_TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "object", "array", "null"];
 
 #[test]

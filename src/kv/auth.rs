@@ -42,15 +42,13 @@ fn bearer(value: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim_start())
 }
 
-/// Middleware: answers 401 before the handler (and before any body is read) when a token is
-/// configured and the request does not carry it. `/healthz` stays open for probes.
-pub async fn require_token(State(token): State<Option<Arc<Token>>>, req: Request, next: Next) -> Response {
-    match token {
-        Some(token) if req.uri().path() != "/healthz" && !token.admits(req.headers()) => {
-            ApiError::unauthorized().into_response()
-        }
-        _ => next.run(req).await,
+/// Middleware: answers 401 before the handler (and before any body is read) when the
+/// request does not carry the token. `/healthz` stays open for probes.
+pub async fn require_token(State(token): State<Arc<Token>>, req: Request, next: Next) -> Response {
+    if req.uri().path() != "/healthz" && !token.admits(req.headers()) {
+        return ApiError::unauthorized().into_response();
     }
+    next.run(req).await
 }
 
 #[cfg(test)]

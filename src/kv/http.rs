@@ -29,18 +29,22 @@ pub struct AppState {
 
 type App = State<Arc<AppState>>;
 
-/// The whole HTTP surface. Layers run outside-in: time stamp, then auth, then the body
-/// limit, then the route — so a 401 is sent before any body byte is read.
+/// The whole HTTP surface. Layers run outside-in: time stamp, then auth (only when a token
+/// is configured), then the body limit, then the route — so a 401 is sent before any body
+/// byte is read.
 pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
         .fallback(unknown_route)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)
-        .layer(DefaultBodyLimit::max(MAX_VALUE_LEN))
-        .layer(middleware::from_fn_with_state(token, auth::require_token))
-        .layer(middleware::map_response(stamp_server_time))
+        .layer(DefaultBodyLimit::max(MAX_VALUE_LEN));
+    let routes = match token {
+        Some(token) => routes.layer(middleware::from_fn_with_state(token, auth::require_token)),
+        None => routes,
+    };
+    routes.layer(middleware::map_response(stamp_server_time))
 }
 
 /// Every response, errors included, tells the client the store's clock: the plugin judges

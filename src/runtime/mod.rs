@@ -1,5 +1,10 @@
 //! The plugin runtime: picks the transport from `INSTALL_METHOD` and serves sessions.
 
+pub mod env;
+pub mod http;
+pub mod invoke;
+pub mod register;
+pub mod remote;
 pub mod stdio;
 
 use std::process::ExitCode;
@@ -29,13 +34,27 @@ impl Default for ServeOptions {
     }
 }
 
+/// The transports, by `INSTALL_METHOD` value.
+pub const INSTALL_METHODS: &str = "local (stdio, as the daemon starts plugins), remote (debugging over TCP), \
+                                   serverless and aws_lambda (HTTP)";
+
 pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let method = std::env::var("INSTALL_METHOD").unwrap_or_else(|_| "local".to_owned());
+    // As with the SDK, `.env` may choose the transport (`.env.example` sets remote); the daemon
+    // always sets INSTALL_METHOD=local in the environment, which wins.
+    let settings = env::EnvSettings::load();
+    let method = settings.get("INSTALL_METHOD").unwrap_or_default().to_ascii_lowercase();
+    let get = |name: &str| settings.get(name);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let app = App::new(Clock::system());
     let result = match method.as_str() {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
-        other => Err(anyhow::anyhow!("INSTALL_METHOD={other} is not supported by this build (supported: local)")),
+        "remote" => remote::RemoteConfig::from_settings(get)
+            .and_then(|cfg| rt.block_on(remote::run_remote(app, ServeOptions::default(), cfg))),
+        "serverless" => http::HttpConfig::from_settings("serverless", "SERVERLESS", get)
+            .and_then(|cfg| rt.block_on(http::run_http(app, cfg))),
+        "aws_lambda" => http::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)
+            .and_then(|cfg| rt.block_on(http::run_http(app, cfg))),
+        other => Err(anyhow::anyhow!("INSTALL_METHOD={other:?} is not supported; use one of: {INSTALL_METHODS}")),
     };
     // stdin is read on a blocking thread that a broken stdout leaves parked: don't wait for it.
     rt.shutdown_background();

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{decode, params, record_fields, Settings, MAX_ROUNDS};
+use super::{decode, params, record_fields, swap_or_read_back, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{fingerprint, format_time, new_claim_id, Record, Status};
@@ -135,14 +135,7 @@ async fn settle<S: EventStore>(
             claim_id: new_claim_id(),
             ..rec
         };
-        let swapped = match store.swap(key, &cur.version, &next.to_bytes(), settings.retention).await {
-            Ok(s) => s,
-            Err(e) if e.is_ambiguous() => match store.read(key).await? {
-                Some(now) if decode(&now.value, key)?.claim_id == next.claim_id => Swapped::Swapped,
-                other => Swapped::Changed(other),
-            },
-            Err(e) => return Err(e.into()),
-        };
+        let swapped = swap_or_read_back(store, key, &cur.version, &next, settings.retention).await?;
         match swapped {
             Swapped::Swapped => return Ok(Some(answer("accepted", &next, key, true))),
             Swapped::Changed(Some(newer)) => cur = newer,

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ToolError;
 use crate::store::record::{format_time, Record};
-use crate::store::EventStore;
+use crate::store::{EventStore, Swapped, Version};
 pub use settings::Settings;
 
 /// Names of the tools this provider declares, in declaration order.
@@ -56,6 +56,25 @@ pub fn decode(bytes: &[u8], key: &str) -> Result<Record, ToolError> {
             "the store holds a value under {key} that is not an event record ({e}); it was left untouched"
         ))
     })
+}
+
+/// A compare-and-swap whose lost answer is resolved by reading the key back: the write
+/// landed when the stored record carries this write's `claim_id`.
+pub async fn swap_or_read_back<S: EventStore>(
+    store: &S,
+    key: &str,
+    expected: &Version,
+    next: &Record,
+    ttl: std::time::Duration,
+) -> Result<Swapped, ToolError> {
+    match store.swap(key, expected, &next.to_bytes(), ttl).await {
+        Ok(s) => Ok(s),
+        Err(e) if e.is_ambiguous() => match store.read(key).await? {
+            Some(now) if decode(&now.value, key)?.claim_id == next.claim_id => Ok(Swapped::Swapped),
+            other => Ok(Swapped::Changed(other)),
+        },
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// How many times a tool re-reads a record that another delivery keeps changing before

@@ -1,0 +1,194 @@
+//! Target architectures, `--bin ARCH=PATH` parsing and the minimal `meta.arch` rewrite.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde_yaml::Value;
+
+/// The two architectures the daemon knows (`constants/arch.go`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Arch {
+    Amd64,
+    Arm64,
+}
+
+impl Arch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Arch> {
+        match s {
+            "amd64" => Some(Arch::Amd64),
+            "arm64" => Some(Arch::Arm64),
+            _ => None,
+        }
+    }
+
+    /// Architecture of the running binary, used when no `--bin` is given.
+    pub fn host() -> Option<Arch> {
+        if cfg!(target_arch = "x86_64") {
+            Some(Arch::Amd64)
+        } else if cfg!(target_arch = "aarch64") {
+            Some(Arch::Arm64)
+        } else {
+            None
+        }
+    }
+
+    /// Entry name of this architecture's binary; the `main.py` shim execs exactly this.
+    pub fn binary_entry(self) -> String {
+        format!("bin/stateful-tool-{}", self.as_str())
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Parses `amd64=PATH` / `arm64=PATH`.
+pub fn parse_bin_arg(arg: &str) -> Result<(Arch, PathBuf), String> {
+    let (arch, path) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("--bin `{arg}`: expected ARCH=PATH, e.g. amd64=target/release/stateful-tool"))?;
+    let arch = Arch::parse(arch).ok_or_else(|| format!("--bin `{arg}`: unknown arch `{arch}` (use amd64 or arm64)"))?;
+    if path.is_empty() {
+        return Err(format!("--bin `{arg}`: the path is empty"));
+    }
+    Ok((arch, PathBuf::from(path)))
+}
+
+fn indent_of(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+/// Line content without indentation, trailing comment and line break.
+fn content_of(line: &str) -> &str {
+    let s = line.trim();
+    if s.starts_with('#') {
+        return "";
+    }
+    match s.find(" #") {
+        Some(i) => s[..i].trim_end(),
+        None => s,
+    }
+}
+
+/// Rewrites only the `meta.arch` list of a manifest so that it names exactly `arches`,
+/// leaving every other byte alone. The result is re-parsed and must equal the original
+/// document with just `meta.arch` replaced; otherwise the rewrite is refused.
+pub fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, String> {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let meta = lines
+        .iter()
+        .position(|l| indent_of(l) == 0 && content_of(l) == "meta:")
+        .ok_or("no top-level `meta:` block in block style")?;
+    let mut child_indent = None;
+    let mut key = None;
+    for (i, line) in lines.iter().enumerate().skip(meta + 1) {
+        let content = content_of(line);
+        if content.is_empty() {
+            continue;
+        }
+        let indent = indent_of(line);
+        if indent == 0 {
+            break;
+        }
+        let child = *child_indent.get_or_insert(indent);
+        if indent == child && (content == "arch:" || content.starts_with("arch: ")) {
+            key = Some(i);
+            break;
+        }
+    }
+    let (Some(key), Some(child)) = (key, child_indent) else {
+        return Err("no `arch:` key directly under `meta:`".into());
+    };
+    // The list items that follow the key: deeper lines, or `- ` lines at the key's level.
+    let mut last = key;
+    let mut item_indent = None;
+    if content_of(lines[key]) == "arch:" {
+        for (i, line) in lines.iter().enumerate().skip(key + 1) {
+            let content = content_of(line);
+            if content.is_empty() {
+                continue;
+            }
+            let indent = indent_of(line);
+            let is_item = content == "-" || content.starts_with("- ");
+            if indent > child || (indent == child && is_item) {
+                if is_item && item_indent.is_none() {
+                    item_indent = Some(indent);
+                }
+                last = i;
+            } else {
+                break;
+            }
+        }
+    }
+    let eol = if lines[key].ends_with("\r\n") { "\r\n" } else { "\n" };
+    let pad = |n: usize| " ".repeat(n);
+    let items = item_indent.unwrap_or(child + 2);
+    let mut out = String::with_capacity(text.len());
+    lines[..key].iter().for_each(|l| out.push_str(l));
+    out.push_str(&format!("{}arch:{eol}", pad(child)));
+    for arch in arches {
+        out.push_str(&format!("{}- {arch}{eol}", pad(items)));
+    }
+    lines[last + 1..].iter().for_each(|l| out.push_str(l));
+    confirm_rewrite(text, &out, arches)?;
+    Ok(out)
+}
+
+fn confirm_rewrite(before: &str, after: &str, arches: &[Arch]) -> Result<(), String> {
+    let mut want: Value = serde_yaml::from_str(before).map_err(|e| format!("manifest is not valid YAML: {e}"))?;
+    let got: Value =
+        serde_yaml::from_str(after).map_err(|e| format!("the rewritten manifest is not valid YAML: {e}"))?;
+    let list = arches.iter().map(|a| Value::from(a.as_str())).collect();
+    match want.get_mut("meta").and_then(Value::as_mapping_mut) {
+        Some(meta) => meta.insert("arch".into(), Value::Sequence(list)),
+        None => return Err("manifest has no `meta` object".into()),
+    };
+    if want == got {
+        Ok(())
+    } else {
+        Err("the text rewrite would change more than `meta.arch`".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BLOCK: &str = "name: x\nmeta:\n  version: 0.0.1\n  arch:\n    - amd64\n    - arm64\n  runner:\n    language: python\ncreated_at: now\n";
+
+    #[test]
+    fn block_list_is_rewritten_in_place() {
+        let out = rewrite_arch(BLOCK, &[Arch::Amd64]).unwrap();
+        assert_eq!(out, BLOCK.replace("    - arm64\n", ""));
+    }
+
+    #[test]
+    fn same_level_items_and_flow_lists() {
+        let same = "meta:\n  arch:\n  - amd64\n  - arm64 # both\n  runner: {}\n";
+        assert_eq!(rewrite_arch(same, &[Arch::Arm64]).unwrap(), "meta:\n  arch:\n  - arm64\n  runner: {}\n");
+        let flow = "meta:\n  arch: [amd64, arm64]\n  version: 0.0.1\n";
+        assert_eq!(rewrite_arch(flow, &[Arch::Amd64]).unwrap(), "meta:\n  arch:\n    - amd64\n  version: 0.0.1\n");
+    }
+
+    #[test]
+    fn missing_key_is_an_error() {
+        assert!(rewrite_arch("meta:\n  version: 1\n", &[Arch::Amd64]).is_err());
+        assert!(rewrite_arch("meta: {arch: [amd64]}\n", &[Arch::Amd64]).is_err());
+    }
+
+    #[test]
+    fn bin_args() {
+        assert_eq!(parse_bin_arg("arm64=/x/y").unwrap(), (Arch::Arm64, PathBuf::from("/x/y")));
+        assert!(parse_bin_arg("x86=/y").is_err());
+        assert!(parse_bin_arg("amd64").is_err());
+    }
+}

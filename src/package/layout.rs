@@ -1,0 +1,215 @@
+//! Package layout: entry-name rules, the allow-listed files, and where their bytes come from.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::archive::Entry;
+
+/// Files every package carries at its root besides the declared YAML, icons and binaries.
+pub const FIXED_FILES: [&str; 5] = ["manifest.yaml", "README.md", "PRIVACY.md", "requirements.txt", "main.py"];
+
+/// Name of the signer's category file (spec §4.3).
+pub const VERIFICATION_FILE: &str = ".verification.dify.json";
+
+/// The daemon's default `MAX_PLUGIN_PACKAGE_SIZE`, applied to the uncompressed total.
+pub const MAX_UNCOMPRESSED: u64 = 52_428_800;
+
+/// Dify API's default upload limit (`PLUGIN_MAX_PACKAGE_SIZE`) on the compressed file.
+pub const WARN_COMPRESSED: u64 = 15 * 1024 * 1024;
+
+/// Producer rules for an entry name (spec §3.1): relative, `/`-separated, printable
+/// ASCII, no empty/`.`/`..` elements, no backslash, and never a directory.
+pub fn check_entry_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err("names must be printable ASCII".into());
+    }
+    if name.contains('\\') {
+        return Err("names must use `/` as separator, never `\\`".into());
+    }
+    if name.starts_with('/') {
+        return Err("names must be relative (no leading `/`)".into());
+    }
+    if name.ends_with('/') {
+        return Err("the name denotes a directory; only file entries are allowed".into());
+    }
+    if name.split('/').any(|e| e.is_empty() || e == "." || e == "..") {
+        return Err("names must not contain empty, `.` or `..` path elements".into());
+    }
+    Ok(())
+}
+
+/// Where the bytes of one package file come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    Disk(PathBuf),
+    Memory(Vec<u8>),
+}
+
+/// A set of package files keyed by entry name; iteration is byte-wise ascending, the
+/// order the official packager writes.
+#[derive(Default, Debug)]
+pub struct FileSet {
+    files: BTreeMap<String, (u64, Source)>,
+}
+
+impl FileSet {
+    pub fn insert_disk(&mut self, name: &str, path: PathBuf, size: u64) {
+        self.files.insert(name.to_string(), (size, Source::Disk(path)));
+    }
+
+    pub fn insert_memory(&mut self, name: &str, data: Vec<u8>) {
+        let size = data.len() as u64;
+        self.files.insert(name.to_string(), (size, Source::Memory(data)));
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.files.contains_key(name)
+    }
+
+    pub fn size_of(&self, name: &str) -> Option<u64> {
+        self.files.get(name).map(|(size, _)| *size)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.files.keys().map(String::as_str)
+    }
+
+    pub fn total_size(&self) -> u64 {
+        self.files.values().map(|(size, _)| *size).sum()
+    }
+
+    /// The `n` largest files, biggest first (named in the oversize message, like the CLI).
+    pub fn largest(&self, n: usize) -> Vec<(&str, u64)> {
+        let mut all: Vec<(&str, u64)> = self.files.iter().map(|(k, v)| (k.as_str(), v.0)).collect();
+        all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        all.truncate(n);
+        all
+    }
+
+    pub fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+        match self.files.get(name) {
+            None => Err(format!("{name} is not in the package")),
+            Some((_, Source::Memory(data))) => Ok(data.clone()),
+            Some((_, Source::Disk(path))) => fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    /// Every file with its bytes, in entry order.
+    pub fn to_entries(&self) -> Result<Vec<Entry>, String> {
+        self.names().map(|name| Ok(Entry::new(name, self.read(name)?))).collect()
+    }
+}
+
+/// Read access to a plugin tree (a source directory or a set of package files).
+pub trait Tree {
+    /// Size of regular file `name`; `Ok(None)` when absent, `Err` when unusable.
+    fn stat(&self, name: &str) -> Result<Option<u64>, String>;
+    fn read(&self, name: &str) -> Result<Vec<u8>, String>;
+}
+
+impl Tree for FileSet {
+    fn stat(&self, name: &str) -> Result<Option<u64>, String> {
+        Ok(self.size_of(name))
+    }
+    fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+        FileSet::read(self, name)
+    }
+}
+
+/// A source directory; names are validated before they touch the file system.
+pub struct DirTree<'a> {
+    pub root: &'a Path,
+}
+
+impl DirTree<'_> {
+    pub fn path_of(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+}
+
+impl Tree for DirTree<'_> {
+    fn stat(&self, name: &str) -> Result<Option<u64>, String> {
+        check_entry_name(name)?;
+        match fs::metadata(self.path_of(name)) {
+            Ok(meta) if meta.is_file() => Ok(Some(meta.len())),
+            Ok(_) => Err(format!("{name} exists but is not a regular file")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot inspect {name}: {e}")),
+        }
+    }
+    fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+        check_entry_name(name)?;
+        fs::read(self.path_of(name)).map_err(|e| format!("cannot read {name}: {e}"))
+    }
+}
+
+/// Every regular file under `root` (an unzipped package), keyed by `/`-joined relative
+/// name. Symlinks and non-UTF-8 names are reported, not followed.
+pub fn scan_dir(root: &Path) -> Result<FileSet, Vec<String>> {
+    let mut set = FileSet::default();
+    let mut problems = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let listing = match fs::read_dir(&dir) {
+            Ok(listing) => listing,
+            Err(e) => {
+                problems.push(format!("cannot list {}: {e}", dir.display()));
+                continue;
+            }
+        };
+        for item in listing {
+            let item = match item {
+                Ok(item) => item,
+                Err(e) => {
+                    problems.push(format!("cannot list {}: {e}", dir.display()));
+                    continue;
+                }
+            };
+            let Some(file_name) = item.file_name().to_str().map(str::to_string) else {
+                problems.push(format!("{}: the name is not UTF-8", item.path().display()));
+                continue;
+            };
+            let name = format!("{prefix}{file_name}");
+            match fs::symlink_metadata(item.path()) {
+                Ok(meta) if meta.is_dir() => stack.push((item.path(), format!("{name}/"))),
+                Ok(meta) if meta.is_file() => set.insert_disk(&name, item.path(), meta.len()),
+                Ok(_) => problems.push(format!("{name}: not a regular file (symlink or special)")),
+                Err(e) => problems.push(format!("{name}: {e}")),
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(set)
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_names() {
+        for ok in ["manifest.yaml", "_assets/icon.svg", "bin/stateful-tool-amd64", ".x"] {
+            assert!(check_entry_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "/etc/x", "../x", "a/../b", "a//b", "./x", "dir/", "a\\b", "é.txt"] {
+            assert!(check_entry_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn file_set_is_byte_wise_sorted() {
+        let mut set = FileSet::default();
+        for name in ["main.py", "README.md", "_assets/icon.svg", "PRIVACY.md"] {
+            set.insert_memory(name, vec![]);
+        }
+        let names: Vec<&str> = set.names().collect();
+        assert_eq!(names, ["PRIVACY.md", "README.md", "_assets/icon.svg", "main.py"]);
+    }
+}

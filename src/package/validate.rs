@@ -1,0 +1,181 @@
+//! Validation entry points: a plugin source tree, an unzipped package, or package bytes.
+//!
+//! Every check runs to the end and all problems are reported together, each naming the
+//! file and field, so one run shows everything to fix.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+
+use super::arch::Arch;
+use super::archive::read_package;
+use super::decl_check::{check_declarations, Declared};
+use super::layout::{scan_dir, DirTree, FileSet, Tree, FIXED_FILES, MAX_UNCOMPRESSED, VERIFICATION_FILE};
+use super::manifest_rules::ManifestInfo;
+
+/// One rule violation: which file, which field (may be empty), what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(file: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem { file: file.into(), field: field.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file, self.field, self.message)
+        }
+    }
+}
+
+/// Summary of a tree that passed validation.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub author: String,
+    pub name: String,
+    pub version: String,
+    /// `meta.arch` as declared.
+    pub arches: Vec<Arch>,
+    /// Entry names, byte-wise ascending.
+    pub files: Vec<String>,
+    pub total_size: u64,
+    pub warnings: Vec<String>,
+}
+
+/// Rejects a total uncompressed size over the daemon's limit, naming the largest files.
+pub(crate) fn check_sizes(set: &FileSet, problems: &mut Vec<Problem>) {
+    let total = set.total_size();
+    if total > MAX_UNCOMPRESSED {
+        let largest: Vec<String> = set.largest(5).iter().map(|(n, s)| format!("{n} ({s} bytes)")).collect();
+        problems.push(Problem::new(
+            "(package)",
+            "size",
+            format!("uncompressed total is {total} bytes, over the daemon's limit of {MAX_UNCOMPRESSED} bytes (50 MiB); largest files: {}", largest.join(", ")),
+        ));
+    }
+}
+
+pub(crate) fn report_for(info: &ManifestInfo, set: &FileSet, warnings: Vec<String>) -> Report {
+    Report {
+        author: info.author.clone(),
+        name: info.name.clone(),
+        version: info.version.clone(),
+        arches: info.arches.clone(),
+        files: set.names().map(str::to_string).collect(),
+        total_size: set.total_size(),
+        warnings,
+    }
+}
+
+/// Files of a source tree that go into the package (binaries excluded).
+pub(crate) fn source_files(tree: &DirTree, declared: &Declared) -> FileSet {
+    let mut set = FileSet::default();
+    let names = FIXED_FILES.iter().map(|s| s.to_string()).chain(declared.referenced.iter().cloned());
+    for name in names {
+        if let Ok(Some(size)) = tree.stat(&name) {
+            set.insert_disk(&name, tree.path_of(&name), size);
+        }
+    }
+    set
+}
+
+/// Validates a plugin source directory (declarations, icons, fixed files, size) without
+/// binaries. Reusable as a marketplace pre-check.
+pub fn validate_plugin_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
+    if !dir.is_dir() {
+        return Err(vec![Problem::new(dir.display().to_string(), "", "is not a directory")]);
+    }
+    let tree = DirTree { root: dir };
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    let declared = check_declarations(&tree, &mut problems, &mut warnings);
+    let Some(declared) = declared.filter(|_| problems.is_empty()) else {
+        return Err(problems);
+    };
+    let set = source_files(&tree, &declared);
+    check_sizes(&set, &mut problems);
+    if problems.is_empty() {
+        Ok(report_for(&declared.info, &set, warnings))
+    } else {
+        Err(problems)
+    }
+}
+
+/// Validates the files of a built package: names, declarations, nothing outside the
+/// layout, binaries matching `meta.arch`, size.
+pub fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Problem>> {
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    for name in set.names() {
+        if let Err(e) = super::layout::check_entry_name(name) {
+            problems.push(Problem::new(name, "", e));
+        }
+    }
+    let Some(declared) = check_declarations(set, &mut problems, &mut warnings) else {
+        return Err(problems);
+    };
+    let mut packaged = Vec::new();
+    for name in set.names() {
+        let arch = [Arch::Amd64, Arch::Arm64].into_iter().find(|a| a.binary_entry() == name);
+        if let Some(arch) = arch {
+            packaged.push(arch);
+        } else if !FIXED_FILES.contains(&name) && !declared.referenced.contains(name) && name != VERIFICATION_FILE {
+            problems.push(Problem::new(
+                name,
+                "",
+                "is not part of the package layout (fixed files, declared YAML and icons, bin/stateful-tool-<arch>)",
+            ));
+        }
+    }
+    if packaged.is_empty() {
+        problems.push(Problem::new(
+            "bin/",
+            "",
+            "no binary: expected bin/stateful-tool-amd64 and/or bin/stateful-tool-arm64",
+        ));
+    } else if !declared.info.arches.is_empty() && !same_arches(&declared.info.arches, &packaged) {
+        problems.push(Problem::new(
+            "manifest.yaml",
+            "meta.arch",
+            format!("lists [{}] but the package holds binaries for [{}]", list(&declared.info.arches), list(&packaged)),
+        ));
+    }
+    check_sizes(set, &mut problems);
+    if problems.is_empty() {
+        Ok(report_for(&declared.info, set, warnings))
+    } else {
+        Err(problems)
+    }
+}
+
+/// Validates an unzipped package directory.
+pub fn validate_package_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
+    let set = scan_dir(dir)
+        .map_err(|errs| errs.into_iter().map(|e| Problem::new(dir.display().to_string(), "", e)).collect::<Vec<_>>())?;
+    validate_package_files(&set)
+}
+
+/// Validates a `.difypkg` given as bytes.
+pub fn validate_package_bytes(bytes: Vec<u8>) -> Result<Report, Vec<Problem>> {
+    let package = read_package(bytes).map_err(|e| vec![Problem::new("(package)", "", e)])?;
+    let mut set = FileSet::default();
+    for entry in package.entries {
+        set.insert_memory(&entry.name, entry.data);
+    }
+    validate_package_files(&set)
+}
+
+pub(crate) fn same_arches(a: &[Arch], b: &[Arch]) -> bool {
+    a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
+}
+
+pub(crate) fn list(arches: &[Arch]) -> String {
+    arches.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ")
+}

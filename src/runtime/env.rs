@@ -1,0 +1,132 @@
+//! Runtime settings: the process environment first, then a `.env` file in the working directory.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Where the remote and HTTP runtimes read their settings. As with the Python SDK, a developer
+/// keeps the debugging key in `.env`; an environment variable overrides the file.
+#[derive(Debug, Default, Clone)]
+pub struct EnvSettings {
+    file: HashMap<String, String>,
+}
+
+impl EnvSettings {
+    /// Reads `./.env` when there is one; a missing file is the normal case.
+    pub fn load() -> Self {
+        Self::from_file(Path::new(".env"))
+    }
+
+    pub fn from_file(path: &Path) -> Self {
+        match std::fs::read_to_string(path) {
+            Ok(text) => EnvSettings { file: parse(&text) },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(e) => {
+                tracing::warn!("ignoring {}: {e}", path.display());
+                Self::default()
+            }
+        }
+    }
+
+    /// The environment variable when set and not empty, else the `.env` value.
+    /// (An empty variable counts as unset: `make` and shells pass empty ones around freely.)
+    pub fn get(&self, name: &str) -> Option<String> {
+        match std::env::var(name) {
+            Ok(v) if !v.trim().is_empty() => Some(v.trim().to_owned()),
+            _ => self.dotenv(name),
+        }
+    }
+
+    /// Only the `.env` value.
+    pub fn dotenv(&self, name: &str) -> Option<String> {
+        self.file.get(name).filter(|v| !v.is_empty()).cloned()
+    }
+}
+
+/// Parses `KEY=value` lines: blank lines and `#` comments skipped, an optional `export `
+/// prefix, values optionally in single quotes (literal) or double quotes (`\n`, `\"`, `\\`
+/// escapes); an unquoted value ends at ` #`. Bad lines are skipped with a warning that names
+/// the line number only: the line may hold a secret.
+pub fn parse(text: &str) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for (n, raw) in text.trim_start_matches('\u{feff}').lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").map(str::trim_start).unwrap_or(line);
+        let parsed = line.split_once('=').and_then(|(k, v)| {
+            let key = k.trim();
+            let valid = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            valid.then_some(key).zip(value(v.trim()))
+        });
+        match parsed {
+            Some((key, v)) => {
+                out.insert(key.to_owned(), v);
+            }
+            None => tracing::warn!(".env line {} is not KEY=value; skipped", n + 1),
+        }
+    }
+    out
+}
+
+fn value(v: &str) -> Option<String> {
+    if let Some(rest) = v.strip_prefix('\'') {
+        return rest.find('\'').map(|end| rest[..end].to_owned());
+    }
+    if let Some(rest) = v.strip_prefix('"') {
+        let mut out = String::new();
+        let mut chars = rest.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => return Some(out),
+                '\\' => match chars.next()? {
+                    'n' => out.push('\n'),
+                    other => out.push(other),
+                },
+                c => out.push(c),
+            }
+        }
+        return None;
+    }
+    let end = v.find(" #").or_else(|| v.find("\t#")).unwrap_or(v.len());
+    Some(v[..end].trim_end().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_comments_quotes_and_export() {
+        let text = concat!(
+            "\u{feff}# remote debugging\n\nINSTALL_METHOD=remote\r\n",
+            "export REMOTE_INSTALL_URL = \"debug.example:5003\"\n",
+            "REMOTE_INSTALL_KEY='a#b \"c\"'  # the key\n",
+            "PLAIN=value # trailing\nHASH=a#b\nEMPTY=\n",
+            "ESC=\"x\\\"y\\\\z\\n\"\n",
+        );
+        let m = parse(text);
+        assert_eq!(m["INSTALL_METHOD"], "remote");
+        assert_eq!(m["REMOTE_INSTALL_URL"], "debug.example:5003");
+        assert_eq!(m["REMOTE_INSTALL_KEY"], "a#b \"c\"");
+        assert_eq!(m["PLAIN"], "value");
+        assert_eq!(m["HASH"], "a#b");
+        assert_eq!(m["EMPTY"], "");
+        assert_eq!(m["ESC"], "x\"y\\z\n");
+    }
+
+    #[test]
+    fn bad_lines_are_skipped_not_fatal() {
+        let m = parse("no equals sign\n=value\nBAD KEY=1\nOPEN=\"never closed\nGOOD=1\n");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m["GOOD"], "1");
+    }
+
+    #[test]
+    fn missing_file_is_empty_and_empty_values_are_unset() {
+        let s = EnvSettings::from_file(Path::new("/nonexistent/.env"));
+        assert_eq!(s.dotenv("ANY"), None);
+        let s = EnvSettings { file: parse("STATEFUL_TOOL_TEST_DOTENV_ONLY=\n") };
+        assert_eq!(s.get("STATEFUL_TOOL_TEST_DOTENV_ONLY"), None);
+    }
+}

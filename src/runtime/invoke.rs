@@ -1,0 +1,191 @@
+//! `POST /invoke?action=…`: one daemon request in, that session's event lines streamed out.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, DuplexStream};
+
+use super::http::HttpState;
+use crate::dispatch::handle_request;
+use crate::error::ToolError;
+use crate::protocol::{Inbound, Outbox, Session};
+
+/// The daemon's cap on a serverless request body.
+pub const MAX_SERVERLESS_REQUEST_BYTES: usize = 5 * 1024 * 1024;
+/// An oversize body is read (and discarded) up to this size before the 413 goes out, so the
+/// client finishes sending and reads our answer instead of a connection reset.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+/// A client that trickles its body this long is cut off.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+const SESSION_HEADER: &str = "dify-plugin-session-id";
+/// Bytes of answer buffered between the session and the HTTP body.
+const PIPE_BYTES: usize = 64 * 1024;
+const NDJSON: &str = "application/x-ndjson";
+
+#[derive(Deserialize)]
+pub struct InvokeQuery {
+    action: Option<String>,
+}
+
+pub async fn invoke(
+    State(state): State<HttpState>,
+    query: Result<Query<InvokeQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let header_sid = headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && s.len() <= 128)
+        .map(str::to_owned);
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let bytes = match declared {
+        Some(n) if n > DRAIN_LIMIT => Err(BodyError::TooLarge(n)),
+        _ => tokio::time::timeout(BODY_TIMEOUT, read_limited(body)).await.unwrap_or(Err(BodyError::Slow)),
+    };
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(BodyError::TooLarge(n)) => {
+            let msg = format!("request body of {n} bytes exceeds the {MAX_SERVERLESS_REQUEST_BYTES} byte limit");
+            return error_line(StatusCode::PAYLOAD_TOO_LARGE, header_sid, msg);
+        }
+        Err(BodyError::Slow) => {
+            let msg = format!("request body not received within {BODY_TIMEOUT:?}");
+            return error_line(StatusCode::REQUEST_TIMEOUT, header_sid, msg);
+        }
+        Err(BodyError::Read(e)) => {
+            return error_line(StatusCode::BAD_REQUEST, header_sid, format!("reading the body: {e}"))
+        }
+    };
+    let (sid, data) = match parse_request(&bytes, header_sid) {
+        Ok(ok) => ok,
+        Err((Some(sid), msg)) => {
+            return stream_session(&state, sid, Err(ToolError::param(format!("malformed input: {msg}"))))
+        }
+        Err((None, msg)) => return error_line(StatusCode::BAD_REQUEST, None, format!("malformed input: {msg}")),
+    };
+    let wanted = query.ok().and_then(|q| q.0.action);
+    let action = data.get("action").and_then(Value::as_str);
+    if wanted.as_deref() != action {
+        let msg = format!("the action query {wanted:?} does not match the request's data.action {action:?}");
+        return error_line(StatusCode::BAD_REQUEST, Some(sid), msg);
+    }
+    stream_session(&state, sid, Ok(data))
+}
+
+enum BodyError {
+    TooLarge(usize),
+    Slow,
+    Read(axum::Error),
+}
+
+async fn read_limited(body: Body) -> Result<Bytes, BodyError> {
+    let mut stream = body.into_data_stream();
+    let mut buf = BytesMut::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Read)?;
+        total = total.saturating_add(chunk.len());
+        if total <= MAX_SERVERLESS_REQUEST_BYTES {
+            buf.extend_from_slice(&chunk);
+        } else {
+            buf = BytesMut::new();
+            if total > DRAIN_LIMIT {
+                break;
+            }
+        }
+    }
+    if total > MAX_SERVERLESS_REQUEST_BYTES {
+        return Err(BodyError::TooLarge(total));
+    }
+    Ok(buf.freeze())
+}
+
+/// The request's session id and `data`, or what is wrong with it and whose session it was
+/// (from the body, else the `Dify-Plugin-Session-ID` header) when that can be told.
+fn parse_request(bytes: &[u8], header_sid: Option<String>) -> Result<(String, Value), (Option<String>, String)> {
+    let msg = Inbound::parse(bytes).map_err(|e| (e.session_id.or(header_sid.clone()), e.message))?;
+    let sid = msg.session_id.or(header_sid);
+    if msg.event != "request" {
+        return Err((sid, format!("expected event \"request\", got {:?}", msg.event)));
+    }
+    match (sid, msg.data) {
+        (Some(sid), Some(data)) if data.is_object() => Ok((sid, data)),
+        (None, _) => Err((None, "no session_id in the body or the Dify-Plugin-Session-ID header".into())),
+        (sid, _) => Err((sid, "request without a data object".into())),
+    }
+}
+
+/// Runs the session on its own task and streams its lines (stream…, optional error, end) as the
+/// response body, which ends after `end`. If the client goes away the session still completes
+/// (its store effects must not be cut in half); only its answer is lost.
+fn stream_session(state: &HttpState, sid: String, data: Result<Value, ToolError>) -> Response {
+    let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
+    let (outbox, write) = Outbox::new(writer, 64);
+    let session = Session::new(sid, outbox);
+    let app = state.app.clone();
+    tokio::spawn(async move {
+        let work = async move {
+            match data {
+                Ok(data) => handle_request(&app, session, data).await,
+                Err(error) => session.finish(Some(error.to_session_error())).await,
+            }
+        };
+        let (written, ()) = tokio::join!(write, work);
+        if let Err(e) = written {
+            tracing::debug!("the HTTP client left before reading the whole answer: {e}");
+        }
+    });
+    let mut response = Body::from_stream(body_chunks(reader)).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, NDJSON.parse().expect("static header value"));
+    response.headers_mut().insert(header::CACHE_CONTROL, "no-cache".parse().expect("static header value"));
+    response
+}
+
+fn body_chunks(reader: DuplexStream) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> {
+    futures_util::stream::unfold(Some(reader), |state| async move {
+        let mut reader = state?;
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        match reader.read_buf(&mut buf).await {
+            Ok(0) => None,
+            Ok(_) => Some((Ok(buf.freeze()), Some(reader))),
+            Err(e) => Some((Err(e), None)),
+        }
+    })
+}
+
+/// A non-2xx answer whose body is one top-level `error` event line, as the SDK writes them.
+fn error_line(status: StatusCode, sid: Option<String>, message: String) -> Response {
+    tracing::warn!(status = status.as_u16(), "rejected an invoke request: {message}");
+    let mut line = json!({"event": "error", "session_id": sid, "data": {"error": message}}).to_string();
+    line.push('\n');
+    (status, [(header::CONTENT_TYPE, NDJSON)], line).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_come_from_the_body_then_the_header() {
+        let h = Some("hdr".to_owned());
+        let ok = parse_request(br#"{"session_id":"b","event":"request","data":{"a":1}}"#, h.clone()).unwrap();
+        assert_eq!(ok.0, "b");
+        assert_eq!(parse_request(br#"{"event":"request","data":{}}"#, h.clone()).unwrap().0, "hdr");
+        assert_eq!(parse_request(b"garbage", h.clone()).unwrap_err().0.as_deref(), Some("hdr"));
+        assert_eq!(parse_request(br#"{"session_id":"b","event":"request""#, None).unwrap_err().0.as_deref(), Some("b"));
+        assert_eq!(parse_request(b"garbage", None).unwrap_err().0, None);
+        let e = parse_request(br#"{"session_id":"b","event":"backwards_response","data":{}}"#, None).unwrap_err();
+        assert!(e.1.contains("backwards_response"));
+        assert!(parse_request(br#"{"session_id":"b","event":"request","data":[1]}"#, None).is_err());
+    }
+}

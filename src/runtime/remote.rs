@@ -1,0 +1,282 @@
+//! `INSTALL_METHOD=remote`: register with a running daemon over TCP and serve sessions there; reconnect when dropped.
+//!
+//! Policy, per connection:
+//! - The daemon's verdict on a registration is silence (success) or one text line and a close
+//!   (bad key, invalid declaration). A text line is final: exit code 2, never retried, also on
+//!   a reconnect (the key expires after two idle hours).
+//! - The registration counts as accepted once the daemon sends its first JSON line (a request)
+//!   or [`ACCEPT_GRACE`] passes after `end` without an answer.
+//! - A close before acceptance on the very first connection also exits 2 (the address is
+//!   wrong or the daemon is refusing us without a word); on a later connection it is one more
+//!   failed attempt.
+//! - After acceptance a close is a disconnect: in-flight sessions are abandoned (the daemon
+//!   already failed them) and the plugin reconnects and re-registers from scratch.
+//! - Reconnect delays start at `STATEFUL_TOOL_RECONNECT_MS` (default 1000 ms) and double per
+//!   consecutive failure up to 30 s; after `STATEFUL_TOOL_RECONNECT_ATTEMPTS` (default 10,
+//!   about 2.5 minutes) consecutive failures the plugin gives up with exit code 1.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::time::{sleep, timeout};
+
+use super::register::{explain_refusal, registration, Verdict, Watched};
+use super::{stdio, ServeOptions};
+use crate::declarations;
+use crate::dispatch::App;
+
+pub const DEFAULT_PORT: u16 = 5003;
+/// Silence after `end` that we take as success (the daemon never acknowledges one).
+pub const ACCEPT_GRACE: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The daemon drops a connection whose handshake takes longer than 10 s.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to look for the daemon's refusal line after a write to it failed.
+const REFUSAL_WAIT: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The daemon closes a connection after 60 s without a heartbeat.
+const MAX_HEARTBEAT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    pub host: String,
+    pub port: u16,
+    pub key: String,
+    pub reconnect_base: Duration,
+    pub max_attempts: u32,
+}
+
+impl RemoteConfig {
+    /// Reads `REMOTE_INSTALL_URL` (`host:port` or `scheme://host:port`) or `REMOTE_INSTALL_HOST`
+    /// / `REMOTE_INSTALL_PORT`, and `REMOTE_INSTALL_KEY`, through `get` (environment, then `.env`).
+    pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let (host, port) = match get("REMOTE_INSTALL_URL") {
+            Some(url) => parse_address(&url).map_err(|e| anyhow::anyhow!("REMOTE_INSTALL_URL={url:?}: {e}"))?,
+            None => {
+                let host = get("REMOTE_INSTALL_HOST").unwrap_or_else(|| "localhost".to_owned());
+                let port = match get("REMOTE_INSTALL_PORT") {
+                    Some(p) => p
+                        .parse()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .with_context(|| format!("REMOTE_INSTALL_PORT={p:?} is not a port"))?,
+                    None => DEFAULT_PORT,
+                };
+                (host.trim_start_matches('[').trim_end_matches(']').to_owned(), port)
+            }
+        };
+        let key = get("REMOTE_INSTALL_KEY").context(
+            "REMOTE_INSTALL_KEY is not set: copy the debugging key from Dify → Plugins → Debug into .env \
+             (REMOTE_INSTALL_KEY=...) or the environment",
+        )?;
+        let number = |name: &str, default: u64| get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(default);
+        Ok(RemoteConfig {
+            host,
+            port,
+            key,
+            reconnect_base: Duration::from_millis(number("STATEFUL_TOOL_RECONNECT_MS", 1000).max(1)),
+            max_attempts: number("STATEFUL_TOOL_RECONNECT_ATTEMPTS", 10).clamp(1, u32::MAX.into()) as u32,
+        })
+    }
+
+    pub fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        self.reconnect_base.saturating_mul(1u32 << failures.min(16)).min(MAX_BACKOFF)
+    }
+}
+
+/// `host`, `host:port`, `[v6]:port`, optionally behind `scheme://` and before a `/path`.
+pub fn parse_address(url: &str) -> Result<(String, u16), String> {
+    let rest = url.trim().split_once("://").map_or(url.trim(), |(_, r)| r);
+    let rest = rest.split('/').next().unwrap_or_default();
+    let (host, port) = match rest.strip_prefix('[') {
+        Some(v6) => {
+            let (host, tail) = v6.split_once(']').ok_or("unclosed '[' in the host")?;
+            (host, tail.strip_prefix(':'))
+        }
+        None => match rest.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("no host; expected host:port, e.g. localhost:5003".into());
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) => p.parse().ok().filter(|&p| p > 0).ok_or_else(|| format!("{p:?} is not a port"))?,
+    };
+    Ok((host.to_owned(), port))
+}
+
+/// How one connection ended.
+enum Outcome {
+    Refused(String),
+    /// Never reached the daemon.
+    Unreachable(String),
+    /// Closed before the registration was accepted.
+    ClosedEarly(String),
+    /// Closed after the registration was accepted.
+    Lost(String),
+}
+
+pub async fn run_remote(app: Arc<App>, mut opts: ServeOptions, cfg: RemoteConfig) -> anyhow::Result<ExitCode> {
+    opts.heartbeat = opts.heartbeat.min(MAX_HEARTBEAT);
+    let addr = cfg.addr();
+    let mut failures = 0u32;
+    let mut registered_before = false;
+    loop {
+        let outcome = connect_once(&cfg, &app, &opts).await;
+        let why = match outcome {
+            Outcome::Refused(text) => return Ok(fatal(explain_refusal(&text, &addr))),
+            Outcome::ClosedEarly(why) if !registered_before => {
+                return Ok(fatal(format!(
+                    "{why}; the daemon at {addr} gave no reason. Check that REMOTE_INSTALL_URL names the plugin \
+                     daemon's remote-debugging port and that the key is current (Dify → Plugins → Debug)"
+                )))
+            }
+            Outcome::Lost(why) => {
+                registered_before = true;
+                failures = 0;
+                tracing::warn!("lost the connection to the daemon at {addr}: {why}; reconnecting");
+                sleep(cfg.backoff(0)).await;
+                continue;
+            }
+            Outcome::Unreachable(why) | Outcome::ClosedEarly(why) => why,
+        };
+        failures += 1;
+        if failures >= cfg.max_attempts {
+            anyhow::bail!("gave up after {failures} failed attempts to register with the daemon at {addr}: {why}");
+        }
+        let delay = cfg.backoff(failures - 1);
+        tracing::warn!("{why}; retrying in {delay:?} (attempt {}/{})", failures + 1, cfg.max_attempts);
+        sleep(delay).await;
+    }
+}
+
+fn fatal(message: String) -> ExitCode {
+    eprintln!("stateful-tool: {message}");
+    ExitCode::from(2)
+}
+
+async fn connect_once(cfg: &RemoteConfig, app: &Arc<App>, opts: &ServeOptions) -> Outcome {
+    let addr = cfg.addr();
+    let stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect((cfg.host.as_str(), cfg.port))).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Outcome::Unreachable(format!("cannot connect to {addr}: {e}")),
+        Err(_) => return Outcome::Unreachable(format!("connecting to {addr} timed out")),
+    };
+    let _ = stream.set_nodelay(true);
+    let (read_half, mut write_half) = stream.into_split();
+    let (mut reader, mut verdict) = Watched::new(read_half);
+    let lines = registration(&cfg.key, declarations::manifest(), declarations::tool_provider(), declarations::assets());
+    let sent = timeout(REGISTER_TIMEOUT, async {
+        write_half.write_all(&lines).await?;
+        write_half.flush().await
+    })
+    .await;
+    if let Err(e) = sent.map_err(|_| "timed out".to_owned()).and_then(|r| r.map_err(|e| e.to_string())) {
+        // A refused handshake closes the socket while we are still writing: the reason may be waiting.
+        let mut scratch = [0u8; 1024];
+        let _ = timeout(REFUSAL_WAIT, reader.read(&mut scratch)).await;
+        let v = verdict.borrow().clone();
+        return match v {
+            Verdict::Refused(text) => Outcome::Refused(text),
+            _ => Outcome::ClosedEarly(format!("sending the registration to {addr} failed ({e})")),
+        };
+    }
+    tracing::info!("registration sent to the daemon at {addr}");
+    let serve = stdio::serve(BufReader::with_capacity(64 * 1024, reader), write_half, app.clone(), opts.clone());
+    tokio::pin!(serve);
+    let grace = sleep(ACCEPT_GRACE);
+    tokio::pin!(grace);
+    let (mut accepted, mut watching) = (false, true);
+    let ended = |accepted: bool, why: String| if accepted { Outcome::Lost(why) } else { Outcome::ClosedEarly(why) };
+    loop {
+        tokio::select! {
+            result = &mut serve => {
+                let v = verdict.borrow().clone();
+                return match (v, result) {
+                    (Verdict::Refused(text), _) => Outcome::Refused(text),
+                    (_, Ok(())) => ended(accepted, "the daemon closed the connection".into()),
+                    (_, Err(e)) => ended(accepted, format!("connection error: {e}")),
+                };
+            }
+            changed = verdict.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                let v = verdict.borrow_and_update().clone();
+                match v {
+                    Verdict::Refused(text) => return Outcome::Refused(text),
+                    // Dropping `serve` abandons the sessions of this connection: nobody can receive their answers.
+                    Verdict::Closed => return ended(accepted, "the daemon closed the connection".into()),
+                    Verdict::Speaking if !accepted => {
+                        accepted = true;
+                        tracing::info!("registered with the daemon at {addr}; serving requests");
+                    }
+                    Verdict::Speaking | Verdict::Silent => {}
+                }
+            }
+            () = &mut grace, if !accepted => {
+                accepted = true;
+                tracing::info!("registered with the daemon at {addr} (no refusal within {ACCEPT_GRACE:?})");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(parse_address("debug.dify.ai:5003").unwrap(), ("debug.dify.ai".into(), 5003));
+        assert_eq!(parse_address("tcp://127.0.0.1:6000/").unwrap(), ("127.0.0.1".into(), 6000));
+        assert_eq!(parse_address("http://[::1]:7000/x").unwrap(), ("::1".into(), 7000));
+        assert_eq!(parse_address("localhost").unwrap(), ("localhost".into(), DEFAULT_PORT));
+        assert!(parse_address("host:http").is_err());
+        assert!(parse_address(":5003").is_err());
+        assert!(parse_address("host:0").is_err());
+    }
+
+    fn config(pairs: &[(&str, &str)]) -> anyhow::Result<RemoteConfig> {
+        let map: std::collections::HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        RemoteConfig::from_settings(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn settings_defaults_and_errors() {
+        let c = config(&[("REMOTE_INSTALL_KEY", "k")]).unwrap();
+        assert_eq!((c.addr(), c.reconnect_base, c.max_attempts), ("localhost:5003".into(), Duration::from_secs(1), 10));
+        let c = config(&[("REMOTE_INSTALL_KEY", "k"), ("REMOTE_INSTALL_HOST", "::1"), ("REMOTE_INSTALL_PORT", "9")])
+            .unwrap();
+        assert_eq!(c.addr(), "[::1]:9");
+        let url = [("REMOTE_INSTALL_KEY", "k"), ("REMOTE_INSTALL_URL", "h:1"), ("REMOTE_INSTALL_PORT", "9")];
+        assert_eq!(config(&url).unwrap().addr(), "h:1", "the URL wins over host/port");
+        let e = config(&[]).unwrap_err().to_string();
+        assert!(e.contains("REMOTE_INSTALL_KEY") && e.contains("Plugins → Debug"), "{e}");
+        assert!(config(&[("REMOTE_INSTALL_KEY", "k"), ("REMOTE_INSTALL_PORT", "x")]).is_err());
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let c = config(&[("REMOTE_INSTALL_KEY", "k"), ("STATEFUL_TOOL_RECONNECT_MS", "1000")]).unwrap();
+        let delays: Vec<u64> = (0..8).map(|n| c.backoff(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+}
