@@ -176,27 +176,7 @@ fn manifest_follows_spec_section_1() {
     assert_eq!(y["privacy"], "PRIVACY.md");
     let repo = str_of(&y["repo"], "repo");
     assert!(repo.starts_with("https://") && !repo.contains(' '));
-    const DAEMON_TAGS: [&str; 19] = [
-        "search",
-        "image",
-        "videos",
-        "weather",
-        "finance",
-        "design",
-        "travel",
-        "social",
-        "news",
-        "medical",
-        "productivity",
-        "education",
-        "business",
-        "entertainment",
-        "utilities",
-        "agent",
-        "rag",
-        "other",
-        "trigger",
-    ];
+    use crate::package::manifest_rules::MANIFEST_TAGS as DAEMON_TAGS;
     for tag in y["tags"].as_array().unwrap() {
         assert!(DAEMON_TAGS.contains(&str_of(tag, "tag")), "tag {tag}");
     }
@@ -270,25 +250,7 @@ fn provider_follows_spec_section_2_1() {
         let icon = str_of(&id[key], key);
         assert!(asset_names().contains(icon), "provider {key} {icon}");
     }
-    const SDK_TAGS: [&str; 17] = [
-        "search",
-        "image",
-        "videos",
-        "weather",
-        "finance",
-        "design",
-        "travel",
-        "social",
-        "news",
-        "medical",
-        "productivity",
-        "education",
-        "business",
-        "entertainment",
-        "utilities",
-        "rag",
-        "other",
-    ];
+    use crate::package::tool_rules::PROVIDER_TAGS as SDK_TAGS;
     for tag in id["tags"].as_array().unwrap() {
         assert!(SDK_TAGS.contains(&str_of(tag, "tag")), "provider tag {tag}");
     }

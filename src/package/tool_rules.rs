@@ -9,7 +9,7 @@ use super::patterns;
 use super::yamlcheck::{at, kind, Checker};
 
 /// Provider tags the SDK accepts (`ToolLabelEnum`, narrower than the daemon's list).
-const PROVIDER_TAGS: [&str; 17] = [
+pub const PROVIDER_TAGS: [&str; 17] = [
     "search",
     "image",
     "videos",
