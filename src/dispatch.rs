@@ -27,7 +27,14 @@ pub async fn handle_request(app: &App, session: Session, data: Value) {
     let kind = data.get("type").and_then(Value::as_str).unwrap_or("");
     let action = data.get("action").and_then(Value::as_str).unwrap_or("");
     let outcome = match (kind, action) {
-        ("tool", "invoke_tool") => invoke_tool(app, &data).await.map_err(|e| e.to_session_error()),
+        ("tool", "invoke_tool") => {
+            return match invoke_tool(app, &data).await {
+                // The messages of `tool_messages(answer)` and the `end`, written without
+                // building them.
+                Ok(answer) => session.finish_with_answer(&answer).await,
+                Err(e) => session.finish(Some(e.to_session_error())).await,
+            };
+        }
         ("tool", "validate_tool_credentials") => validate_credentials(app, &data).await,
         ("tool", "get_tool_runtime_parameters") => runtime_parameters(&data).map_err(|e| e.to_session_error()),
         _ => Err(ToolError::param(format!(
@@ -56,11 +63,13 @@ fn check_provider(data: &Value) -> Result<(), ToolError> {
     }
 }
 
-fn credentials(data: &Value) -> Value {
-    data.get("credentials").cloned().unwrap_or_else(|| json!({}))
+/// The request's credentials, borrowed (an absent field reads like an empty object: every
+/// credential look-up on it finds nothing).
+fn credentials(data: &Value) -> &Value {
+    data.get("credentials").unwrap_or(&Value::Null)
 }
 
-async fn invoke_tool(app: &App, data: &Value) -> Result<Vec<Value>, ToolError> {
+async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError> {
     check_provider(data)?;
     let tool = data.get("tool").and_then(Value::as_str).unwrap_or("");
     if !tools::TOOL_NAMES.contains(&tool) {
@@ -69,15 +78,15 @@ async fn invoke_tool(app: &App, data: &Value) -> Result<Vec<Value>, ToolError> {
             tools::TOOL_NAMES.join(", ")
         )));
     }
+    let no_params = Map::new();
     let params = match data.get("tool_parameters") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
+        None | Some(Value::Null) => &no_params,
+        Some(Value::Object(m)) => m,
         Some(_) => return Err(ToolError::param("tool_parameters must be an object")),
     };
-    let settings = Settings::from_credentials(&credentials(data))?;
+    let settings = Settings::from_credentials(credentials(data))?;
     let store = app.stores.get(&settings.store).await?;
-    let answer = tools::invoke(tool, &*store, &settings, &params).await?;
-    Ok(tool_messages(answer))
+    tools::invoke(tool, &*store, &settings, params).await
 }
 
 /// The `text` message (for agents) and the `json` message (for workflow nodes) of one answer.
@@ -91,7 +100,7 @@ pub fn tool_messages(answer: Value) -> Vec<Value> {
 async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, Value> {
     let fail = |message: String| session_error("ToolProviderCredentialValidationError", &message, None);
     check_provider(data).map_err(|e| fail(e.message))?;
-    let settings = Settings::from_credentials(&credentials(data)).map_err(|e| fail(e.message))?;
+    let settings = Settings::from_credentials(credentials(data)).map_err(|e| fail(e.message))?;
     let store = app.stores.get(&settings.store).await.map_err(|e| fail(e.to_string()))?;
     let probe = store.probe().await.map_err(|e| fail(e.to_string()))?;
     for w in &probe.warnings {

@@ -36,7 +36,7 @@ async fn read_all(input: &[u8], capacity: usize, max: usize) -> Vec<Line> {
     let mut r = LineReader::with_limit(tokio::io::BufReader::with_capacity(capacity, input), max);
     let mut out = vec![];
     while let Some(l) = r.next_line().await.unwrap() {
-        out.push(l);
+        out.push(l.to_owned());
     }
     out
 }

@@ -137,7 +137,10 @@ fn random_call_sequences_give_documented_answers() {
                 }
                 let before = store.calls();
                 match block_on(tools::invoke(&tool, &store, &settings, &params)) {
-                    Ok(v) => prop_assert!(outcomes.contains(&v["outcome"].as_str().unwrap_or("")), "{v}"),
+                    Ok(a) => {
+                        let v = a.to_value();
+                        prop_assert!(outcomes.contains(&v["outcome"].as_str().unwrap_or("")), "{v}")
+                    }
                     Err(e) if e.class == ErrorClass::ParamInvalid => prop_assert_eq!(store.calls(), before),
                     Err(e) => prop_assert!(
                         matches!(e.class, ErrorClass::Conflict | ErrorClass::NotFound),

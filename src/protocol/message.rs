@@ -1,7 +1,7 @@
 //! Shapes of daemon → plugin lines and the plugin → daemon events we emit.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// A daemon → plugin line (`pluginInStreamMessage`): only the fields we act on.
 #[derive(Debug, Deserialize)]
@@ -23,6 +23,13 @@ pub struct InboundError {
 
 impl Inbound {
     pub fn parse(line: &[u8]) -> Result<Inbound, InboundError> {
+        // Fast path: straight into the struct, building the `data` tree once. Any failure
+        // (including odd but valid input such as a repeated key, which the struct refuses
+        // and the generic path accepts) takes the generic path below, so results and error
+        // messages are exactly those of the generic path.
+        if let Ok(FastInbound(msg)) = serde_json::from_slice::<FastInbound>(line) {
+            return Ok(msg);
+        }
         let value: Value = serde_json::from_slice(line).map_err(|e| InboundError {
             session_id: session_id_from_prefix(line),
             message: format!("input line is not valid JSON: {e}"),
@@ -30,6 +37,60 @@ impl Inbound {
         let session_id = value.get("session_id").and_then(Value::as_str).map(str::to_owned);
         serde_json::from_value::<Inbound>(value)
             .map_err(|e| InboundError { session_id, message: format!("input line is not a daemon message: {e}") })
+    }
+}
+
+/// [`Inbound`] read in one pass. Every member is parsed as the generic path parses it
+/// (unknown ones as a `Value` that is dropped, so the same nesting limit applies to them);
+/// a repeated known member is refused here and left to the generic path (last one wins).
+struct FastInbound(Inbound);
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum Member {
+    SessionId,
+    Event,
+    Data,
+    AppId,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for FastInbound {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = FastInbound;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a daemon message object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<FastInbound, A::Error> {
+                use serde::de::Error;
+                let (mut session_id, mut event, mut data, mut app_id) = (None, None, None, None);
+                fn once<T, E: Error>(slot: &mut Option<T>, value: T) -> Result<(), E> {
+                    match slot.replace(value) {
+                        None => Ok(()),
+                        Some(_) => Err(E::custom("repeated member")),
+                    }
+                }
+                while let Some(member) = map.next_key::<Member>()? {
+                    match member {
+                        Member::SessionId => once(&mut session_id, map.next_value::<Option<String>>()?)?,
+                        Member::Event => once(&mut event, map.next_value::<String>()?)?,
+                        Member::Data => once(&mut data, map.next_value::<Option<Value>>()?)?,
+                        Member::AppId => once(&mut app_id, map.next_value::<Option<String>>()?)?,
+                        Member::Other => drop(map.next_value::<Value>()?),
+                    }
+                }
+                Ok(FastInbound(Inbound {
+                    session_id: session_id.flatten(),
+                    event: event.ok_or_else(|| A::Error::missing_field("event"))?,
+                    data: data.flatten(),
+                    app_id: app_id.flatten(),
+                }))
+            }
+        }
+        d.deserialize_map(Members)
     }
 }
 
@@ -51,32 +112,10 @@ pub fn session_id_from_prefix(line: &[u8]) -> Option<String> {
     id.chars().all(|c| c.is_ascii_graphic()).then(|| id.to_owned())
 }
 
+pub use super::outbound::{answer_end_lines, log_line, session_line};
+
 /// The heartbeat line, exactly as the SDK writes it.
 pub const HEARTBEAT: &[u8] = b"{\"event\":\"heartbeat\",\"session_id\":null,\"data\":{}}\n";
-
-/// A `session` event line (with trailing newline).
-pub fn session_line(session_id: &str, kind: &str, data: &Value) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&json!({
-        "event": "session",
-        "session_id": session_id,
-        "data": { "type": kind, "data": data },
-    }))
-    .expect("serialising a JSON value cannot fail");
-    line.push(b'\n');
-    line
-}
-
-/// A `log` event line; the daemon logs it with the plugin's id.
-pub fn log_line(level: &str, message: &str) -> Vec<u8> {
-    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let mut line = serde_json::to_vec(&json!({
-        "event": "log",
-        "data": { "level": level, "message": message, "timestamp": ts },
-    }))
-    .expect("serialising a JSON value cannot fail");
-    line.push(b'\n');
-    line
-}
 
 #[cfg(test)]
 mod tests {
@@ -89,6 +128,7 @@ mod tests {
         assert_eq!(m.session_id.as_deref(), Some("s1"));
         assert_eq!(m.event, "request");
         assert_eq!(m.data.unwrap()["action"], "x");
+        assert!(serde_json::from_slice::<FastInbound>(line).is_ok(), "a daemon line takes the fast path");
     }
 
     #[test]
@@ -97,6 +137,26 @@ mod tests {
         assert_eq!(e.session_id.as_deref(), Some("abc-1"));
         let e = Inbound::parse(b"this is not json").unwrap_err();
         assert_eq!(e.session_id, None);
+    }
+
+    #[test]
+    fn repeated_keys_take_the_last_value_as_before() {
+        let m = Inbound::parse(br#"{"session_id":"a","session_id":"b","event":"request","data":{"x":1}}"#).unwrap();
+        assert_eq!(m.session_id.as_deref(), Some("b"));
+        let e = Inbound::parse(br#"{"session_id":"a","event":"request","data":[1],"event":5}"#).unwrap_err();
+        assert_eq!(e.session_id.as_deref(), Some("a"));
+        assert!(e.message.starts_with("input line is not a daemon message"), "{}", e.message);
+    }
+
+    #[test]
+    fn too_deep_nesting_is_refused_in_any_field() {
+        for field in ["context", "data"] {
+            let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+            let line = format!(r#"{{"session_id":"d","event":"request","{field}":{deep},"data2":1}}"#);
+            let e = Inbound::parse(line.as_bytes()).unwrap_err();
+            assert!(e.message.starts_with("input line is not valid JSON"), "{field}: {}", e.message);
+            assert_eq!(e.session_id.as_deref(), Some("d"));
+        }
     }
 
     #[test]
@@ -110,15 +170,5 @@ mod tests {
         assert_eq!(session_id_from_prefix(br#"{"session_id":"a\"b"}"#), None);
         assert_eq!(session_id_from_prefix(br#"{"session_id":""}"#), None);
         assert_eq!(session_id_from_prefix(br#"{"session_id":"x y"}"#), None);
-    }
-
-    #[test]
-    fn lines_are_single_json_objects() {
-        let l = session_line("s", "end", &json!({}));
-        assert_eq!(l.last(), Some(&b'\n'));
-        let v: Value = serde_json::from_slice(&l).unwrap();
-        assert_eq!(v["data"], json!({"type":"end","data":{}}));
-        let v: Value = serde_json::from_slice(&log_line("INFO", "a\nb")).unwrap();
-        assert!(v["data"]["timestamp"].is_f64());
     }
 }

@@ -2,6 +2,7 @@
 //! handle tools answer through (`session`).
 
 pub mod message;
+pub mod outbound;
 pub mod session;
 pub mod wire;
 

@@ -4,7 +4,7 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::message::{log_line, session_line};
+use super::outbound::{answer_end_lines, log_line, session_line};
 
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
 /// that stops reading slows the plugin down instead of growing its memory.
@@ -38,14 +38,26 @@ impl Outbox {
     }
 }
 
+/// Most bytes gathered into one write.
+const BATCH_BYTES: usize = 64 * 1024;
+
 async fn write_lines<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<()> {
+    let mut batch = Vec::with_capacity(BATCH_BYTES);
     while let Some(line) = rx.recv().await {
-        out.write_all(&line).await?;
-        // Flush only when nothing else is queued: one syscall per burst, not per line.
-        while let Ok(more) = rx.try_recv() {
-            out.write_all(&more).await?;
+        // Gather whatever else is already queued and write it at once: one syscall per
+        // burst, not per line (a tool answer alone is three lines).
+        batch.extend_from_slice(&line);
+        while batch.len() < BATCH_BYTES {
+            let Ok(more) = rx.try_recv() else { break };
+            batch.extend_from_slice(&more);
         }
+        out.write_all(&batch).await?;
         out.flush().await?;
+        batch.clear();
+        if batch.capacity() > 4 * BATCH_BYTES {
+            // A huge answer passed through: don't keep its buffer around.
+            batch = Vec::with_capacity(BATCH_BYTES);
+        }
     }
     out.flush().await
 }
@@ -64,6 +76,12 @@ impl Session {
 
     pub async fn stream(&self, chunk: &Value) {
         self.out.send(session_line(&self.id, "stream", chunk)).await;
+    }
+
+    /// Answers with a tool's result (its `text` and `json` messages) and ends the session,
+    /// as one write to the output queue.
+    pub async fn finish_with_answer<T: serde::Serialize + ?Sized>(self, answer: &T) {
+        self.out.send(answer_end_lines(&self.id, answer)).await;
     }
 
     /// Ends the session: an optional `error`, then exactly one `end`.

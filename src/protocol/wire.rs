@@ -9,17 +9,39 @@ pub const MAX_INPUT_LINE: usize = 8 * 1024 * 1024;
 /// How much of an oversize line is kept so its `session_id` can still be answered.
 const OVERSIZE_PREFIX: usize = 4096;
 
+/// One input line. The reader hands out borrowed lines (`Line<&[u8]>`) from a buffer it
+/// reuses, so reading a request allocates nothing once the buffer has grown.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line {
+pub enum Line<B = Vec<u8>> {
     /// A complete line without its terminating `\n` (and without one trailing `\r`).
-    Complete(Vec<u8>),
+    Complete(B),
     /// A line longer than the cap: its first bytes and its total length.
-    Oversize { prefix: Vec<u8>, len: usize },
+    Oversize { prefix: B, len: usize },
 }
+
+impl Line<&[u8]> {
+    pub fn to_owned(&self) -> Line {
+        match self {
+            Line::Complete(b) => Line::Complete(b.to_vec()),
+            Line::Oversize { prefix, len } => Line::Oversize { prefix: prefix.to_vec(), len: *len },
+        }
+    }
+}
+
+/// A reused buffer larger than this is released after use, so one huge line does not pin
+/// its memory for the rest of the process.
+const KEEP_BUFFER: usize = 1024 * 1024;
 
 pub struct LineReader<R> {
     inner: R,
     max: usize,
+    buf: Vec<u8>,
+}
+
+/// What `read_one` left in the buffer.
+enum Read {
+    Complete,
+    Oversize(usize),
 }
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
@@ -28,22 +50,27 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
     }
 
     pub fn with_limit(inner: R, max: usize) -> Self {
-        LineReader { inner, max }
+        LineReader { inner, max, buf: Vec::new() }
     }
 
     /// The next non-empty line, or `None` at end of input. A final line without `\n` counts.
-    pub async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+    pub async fn next_line(&mut self) -> std::io::Result<Option<Line<&[u8]>>> {
         loop {
             match self.read_one().await? {
                 None => return Ok(None),
-                Some(Line::Complete(l)) if l.iter().all(|b| b.is_ascii_whitespace()) => continue,
-                Some(line) => return Ok(Some(line)),
+                Some(Read::Complete) if self.buf.iter().all(|b| b.is_ascii_whitespace()) => continue,
+                Some(Read::Complete) => return Ok(Some(Line::Complete(&self.buf))),
+                Some(Read::Oversize(len)) => return Ok(Some(Line::Oversize { prefix: &self.buf, len })),
             }
         }
     }
 
-    async fn read_one(&mut self) -> std::io::Result<Option<Line>> {
-        let mut buf = Vec::new();
+    async fn read_one(&mut self) -> std::io::Result<Option<Read>> {
+        if self.buf.capacity() > KEEP_BUFFER {
+            self.buf = Vec::new();
+        }
+        let buf = &mut self.buf;
+        buf.clear();
         let mut total = 0usize;
         let mut oversize = false;
         loop {
@@ -75,12 +102,12 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             }
         }
         if oversize {
-            return Ok(Some(Line::Oversize { prefix: buf, len: total }));
+            return Ok(Some(Read::Oversize(total)));
         }
         if buf.last() == Some(&b'\r') {
             buf.pop();
         }
-        Ok(Some(Line::Complete(buf)))
+        Ok(Some(Read::Complete))
     }
 }
 
@@ -96,7 +123,7 @@ mod tests {
         let mut r = LineReader::with_limit(tokio::io::BufReader::with_capacity(7, input), max);
         let mut out = vec![];
         while let Some(l) = r.next_line().await.unwrap() {
-            out.push(l);
+            out.push(l.to_owned());
         }
         out
     }

@@ -44,7 +44,10 @@ pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = env::EnvSettings::load();
     let method = settings.get("INSTALL_METHOD").unwrap_or_default().to_ascii_lowercase();
     let get = |name: &str| settings.get(name);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // One thread: every session is I/O-bound, and with stdin/stdout, the store sockets and
+    // all sessions on one event loop a request costs no thread hand-off. Two workers plus
+    // the main thread spent about a third of the plugin's CPU on waking each other.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let app = App::new(Clock::system());
     let result = match method.as_str() {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
@@ -56,7 +59,8 @@ pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
             .and_then(|cfg| rt.block_on(http::run_http(app, cfg))),
         other => Err(anyhow::anyhow!("INSTALL_METHOD={other:?} is not supported; use one of: {INSTALL_METHODS}")),
     };
-    // stdin is read on a blocking thread that a broken stdout leaves parked: don't wait for it.
+    // Without a pipe, stdin is read on a blocking thread that a broken stdout leaves parked:
+    // don't wait for it.
     rt.shutdown_background();
     result
 }

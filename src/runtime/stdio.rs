@@ -4,7 +4,7 @@ use std::io;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufRead, AsyncWrite};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -88,7 +88,7 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
 /// Turns one input line into work: a request's (session id, data), or an error answer for
 /// an identifiable session. Lines that name no session are logged (never echoed: they may
 /// carry credentials) and dropped.
-async fn accept_line(line: Line, outbox: &Outbox) -> Option<(String, Result<serde_json::Value, ToolError>)> {
+async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Result<serde_json::Value, ToolError>)> {
     let (bytes, oversize) = match line {
         Line::Complete(b) => (b, None),
         Line::Oversize { prefix, len } => (prefix, Some(len)),
@@ -96,9 +96,9 @@ async fn accept_line(line: Line, outbox: &Outbox) -> Option<(String, Result<serd
     if let Some(len) = oversize {
         let message =
             format!("request line of {len} bytes exceeds the {} byte limit", crate::protocol::wire::MAX_INPUT_LINE);
-        return report(session_id_from_prefix(&bytes), message, outbox).await;
+        return report(session_id_from_prefix(bytes), message, outbox).await;
     }
-    match Inbound::parse(&bytes) {
+    match Inbound::parse(bytes) {
         Ok(msg) if msg.event == "request" => match (msg.session_id, msg.data) {
             (Some(sid), Some(data)) if data.is_object() => Some((sid, Ok(data))),
             (sid, _) => report(sid, "request without a data object".to_owned(), outbox).await,
@@ -134,6 +134,29 @@ async fn report(
     }
 }
 
+type Input = Box<dyn AsyncRead + Unpin + Send>;
+type Output = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// stdin/stdout for the protocol. When they are pipes (how the daemon starts us) they are
+/// set non-blocking and driven by the runtime's event loop like sockets, so reading a request
+/// or writing an answer costs no round trip through a blocking thread (those round trips
+/// were most of the plugin's CPU per request). The pipe ends are ours alone: the daemon
+/// holds the other ends, and the shim exec'd us. Anything else (a file, a terminal) goes
+/// through tokio's blocking wrappers as before.
+fn protocol_streams() -> (Input, Output) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let input: Input = match std::io::stdin().as_fd().try_clone_to_owned().and_then(pipe::Receiver::from_owned_fd) {
+        Ok(rx) => Box::new(rx),
+        Err(_) => Box::new(tokio::io::stdin()),
+    };
+    let output: Output = match std::io::stdout().as_fd().try_clone_to_owned().and_then(pipe::Sender::from_owned_fd) {
+        Ok(tx) => Box::new(tx),
+        Err(_) => Box::new(tokio::io::stdout()),
+    };
+    (input, output)
+}
+
 /// Local mode: stdin/stdout, exit 0 at stdin EOF, exit when stdout breaks or the daemon
 /// that started us is gone (it only ever sends SIGKILL, so orphaning is our only signal).
 pub async fn run_stdio(app: Arc<App>, opts: ServeOptions) -> anyhow::Result<ExitCode> {
@@ -147,8 +170,9 @@ pub async fn run_stdio(app: Arc<App>, opts: ServeOptions) -> anyhow::Result<Exit
             }
         }
     });
-    let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-    match serve(stdin, tokio::io::stdout(), app, opts).await {
+    let (input, output) = protocol_streams();
+    let stdin = tokio::io::BufReader::with_capacity(64 * 1024, input);
+    match serve(stdin, output, app, opts).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
             tracing::warn!("stdout closed; exiting");

@@ -5,6 +5,7 @@
 //! both win, and a late writer can never overwrite a newer state.
 
 pub mod cache;
+pub mod canonical;
 pub mod clock;
 pub mod http;
 pub mod key;

@@ -1,7 +1,6 @@
 //! The JSON record stored under each key, its fingerprint, and time formatting.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,7 +48,11 @@ pub struct Record {
 
 impl Record {
     pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a record always serialises")
+        // Sized up front (the payload is most of it and gains a few escapes) so the buffer
+        // is not regrown and copied while serialising.
+        let mut out = Vec::with_capacity(512 + self.payload.as_ref().map_or(0, |p| p.len() + p.len() / 4));
+        serde_json::to_writer(&mut out, self).expect("a record always serialises");
+        out
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Record, String> {
@@ -80,14 +83,12 @@ pub fn fingerprint(event_type: &str, payload: Option<&str>) -> String {
     h.update(b"\0");
     match payload {
         None => h.update(b"none"),
-        Some(p) => match serde_json::from_str::<Value>(p) {
-            Ok(v) => {
+        Some(p) => match super::canonical::canonical_json(p) {
+            Some(canonical) => {
                 h.update(b"json\0");
-                let mut out = Vec::with_capacity(p.len());
-                write_canonical(&v, &mut out);
-                h.update(&out);
+                h.update(&canonical);
             }
-            Err(_) => {
+            None => {
                 h.update(b"text\0");
                 h.update(p.as_bytes());
             }
@@ -96,46 +97,38 @@ pub fn fingerprint(event_type: &str, payload: Option<&str>) -> String {
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
-fn write_canonical(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (k, val)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, k).expect("string serialises");
-                out.push(b':');
-                write_canonical(val, out);
+/// `2026-08-05 10:00:00 UTC`, the record's human time format.
+pub fn format_time(ms: i64) -> String {
+    use chrono::{Datelike, Timelike};
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        // Four-digit years (every real timestamp) are written digit by digit: `format`
+        // re-parses its pattern on every call, and this runs several times per ingest.
+        Some(t) if (0..=9999).contains(&t.year()) => {
+            let mut s = String::with_capacity(23);
+            let year = t.year() as u32;
+            push2(&mut s, year / 100);
+            push2(&mut s, year % 100);
+            for (sep, v) in [('-', t.month()), ('-', t.day()), (' ', t.hour()), (':', t.minute()), (':', t.second())] {
+                s.push(sep);
+                push2(&mut s, v);
             }
-            out.push(b'}');
+            s.push_str(" UTC");
+            s
         }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(b']');
-        }
-        scalar => serde_json::to_writer(&mut *out, scalar).expect("scalar serialises"),
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        None => "invalid time".to_owned(),
     }
 }
 
-/// `2026-08-05 10:00:00 UTC`, the record's human time format.
-pub fn format_time(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-        .unwrap_or_else(|| "invalid time".to_owned())
+fn push2(s: &mut String, v: u32) {
+    s.push(char::from(b'0' + (v / 10) as u8));
+    s.push(char::from(b'0' + (v % 10) as u8));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn json_key_order_and_spacing_do_not_change_the_fingerprint() {
@@ -186,5 +179,15 @@ mod tests {
         assert!(Record::from_bytes(&serde_json::to_vec(&v).unwrap()).is_err());
         assert!(Record::from_bytes(b"garbage").is_err());
         assert_eq!(format_time(0), "1970-01-01 00:00:00 UTC");
+        let spread = (0..2000i64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15u64 as i64) % 400_000_000_000_000);
+        for ms in [-62_167_219_200_001, -1, 1_785_924_000_999, 4_102_444_799_999, 253_402_300_800_000, i64::MAX]
+            .into_iter()
+            .chain(spread)
+        {
+            let slow = chrono::DateTime::from_timestamp_millis(ms)
+                .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                .unwrap_or_else(|| "invalid time".to_owned());
+            assert_eq!(format_time(ms), slow, "{ms}");
+        }
     }
 }

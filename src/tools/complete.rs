@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{decode, params, record_fields, swap_or_read_back, Settings, MAX_ROUNDS};
+use super::{decode, params, swap_or_read_back, Answer, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{format_time, new_claim_id, Record, Status};
@@ -11,7 +11,7 @@ use crate::store::{EventStore, Swapped};
 
 pub const MAX_RESULT_BYTES: usize = 4096;
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Value, ToolError> {
+pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let target = match params::optional_str(p, "status")?.as_deref().unwrap_or("completed") {
@@ -44,7 +44,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
         if rec.status != Status::Processing {
             let same = rec.status == target && (result.is_none() || result == rec.result);
             if same {
-                return Ok(answer(&format!("already_{}", target.as_str()), &rec, &key));
+                return Ok(answer(&format!("already_{}", target.as_str()), rec, &key));
             }
             return Err(ToolError::conflict(format!(
                 "event {event_id:?} (attempt {}) is already {}; it cannot become {}",
@@ -64,7 +64,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
         };
         let swapped = swap_or_read_back(store, &key, &cur.version, &next, settings.retention).await?;
         match swapped {
-            Swapped::Swapped => return Ok(answer(target.as_str(), &next, &key)),
+            Swapped::Swapped => return Ok(answer(target.as_str(), next, &key)),
             Swapped::Changed(Some(newer)) => cur = newer,
             Swapped::Changed(None) => return Err(not_found()),
         }
@@ -72,11 +72,8 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
 }
 
-fn answer(outcome: &str, rec: &Record, key: &str) -> Value {
-    let mut m = Map::new();
-    m.insert("outcome".into(), json!(outcome));
-    m.extend(record_fields(rec, key));
-    Value::Object(m)
+fn answer(outcome: &str, rec: Record, key: &str) -> Answer {
+    Answer::new(outcome).record(rec, key)
 }
 
 #[cfg(test)]
@@ -90,11 +87,11 @@ mod tests {
     async fn lifecycle_complete_fail_retry_and_fencing() {
         let (s, st) = (store(), settings());
         let ev = params(json!({"event_id": "L1", "event_type": "created"}));
-        assert_eq!(ingest::run(&s, &st, &ev).await.unwrap()["attempt"], 1);
+        assert_eq!(ingest::run(&s, &st, &ev).await.unwrap().to_value()["attempt"], 1);
         let fail = params(json!({"event_id": "L1", "status": "failed", "attempt": 1}));
-        assert_eq!(run(&s, &st, &fail).await.unwrap()["outcome"], "failed");
-        assert_eq!(run(&s, &st, &fail).await.unwrap()["outcome"], "already_failed");
-        let retry = ingest::run(&s, &st, &ev).await.unwrap();
+        assert_eq!(run(&s, &st, &fail).await.unwrap().to_value()["outcome"], "failed");
+        assert_eq!(run(&s, &st, &fail).await.unwrap().to_value()["outcome"], "already_failed");
+        let retry = ingest::run(&s, &st, &ev).await.unwrap().to_value();
         assert_eq!(
             (retry["outcome"].as_str(), retry["attempt"].as_u64(), retry["retry"].as_bool()),
             (Some("accepted"), Some(2), Some(true))
@@ -102,10 +99,11 @@ mod tests {
         let stale = run(&s, &st, &params(json!({"event_id": "L1", "attempt": 1}))).await.unwrap_err();
         assert_eq!(stale.class, ErrorClass::Conflict);
         assert_eq!(stale.message, "stale completion: attempt 1, current attempt 2");
-        let done = run(&s, &st, &params(json!({"event_id": "L1", "attempt": 2, "result": "ok"}))).await.unwrap();
+        let done =
+            run(&s, &st, &params(json!({"event_id": "L1", "attempt": 2, "result": "ok"}))).await.unwrap().to_value();
         assert_eq!(done["outcome"], "completed");
         assert_eq!(done["result"], "ok");
-        assert_eq!(ingest::run(&s, &st, &ev).await.unwrap()["outcome"], "duplicate");
+        assert_eq!(ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
         let flip = run(&s, &st, &params(json!({"event_id": "L1", "status": "failed"}))).await.unwrap_err();
         assert_eq!(flip.class, ErrorClass::Conflict);
         let unknown = run(&s, &st, &params(json!({"event_id": "nope"}))).await.unwrap_err();
@@ -116,10 +114,10 @@ mod tests {
     async fn expired_lease_is_reclaimed_once_and_unexpired_is_duplicate() {
         let (s, st) = (store(), settings());
         let ev = params(json!({"event_id": "L2", "event_type": "created", "lease_seconds": 1}));
-        ingest::run(&s, &st, &ev).await.unwrap();
-        assert_eq!(ingest::run(&s, &st, &ev).await.unwrap()["outcome"], "duplicate");
+        ingest::run(&s, &st, &ev).await.unwrap().to_value();
+        assert_eq!(ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-        let again = ingest::run(&s, &st, &ev).await.unwrap();
+        let again = ingest::run(&s, &st, &ev).await.unwrap().to_value();
         assert_eq!((again["outcome"].as_str(), again["attempt"].as_u64()), (Some("accepted"), Some(2)));
     }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{decode, params, record_fields, swap_or_read_back, Settings, MAX_ROUNDS};
+use super::{decode, params, swap_or_read_back, Answer, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{fingerprint, format_time, new_claim_id, Record, Status};
@@ -53,7 +53,7 @@ impl IngestRequest {
     }
 }
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Value, ToolError> {
+pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
     if req.lease_ms.is_some() && !store.clock().is_synced() {
@@ -79,12 +79,12 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
     let bytes = fresh.to_bytes();
     for _ in 0..MAX_ROUNDS {
         let existing = match store.create(&key, &bytes, settings.retention).await {
-            Ok(Created::Created) => return Ok(answer("accepted", &fresh, &key, false)),
+            Ok(Created::Created) => return Ok(answer("accepted", fresh, &key, false)),
             Ok(Created::Exists(cur)) => cur,
             // The write may have landed although its answer was lost: read it back.
             Err(e) if e.is_ambiguous() => match store.read(&key).await? {
                 Some(cur) if decode(&cur.value, &key)?.claim_id == fresh.claim_id => {
-                    return Ok(answer("accepted", &fresh, &key, false));
+                    return Ok(answer("accepted", fresh, &key, false));
                 }
                 Some(cur) => cur,
                 None => continue,
@@ -107,7 +107,7 @@ async fn settle<S: EventStore>(
     req: &IngestRequest,
     key: &str,
     mut cur: Current,
-) -> Result<Option<Value>, ToolError> {
+) -> Result<Option<Answer>, ToolError> {
     for _ in 0..MAX_ROUNDS {
         let rec = decode(&cur.value, key)?;
         if rec.fingerprint != req.fingerprint {
@@ -123,7 +123,7 @@ async fn settle<S: EventStore>(
         let reclaim =
             rec.status == Status::Failed || (rec.status == Status::Processing && rec.lease_expired(cur.store_now_ms));
         if !reclaim {
-            return Ok(Some(answer("duplicate", &rec, key, false)));
+            return Ok(Some(answer("duplicate", rec, key, false)));
         }
         let next = Record {
             status: Status::Processing,
@@ -137,7 +137,7 @@ async fn settle<S: EventStore>(
         };
         let swapped = swap_or_read_back(store, key, &cur.version, &next, settings.retention).await?;
         match swapped {
-            Swapped::Swapped => return Ok(Some(answer("accepted", &next, key, true))),
+            Swapped::Swapped => return Ok(Some(answer("accepted", next, key, true))),
             Swapped::Changed(Some(newer)) => cur = newer,
             Swapped::Changed(None) => return Ok(None),
         }
@@ -145,15 +145,13 @@ async fn settle<S: EventStore>(
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
 }
 
-fn answer(outcome: &str, rec: &Record, key: &str, retry: bool) -> Value {
+fn answer(outcome: &str, rec: Record, key: &str, retry: bool) -> Answer {
     let accepted = outcome == "accepted";
-    let mut m = Map::new();
-    m.insert("outcome".into(), json!(outcome));
-    m.insert("accepted".into(), json!(accepted));
-    m.insert("duplicate".into(), json!(!accepted));
-    m.insert("retry".into(), json!(retry));
-    m.extend(record_fields(rec, key));
-    Value::Object(m)
+    Answer::new(outcome)
+        .field("accepted", json!(accepted))
+        .field("duplicate", json!(!accepted))
+        .field("retry", json!(retry))
+        .record(rec, key)
 }
 
 #[cfg(test)]
@@ -166,12 +164,12 @@ mod tests {
     async fn accepted_then_duplicate_then_conflict() {
         let (s, st) = (store(), settings());
         let p = params(json!({"event_id": "E1", "event_type": "created", "payload": "{\"a\":1,\"b\":2}"}));
-        let first = run(&s, &st, &p).await.unwrap();
+        let first = run(&s, &st, &p).await.unwrap().to_value();
         assert_eq!(first["outcome"], "accepted");
         assert_eq!(first["attempt"], 1);
         assert_eq!(first["key"], "evt_E1");
         let again = params(json!({"event_id": "E1", "event_type": "created", "payload": "{ \"b\": 2, \"a\": 1 }"}));
-        let second = run(&s, &st, &again).await.unwrap();
+        let second = run(&s, &st, &again).await.unwrap().to_value();
         assert_eq!(second["outcome"], "duplicate");
         assert_eq!(second["received_at"], first["received_at"]);
         let other = params(json!({"event_id": "E1", "event_type": "created", "payload": "{\"a\":2}"}));
@@ -207,7 +205,7 @@ mod tests {
         let tasks: Vec<_> = (0..200)
             .map(|_| {
                 let (s, st, p) = (s.clone(), st.clone(), p.clone());
-                tokio::spawn(async move { run(&*s, &st, &p).await.unwrap()["outcome"].clone() })
+                tokio::spawn(async move { run(&*s, &st, &p).await.unwrap().to_value()["outcome"].clone() })
             })
             .collect();
         let mut accepted = 0;

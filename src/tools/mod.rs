@@ -1,16 +1,18 @@
 //! The tools: `event_ingest`, `event_status`, `event_complete`, over any `EventStore`.
 
+pub mod answer;
 pub mod complete;
 pub mod ingest;
 pub mod params;
 pub mod settings;
 pub mod status;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::error::ToolError;
-use crate::store::record::{format_time, Record};
+use crate::store::record::Record;
 use crate::store::{EventStore, Swapped, Version};
+pub use answer::{record_fields, Answer};
 pub use settings::Settings;
 
 /// Names of the tools this provider declares, in declaration order.
@@ -22,30 +24,13 @@ pub async fn invoke<S: EventStore>(
     store: &S,
     settings: &Settings,
     params: &Map<String, Value>,
-) -> Result<Value, ToolError> {
+) -> Result<Answer, ToolError> {
     match tool {
         "event_ingest" => ingest::run(store, settings, params).await,
         "event_status" => status::run(store, settings, params).await,
         "event_complete" => complete::run(store, settings, params).await,
         other => Err(ToolError::param(format!("unknown tool {other:?}; this provider has {}", TOOL_NAMES.join(", ")))),
     }
-}
-
-/// The record as tools show it (without the payload, which only `event_status` returns).
-pub fn record_fields(rec: &Record, key: &str) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("event_id".into(), json!(rec.event_id));
-    m.insert("event_type".into(), json!(rec.event_type));
-    m.insert("status".into(), json!(rec.status.as_str()));
-    m.insert("received_at".into(), json!(rec.received_at));
-    m.insert("updated_at".into(), json!(rec.updated_at));
-    m.insert("attempt".into(), json!(rec.attempt));
-    m.insert("fingerprint".into(), json!(rec.fingerprint));
-    m.insert("lease_until".into(), json!(rec.lease_until_ms.map(format_time)));
-    m.insert("completed_at".into(), json!(rec.completed_at));
-    m.insert("result".into(), json!(rec.result));
-    m.insert("key".into(), json!(key));
-    m
 }
 
 /// Decodes a stored value, turning a foreign or corrupt value into an upstream error that

@@ -1,0 +1,10 @@
+//! Building blocks of `stateful-tool-bench`: processes, wire clients, load loops, report.
+
+pub mod measure;
+pub mod plugin;
+pub mod procs;
+pub mod raw;
+pub mod report;
+pub mod suite;
+pub mod wire;
+pub mod workload;

@@ -1,0 +1,203 @@
+//! Drives the real `stateful-tool serve` over pipes exactly as the daemon does: request
+//! lines in, session lines out, many sessions in flight in one process.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use super::measure::{micros_since, Measure, Meter, Tally};
+use super::workload::parse_session_id;
+
+/// Longest silence tolerated from the plugin while sessions are open.
+const STALL: Duration = Duration::from_secs(30);
+
+pub struct Plugin {
+    child: Child,
+    pub pid: u32,
+    stdin: Option<ChildStdin>,
+    out: BufReader<ChildStdout>,
+    line: Vec<u8>,
+    /// From just before `spawn` to the first heartbeat line read.
+    pub first_heartbeat: Duration,
+}
+
+impl Plugin {
+    /// Spawns `serve` (optionally under `wrapper`, e.g. valgrind) and waits for its first
+    /// heartbeat. Its stderr (the plugin log) goes to `log`, as the daemon captures it.
+    pub async fn spawn(exe: &Path, wrapper: &[String], log: &Path) -> anyhow::Result<Plugin> {
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(exe),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+        };
+        cmd.arg("serve").env("INSTALL_METHOD", "local");
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(std::fs::File::create(log)?).kill_on_drop(true);
+        let t0 = Instant::now();
+        let mut child = cmd.spawn().with_context(|| format!("spawning {} serve", exe.display()))?;
+        let pid = child.id().context("plugin exited at once")?;
+        let stdin = child.stdin.take();
+        let out = BufReader::with_capacity(64 * 1024, child.stdout.take().context("no stdout pipe")?);
+        let mut p = Plugin { child, pid, stdin, out, line: Vec::with_capacity(4096), first_heartbeat: Duration::ZERO };
+        let limit = if wrapper.is_empty() { Duration::from_secs(10) } else { Duration::from_secs(120) };
+        loop {
+            if !p.read_line(limit).await? {
+                bail!("the plugin exited before its first heartbeat (see {})", log.display());
+            }
+            if p.line.starts_with(b"{\"event\":\"heartbeat\"") {
+                p.first_heartbeat = t0.elapsed();
+                return Ok(p);
+            }
+        }
+    }
+
+    /// Reads one line into `self.line`; false at end of output.
+    async fn read_line(&mut self, limit: Duration) -> anyhow::Result<bool> {
+        self.line.clear();
+        let n = tokio::time::timeout(limit, self.out.read_until(b'\n', &mut self.line))
+            .await
+            .context("the plugin stopped answering")??;
+        Ok(n > 0)
+    }
+
+    /// Sends `lines` (request `i` carries session id `session_id(run, i)`) keeping `c`
+    /// sessions in flight: each `end` read releases the next request. Latency runs from just
+    /// before a request line is written to the read of its session's `end` line.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run(
+        &mut self,
+        run: u32,
+        lines: &[Vec<u8>],
+        c: usize,
+        cap: Duration,
+        store_pid: u32,
+        expected: &str,
+    ) -> anyhow::Result<Measure> {
+        let n = lines.len();
+        let mut sent = vec![None::<Instant>; n];
+        let mut latencies = Vec::with_capacity(n);
+        let mut tally = Tally::default();
+        let meter = Meter::start(Some(self.pid), store_pid);
+        let deadline = Instant::now() + cap;
+        let (mut next, mut open) = (0usize, 0usize);
+        // At most `c` (≤ 64) small lines are ever unread in the pipe, and the plugin reads
+        // stdin independently of its output, so writing inline here cannot deadlock.
+        while next < n.min(c) {
+            self.send(&mut sent, lines, next).await?;
+            next += 1;
+            open += 1;
+        }
+        while open > 0 {
+            if !self.read_line(STALL).await? {
+                bail!("the plugin closed its output with {open} sessions open");
+            }
+            let Some((sid, kind, rest)) = session_line(&self.line) else { continue };
+            let Some((_, i)) = parse_session_id(sid).filter(|&(r, i)| r == run && i < n) else {
+                bail!("a session line for a session this run did not open: {}", String::from_utf8_lossy(&self.line));
+            };
+            match kind {
+                b"stream" => {
+                    if let Some(outcome) = json_outcome(rest) {
+                        tally.add(outcome);
+                    }
+                }
+                b"error" => tally.add(&format!("error:{}", error_type(rest).unwrap_or("?"))),
+                b"end" => {
+                    let t = sent[i].take().context("two ends for one session")?;
+                    latencies.push(micros_since(t));
+                    open -= 1;
+                    if next < n && Instant::now() < deadline {
+                        self.send(&mut sent, lines, next).await?;
+                        next += 1;
+                        open += 1;
+                    }
+                }
+                other => bail!("unexpected session message type {:?}", String::from_utf8_lossy(other)),
+            }
+        }
+        Ok(meter.finish(latencies, tally, expected, next < n))
+    }
+
+    async fn send(&mut self, sent: &mut [Option<Instant>], lines: &[Vec<u8>], i: usize) -> anyhow::Result<()> {
+        let stdin = self.stdin.as_mut().context("stdin already closed")?;
+        sent[i] = Some(Instant::now());
+        stdin.write_all(&lines[i]).await.context("writing a request line")?;
+        Ok(())
+    }
+
+    /// Peak resident set size so far (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        super::procs::vm_kib(self.pid, "VmHWM")
+    }
+
+    /// Closes stdin (how the daemon ends a plugin gracefully) and waits for the exit.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        drop(self.stdin.take());
+        let wait = async {
+            while self.read_line(STALL).await? {}
+            self.child.wait().await.context("waiting for the plugin")
+        };
+        let status = tokio::time::timeout(Duration::from_secs(20), wait).await.context("plugin did not exit")??;
+        if !status.success() {
+            bail!("the plugin exited with {status}");
+        }
+        Ok(())
+    }
+}
+
+const SESSION: &[u8] = b"{\"event\":\"session\",\"session_id\":\"";
+const DATA_TYPE: &[u8] = b"\",\"data\":{\"type\":\"";
+
+/// (session id, message type, the rest) of a `session` line, by its fixed layout; other
+/// events (heartbeat, log) give None.
+fn session_line(line: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let rest = line.strip_prefix(SESSION)?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let (sid, rest) = rest.split_at(end);
+    let rest = rest.strip_prefix(DATA_TYPE)?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    Some((sid, &rest[..end], &rest[end + 1..]))
+}
+
+/// The `outcome` of a `json` chunk; the `text` chunk (same answer, as a string) gives None.
+fn json_outcome(rest: &[u8]) -> Option<&str> {
+    const JSON: &[u8] = b",\"data\":{\"type\":\"json\",\"message\":{\"json_object\":{\"outcome\":\"";
+    string_at(rest.strip_prefix(JSON)?)
+}
+
+fn error_type(rest: &[u8]) -> Option<&str> {
+    string_at(rest.strip_prefix(b",\"data\":{\"error_type\":\"".as_slice())?)
+}
+
+fn string_at(s: &[u8]) -> Option<&str> {
+    std::str::from_utf8(&s[..s.iter().position(|&b| b == b'"')?]).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use stateful_tool::protocol::message::session_line as make;
+
+    #[test]
+    fn reads_the_plugins_own_session_lines() {
+        let answer = json!({"outcome": "accepted", "accepted": true});
+        let lines = stateful_tool::protocol::outbound::answer_end_lines("s1", &answer);
+        let parsed: Vec<_> = lines.split_inclusive(|&b| b == b'\n').map(|l| session_line(l).unwrap()).collect();
+        let kinds: Vec<&[u8]> = parsed.iter().map(|(_, kind, _)| *kind).collect();
+        assert_eq!(kinds, [&b"stream"[..], b"stream", b"end"]);
+        assert!(parsed.iter().all(|(sid, _, _)| *sid == b"s1"));
+        assert_eq!(json_outcome(parsed[0].2), None, "the text message carries the answer as a string");
+        assert_eq!(json_outcome(parsed[1].2), Some("accepted"));
+        let err = make("s1", "error", &json!({"error_type": "conflict", "message": "m", "args": {}}));
+        let (_, kind, rest) = session_line(&err).unwrap();
+        assert_eq!((kind, error_type(rest)), (&b"error"[..], Some("conflict")));
+        assert_eq!(session_line(b"{\"event\":\"heartbeat\",\"session_id\":null,\"data\":{}}"), None);
+    }
+}

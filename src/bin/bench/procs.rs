@@ -1,0 +1,183 @@
+//! Child processes (KV container, redis-server), temp dirs, and `/proc` readings.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// Linux reports CPU time in USER_HZ, which the kernel ABI fixes at 100 on every platform.
+pub const TICKS_PER_SEC: f64 = 100.0;
+
+/// A private directory under the system temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new() -> anyhow::Result<TempDir> {
+        let dir = std::env::temp_dir().join(format!("stateful-tool-bench-{}-{:08x}", std::process::id(), rand_u32()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(TempDir(dir))
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn rand_u32() -> u32 {
+    rand::random()
+}
+
+/// A child killed (SIGKILL) and reaped on drop, so an error or panic never leaves a store
+/// running.
+pub struct Proc {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `kv serve` on an ephemeral loopback port and waits for its `listening on` line.
+pub fn start_kv(exe: &Path, data: &Path, durability: &str, log: &Path) -> anyhow::Result<Proc> {
+    let mut child = Command::new(exe)
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--durability", durability, "--data"])
+        .arg(data)
+        .env_remove("KV_TOKEN")
+        .env("STATEFUL_TOOL_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .with_context(|| format!("starting {} kv serve", exe.display()))?;
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let _ = tx.send(lines.next().and_then(Result::ok));
+        // Keep draining so the server never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let proc = |child| Proc { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)) };
+    let line = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Some(line)) => line,
+        _ => {
+            drop(proc(child));
+            bail!("kv serve printed no 'listening on' line (see {})", log.display());
+        }
+    };
+    let addr = line
+        .strip_prefix("listening on http://")
+        .and_then(|a| a.trim().parse().ok())
+        .with_context(|| format!("unexpected first line from kv serve: {line:?}"))?;
+    Ok(Proc { child, addr })
+}
+
+/// Starts redis-server on a free loopback port without persistence (the tests' set-up), and
+/// waits until it answers PING.
+pub fn start_redis(bin: &str, dir: &Path) -> anyhow::Result<Proc> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = Command::new(bin)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {bin} (apt-get install redis-server)"))?;
+    let proc = Proc { child, addr: SocketAddr::from(([127, 0, 0, 1], port)) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pings(proc.addr) {
+        if Instant::now() > deadline {
+            bail!("redis-server did not answer on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(proc)
+}
+
+fn pings(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// utime + stime of a whole process (all its threads), in ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    stat_ticks(&format!("/proc/{pid}/stat"))
+}
+
+pub fn own_cpu_ticks() -> u64 {
+    stat_ticks("/proc/self/stat")
+}
+
+fn stat_ticks(path: &str) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(path) else { return 0 };
+    // Fields after the parenthesised command name (which may contain spaces): utime, stime
+    // are fields 14 and 15 of the line, i.e. 11 and 12 after the state field.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse().ok()).collect();
+    f.iter().sum()
+}
+
+/// Busy ticks of the whole machine (all CPUs), to see how much CPU other processes took.
+pub fn machine_busy_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else { return 0 };
+    let line = stat.lines().next().unwrap_or("");
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal: everything but idle and iowait.
+    [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum()
+}
+
+/// A `VmXxx:` line of /proc/<pid>/status, in KiB.
+pub fn vm_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim_start_matches(':').split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The 1-minute load average.
+pub fn load1() -> f64 {
+    let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+}
+
+/// nproc, CPU model, kernel and redis-server version, for the summary.
+pub fn machine(redis_bin: &str) -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model =
+        cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|v| v.trim_start_matches([' ', '\t', ':']));
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let redis =
+        Command::new(redis_bin).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    serde_json::json!({
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": model.unwrap_or("unknown"),
+        "kernel": kernel.trim(),
+        "mem_total_kib": std::fs::read_to_string("/proc/meminfo").ok()
+            .and_then(|m| m.lines().next()?.split_whitespace().nth(1)?.parse::<u64>().ok()),
+        "redis": redis.unwrap_or_default().trim(),
+    })
+}

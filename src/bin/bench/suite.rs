@@ -1,0 +1,196 @@
+//! The sections of one benchmark run, in order: plugin start-up, then per backend the raw
+//! store and the plugin side by side at each concurrency, then the KV container alone.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::measure::Measure;
+use super::plugin::Plugin;
+use super::procs::{start_kv, start_redis, Proc, TempDir};
+use super::raw::{self, Op, Store};
+use super::workload::{event_ids, ingest_lines, keys, record_value, status_lines};
+
+/// Everything a run needs to know.
+pub struct Config {
+    pub plugin: PathBuf,
+    pub wrapper: Vec<String>,
+    pub redis: String,
+    pub n: usize,
+    pub warmup: usize,
+    pub spawns: usize,
+    pub concurrency: Vec<usize>,
+    pub cap: Duration,
+    pub backends: Vec<Store>,
+    pub sections: Vec<String>,
+}
+
+impl Config {
+    fn wants(&self, section: &str) -> bool {
+        self.sections.iter().any(|s| s == section)
+    }
+}
+
+/// One line of a result table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// `kv` / `redis` (plugin and raw rows) or `immediate` / `none` (KV container rows).
+    pub store: &'static str,
+    pub op: &'static str,
+    pub c: usize,
+    #[serde(flatten)]
+    pub m: Measure,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_kib: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_heartbeat_ms: Option<f64>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Startup {
+    /// Spawn → first heartbeat line, one entry per spawn.
+    pub first_heartbeat_ms: Vec<f64>,
+    /// VmHWM of an idle plugin right after its first heartbeat.
+    pub idle_peak_rss_kib: u64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Results {
+    pub startup: Startup,
+    pub plugin: Vec<Row>,
+    pub raw: Vec<Row>,
+    pub kv: Vec<Row>,
+}
+
+fn store_name(s: Store) -> &'static str {
+    match s {
+        Store::Kv => "kv",
+        Store::Redis => "redis",
+    }
+}
+
+pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> anyhow::Result<Results> {
+    let mut res = Results::default();
+    let mut run_id = 0u32;
+    if cfg.wants("startup") {
+        for k in 0..cfg.spawns {
+            let p = Plugin::spawn(&cfg.plugin, &cfg.wrapper, &tmp.path().join(format!("startup-{k}.log"))).await?;
+            res.startup.first_heartbeat_ms.push(p.first_heartbeat.as_secs_f64() * 1000.0);
+            res.startup.idle_peak_rss_kib = res.startup.idle_peak_rss_kib.max(p.peak_rss_kib());
+            p.shutdown().await?;
+        }
+    }
+    for &store in &cfg.backends {
+        if !cfg.wants("plugin") && !cfg.wants("raw") {
+            break;
+        }
+        let name = store_name(store);
+        let server = start_store(cfg, tmp, store, "immediate")?;
+        for &c in &cfg.concurrency {
+            if cfg.wants("raw") {
+                let row = |op, m| Row { store: name, op, c, m, peak_rss_kib: None, first_heartbeat_ms: None };
+                let warm = keys(&event_ids(&format!("raw-warm-c{c}"), cfg.warmup));
+                raw_run(&server, store, Op::Claim, warm, c, cfg.cap, "created").await?;
+                let ids = event_ids(&format!("raw-c{c}"), cfg.n);
+                let new = raw_run(&server, store, Op::Claim, keys(&ids), c, cfg.cap, "created").await?;
+                let claimed = keys(&ids[..new.ops]);
+                let dup = raw_run(&server, store, Op::Claim, claimed.clone(), c, cfg.cap, "exists").await?;
+                let read = raw_run(&server, store, Op::Read, claimed, c, cfg.cap, "found").await?;
+                for r in [row("claim_new", new), row("claim_dup", dup), row("read", read)] {
+                    progress("raw", &r);
+                    res.raw.push(r);
+                }
+            }
+            if cfg.wants("plugin") {
+                for r in plugin_rows(cfg, tmp, store, &server, c, &mut run_id).await? {
+                    progress("plugin", &r);
+                    res.plugin.push(r);
+                }
+            }
+        }
+    }
+    if cfg.wants("kv") {
+        for durability in ["immediate", "none"] {
+            let server = start_store(cfg, tmp, Store::Kv, durability)?;
+            for &c in &cfg.concurrency {
+                let row = |op, m| Row { store: durability, op, c, m, peak_rss_kib: None, first_heartbeat_ms: None };
+                let warm = keys(&event_ids(&format!("kv-warm-c{c}"), cfg.warmup));
+                raw_run(&server, Store::Kv, Op::Claim, warm, c, cfg.cap, "created").await?;
+                let ids = event_ids(&format!("kv-c{c}"), cfg.n);
+                let put = raw_run(&server, Store::Kv, Op::Claim, keys(&ids), c, cfg.cap, "created").await?;
+                let written = keys(&ids[..put.ops]);
+                let get = raw_run(&server, Store::Kv, Op::Read, written, c, cfg.cap, "found").await?;
+                for r in [row("put_if_absent", put), row("get", get)] {
+                    progress("kv", &r);
+                    res.kv.push(r);
+                }
+            }
+        }
+    }
+    Ok(res)
+}
+
+/// One plugin process at concurrency `c`: warm-up, then N new ingests, the same N again
+/// (duplicates), and N status reads.
+async fn plugin_rows(
+    cfg: &Config,
+    tmp: &TempDir,
+    store: Store,
+    server: &Proc,
+    c: usize,
+    run_id: &mut u32,
+) -> anyhow::Result<Vec<Row>> {
+    let name = store_name(store);
+    let url = match store {
+        Store::Kv => format!("http://{}", server.addr),
+        Store::Redis => format!("redis://{}/0", server.addr),
+    };
+    let mut p = Plugin::spawn(&cfg.plugin, &cfg.wrapper, &tmp.path().join(format!("plugin-{name}-c{c}.log"))).await?;
+    let mut phase = |make: &dyn Fn(u32) -> Vec<Vec<u8>>| {
+        *run_id += 1;
+        (*run_id, make(*run_id))
+    };
+    let pid = server.pid();
+    let warm = event_ids(&format!("plugin-warm-c{c}"), cfg.warmup);
+    let (r, lines) = phase(&|r| ingest_lines(r, &url, &warm));
+    p.run(r, &lines, c, cfg.cap, pid, "accepted").await?;
+    let ids = event_ids(&format!("plugin-c{c}"), cfg.n);
+    let (r, lines) = phase(&|r| ingest_lines(r, &url, &ids));
+    let new = p.run(r, &lines, c, cfg.cap, pid, "accepted").await?;
+    let ids = &ids[..new.ops];
+    let (r, lines) = phase(&|r| ingest_lines(r, &url, ids));
+    let dup = p.run(r, &lines, c, cfg.cap, pid, "duplicate").await?;
+    let (r, lines) = phase(&|r| status_lines(r, &url, ids));
+    let status = p.run(r, &lines, c, cfg.cap, pid, "found").await?;
+    let (rss, hb) = (Some(p.peak_rss_kib()), Some(p.first_heartbeat.as_secs_f64() * 1000.0));
+    p.shutdown().await?;
+    Ok([("ingest_new", new), ("ingest_dup", dup), ("status", status)]
+        .into_iter()
+        .map(|(op, m)| Row { store: name, op, c, m, peak_rss_kib: rss, first_heartbeat_ms: hb })
+        .collect())
+}
+
+fn start_store(cfg: &Config, tmp: &TempDir, store: Store, durability: &str) -> anyhow::Result<Proc> {
+    let dir = tmp.path().join(format!("{}-{durability}-{:08x}", store_name(store), super::procs::rand_u32()));
+    std::fs::create_dir_all(&dir)?;
+    match store {
+        Store::Kv => start_kv(&cfg.plugin, &dir, durability, &dir.with_extension("log")),
+        Store::Redis => start_redis(&cfg.redis, &dir),
+    }
+}
+
+async fn raw_run(
+    server: &Proc,
+    store: Store,
+    op: Op,
+    keys: Vec<String>,
+    c: usize,
+    cap: Duration,
+    expected: &str,
+) -> anyhow::Result<Measure> {
+    // One record-sized value for every key: the bytes a plugin claim moves.
+    let value = Arc::new(record_value(keys.first().map_or("x", |k| k.trim_start_matches("evt_"))));
+    raw::run(store, server.addr, server.pid(), op, Arc::new(keys), value, c, cap, expected).await
+}

@@ -1,0 +1,136 @@
+//! What the benchmark sends: event ids, webhook-like payloads, daemon request lines, records.
+
+use serde_json::{json, Value};
+use stateful_tool::call::request_line;
+use stateful_tool::store::key::storage_key;
+use stateful_tool::store::record::{fingerprint, format_time, new_claim_id, Record, Status};
+
+/// Store-side TTL both the plugin (default `retention` credential, 7 days) and the raw
+/// clients send, so raw claims do exactly the store work a plugin claim does.
+pub const TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// The lease every ingest asks for (the README's workflow sets one); long enough that no
+/// lease expires between a run's ingest and duplicate phases, which would turn duplicates
+/// into re-claims.
+pub const LEASE_SECONDS: i64 = 3600;
+
+/// A realistic webhook body (~300 bytes): the plugin parses and canonicalises it to
+/// fingerprint it, which is part of the work being measured.
+pub fn payload(i: usize) -> String {
+    json!({
+        "id": format!("evt_{i:010}"),
+        "type": "order.updated",
+        "created": 1_780_000_000 + i,
+        "data": {
+            "order_id": 4_200_000 + i,
+            "customer": {"id": format!("cus_{:08x}", i * 7919), "email": format!("buyer{i}@example.com")},
+            "items": [{"sku": "SKU-1042", "qty": 2, "price": "19.90"}, {"sku": "SKU-7", "qty": 1, "price": "5.00"}],
+            "currency": "EUR",
+            "total": "44.80",
+        },
+    })
+    .to_string()
+}
+
+/// Event ids of one run: distinct per (backend, phase prefix, concurrency) so runs never
+/// collide in a store that lives across runs.
+pub fn event_ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i:08}")).collect()
+}
+
+/// The session id of request `i` of run `run`: UUID-shaped like the daemon's, and the
+/// reader recovers both numbers from it without a map look-up.
+pub fn session_id(run: u32, i: usize) -> String {
+    format!("{run:08x}-0000-4000-8000-{i:012x}")
+}
+
+/// Inverse of [`session_id`].
+pub fn parse_session_id(sid: &[u8]) -> Option<(u32, usize)> {
+    if sid.len() != 36 {
+        return None;
+    }
+    let run = u32::from_str_radix(std::str::from_utf8(&sid[..8]).ok()?, 16).ok()?;
+    let i = usize::from_str_radix(std::str::from_utf8(&sid[24..]).ok()?, 16).ok()?;
+    Some((run, i))
+}
+
+fn invoke(tool: &str, kv_url: &str, params: Value) -> Value {
+    json!({
+        "action": "invoke_tool", "credential_type": "api-key", "credentials": {"kv_url": kv_url},
+        "provider": "stateful_tool", "tool": tool, "tool_parameters": params, "type": "tool", "user_id": "bench",
+    })
+}
+
+/// `event_ingest` request lines, byte for byte as the daemon writes them.
+pub fn ingest_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let params =
+                json!({"event_id": id, "event_type": "updated", "payload": payload(i), "lease_seconds": LEASE_SECONDS});
+            request_line(&session_id(run, i), invoke("event_ingest", kv_url, params)).into_bytes()
+        })
+        .collect()
+}
+
+/// `event_status` request lines.
+pub fn status_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            request_line(&session_id(run, i), invoke("event_status", kv_url, json!({"event_id": id}))).into_bytes()
+        })
+        .collect()
+}
+
+/// Storage keys exactly as the plugin names them (no namespace).
+pub fn keys(ids: &[String]) -> Vec<String> {
+    ids.iter().map(|id| storage_key(None, id)).collect()
+}
+
+/// A record like the one the plugin stores for event `ids[0]`: same fields, same size
+/// (± a digit), so the raw clients move the same bytes per claim.
+pub fn record_value(id: &str) -> Vec<u8> {
+    let now = 1_780_000_000_000;
+    let body = payload(0);
+    Record {
+        v: 1,
+        event_id: id.to_owned(),
+        event_type: "updated".into(),
+        fingerprint: fingerprint("updated", Some(&body)),
+        payload: Some(body),
+        status: Status::Processing,
+        received_at: format_time(now),
+        updated_at: format_time(now),
+        attempt: 1,
+        lease_until_ms: Some(now + LEASE_SECONDS * 1000),
+        completed_at: None,
+        result: None,
+        claim_id: new_claim_id(),
+    }
+    .to_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_round_trip() {
+        let sid = session_id(0xdead_beef, 123_456);
+        assert_eq!(sid.len(), 36);
+        assert_eq!(parse_session_id(sid.as_bytes()), Some((0xdead_beef, 123_456)));
+        assert_eq!(parse_session_id(b"nope"), None);
+    }
+
+    #[test]
+    fn lines_are_daemon_requests() {
+        let ids = event_ids("p", 2);
+        let lines = ingest_lines(7, "http://x", &ids);
+        let v: Value = serde_json::from_slice(&lines[1]).unwrap();
+        assert_eq!(v["event"], "request");
+        assert_eq!(v["data"]["tool_parameters"]["event_id"], "p-00000001");
+        assert_eq!(lines[1].last(), Some(&b'\n'));
+        assert!(record_value("p-00000000").len() > 400);
+    }
+}

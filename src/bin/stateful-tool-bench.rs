@@ -1,0 +1,160 @@
+//! `stateful-tool-bench`: the plugin over real pipes vs the raw stores, and the KV container alone.
+//!
+//! A separate binary so the shipped plugin does not carry it. It spawns the real release
+//! `stateful-tool` (plugin and KV container) and `redis-server` on ephemeral loopback ports
+//! with temporary data directories, and kills all of them before it exits.
+
+mod bench;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use serde_json::json;
+
+use bench::procs::{load1, machine, TempDir};
+use bench::raw::Store;
+use bench::suite::Config;
+
+#[derive(Parser)]
+#[command(name = "stateful-tool-bench", about = "Benchmarks: plugin vs raw store, KV container durability")]
+struct Args {
+    /// The `stateful-tool` binary (plugin and KV container). Default: next to this executable.
+    #[arg(long)]
+    plugin: Option<PathBuf>,
+    /// Tiny runs for a CI smoke test (finishes well under a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Operations per measured run (default 20000; 200 with --quick).
+    #[arg(long)]
+    n: Option<usize>,
+    /// Where the JSON summary goes.
+    #[arg(long, default_value = "target/bench/summary.json")]
+    out: PathBuf,
+    /// Sessions / connections in flight.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    concurrency: Vec<usize>,
+    /// Longest a single run may take; it then stops early and reports what it did (default 10 s; 2 s with --quick).
+    #[arg(long)]
+    max_run_secs: Option<f64>,
+    /// Sections to run: startup, plugin, raw, kv.
+    #[arg(long, value_delimiter = ',', default_value = "startup,plugin,raw,kv")]
+    sections: Vec<String>,
+    /// Backends for the plugin and raw sections: kv, redis.
+    #[arg(long, value_delimiter = ',', default_value = "kv,redis")]
+    backends: Vec<String>,
+    /// Run the plugin under this command (space-separated), e.g. for callgrind:
+    /// `--plugin-wrapper "valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p"`.
+    #[arg(long)]
+    plugin_wrapper: Option<String>,
+    /// The redis-server binary.
+    #[arg(long, env = "REDIS_SERVER", default_value = "redis-server")]
+    redis_server: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("stateful-tool-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // One thread for the load generator: the plugin and the store get the other core.
+    match rt.block_on(run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(2),
+        Err(e) => {
+            eprintln!("stateful-tool-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn config(args: &Args) -> anyhow::Result<Config> {
+    let plugin = match &args.plugin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("stateful-tool"),
+    };
+    anyhow::ensure!(plugin.is_file(), "no plugin binary at {} (build it, or pass --plugin)", plugin.display());
+    let backends = args
+        .backends
+        .iter()
+        .map(|b| match b.as_str() {
+            "kv" => Ok(Store::Kv),
+            "redis" => Ok(Store::Redis),
+            other => anyhow::bail!("unknown backend {other:?} (kv, redis)"),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let n = args.n.unwrap_or(if args.quick { 200 } else { 20_000 }).max(1);
+    Ok(Config {
+        plugin,
+        wrapper: args.plugin_wrapper.as_deref().unwrap_or("").split_whitespace().map(str::to_owned).collect(),
+        redis: args.redis_server.clone(),
+        n,
+        warmup: (n / 10).clamp(1, 1000),
+        spawns: if args.quick { 3 } else { 20 },
+        concurrency: args.concurrency.clone(),
+        cap: Duration::from_secs_f64(args.max_run_secs.unwrap_or(if args.quick { 2.0 } else { 10.0 })),
+        backends,
+        sections: args.sections.clone(),
+    })
+}
+
+/// Runs everything; Ok(false) when some operation answered something it should not have.
+async fn run(args: Args) -> anyhow::Result<bool> {
+    let cfg = config(&args)?;
+    let tmp = TempDir::new()?;
+    let load_before = load1();
+    eprintln!(
+        "stateful-tool-bench: plugin {}, N={}, C={:?}, load average {load_before:.2}",
+        cfg.plugin.display(),
+        cfg.n,
+        cfg.concurrency
+    );
+    // A hard bound on the whole run; children die with their guards on every exit path.
+    let budget = Duration::from_secs(if args.quick { 120 } else { 1800 });
+    let results = tokio::select! {
+        r = tokio::time::timeout(budget, bench::suite::run(&cfg, &tmp, bench::report::progress)) => {
+            r.map_err(|_| anyhow::anyhow!("the benchmark exceeded its {budget:?} budget"))??
+        }
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+    };
+    let targets = bench::report::targets(&results);
+    println!("{}", bench::report::table(&results, &targets));
+    let load_after = load1();
+    let all_runs = results.plugin.iter().chain(&results.raw).chain(&results.kv);
+    let foreign = all_runs.clone().map(|r| r.m.foreign_cpu_cores).fold(0.0, f64::max);
+    let ok = all_runs.clone().all(|r| r.m.unexpected == 0);
+    println!(
+        "Noise: load average {load_before:.2} before, {load_after:.2} after; other processes used at most \
+         {foreign:.2} cores during any run.{}",
+        if ok { "" } else { " SOME OPERATIONS ANSWERED UNEXPECTEDLY (see the summary)." }
+    );
+    let summary = json!({
+        "version": 1,
+        "config": {
+            "n": cfg.n, "warmup": cfg.warmup, "concurrency": cfg.concurrency, "quick": args.quick,
+            "max_run_secs": cfg.cap.as_secs_f64(), "plugin": cfg.plugin.display().to_string(),
+            "plugin_wrapper": cfg.wrapper,
+        },
+        "machine": machine(&cfg.redis),
+        "noise": {"load1_before": load_before, "load1_after": load_after, "max_foreign_cpu_cores": foreign},
+        "startup": results.startup,
+        "plugin": results.plugin,
+        "raw": results.raw,
+        "kv": results.kv,
+        "targets": targets,
+        "all_outcomes_as_expected": ok,
+    });
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&args.out, serde_json::to_vec_pretty(&summary)?)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!("summary written to {}", args.out.display());
+    Ok(ok)
+}

@@ -1,0 +1,136 @@
+//! The tree-based canonical form against the `Value`-based one it replaced, input by input.
+
+use serde_json::Value;
+
+use super::canonical_json;
+
+/// The previous implementation, kept as the reference: parse into `Value`, write sorted.
+fn reference(payload: &str) -> Option<Vec<u8>> {
+    fn write(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push(b'{');
+                for (i, (k, val)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    serde_json::to_writer(&mut *out, k).unwrap();
+                    out.push(b':');
+                    write(val, out);
+                }
+                out.push(b'}');
+            }
+            Value::Array(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write(item, out);
+                }
+                out.push(b']');
+            }
+            scalar => serde_json::to_writer(&mut *out, scalar).unwrap(),
+        }
+    }
+    let v: Value = serde_json::from_str(payload).ok()?;
+    let mut out = Vec::new();
+    write(&v, &mut out);
+    Some(out)
+}
+
+fn corpus() -> Vec<String> {
+    let mut c: Vec<String> = [
+        r#"{"b":1,"a":{"y":[1,2,{"z":null,"c":true}],"x":"s"}}"#,
+        "{ \"b\": {\"x\": \"s\", \"y\": [1, 2]},\n \"a\": 1 }",
+        r#"{"a":1,"a":2,"b":0,"a":3}"#,
+        r#"{"":0,"é":1,"e":2,"E":3,"😀":4,"\u00e9":5,"a\"b":6,"a\\b":7,"a\nb":8,"\u0000":9}"#,
+        r#"[1.50,1e5,1E+05,-0,-0.0,0,18446744073709551615,18446744073709551616,-9223372036854775808,-9223372036854775809]"#,
+        r#"{"id":12345678901234567890123,"f":3.141592653589793238462643383279,"e":-1.0e-400,"big":1e400}"#,
+        r#""just a string with \"escapes\" and \u263a and \ud83d\ude00""#,
+        r#""\u007f\u001f\/\b\f\n\r\t""#,
+        "42",
+        "-7",
+        "true",
+        "null",
+        "[]",
+        "{}",
+        "  {\"a\" : [ ] , \"b\" : { } }  \n",
+        r#"{"$serde_json::private::Number":"12"}"#,
+        r#"{"$serde_json::private::Number":"1.50"}"#,
+        r#"{"$serde_json::private::Number":"x"}"#,
+        r#"{"$serde_json::private::Number":12}"#,
+        r#"{"$serde_json::private::Number":"12","b":1}"#,
+        r#"{"a":1,"$serde_json::private::Number":"12"}"#,
+        r#"{"nested":{"$serde_json::private::Number":"007"}}"#,
+        // Not JSON: hashed as text by both.
+        "",
+        " ",
+        "{",
+        r#"{"a":1,}"#,
+        "[1,2]x",
+        "01",
+        "1.",
+        "NaN",
+        r#""\ud800""#,
+        r#"{"a":"\x"}"#,
+        "'single'",
+        "plain text payload",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for depth in [126, 127, 128, 129, 200] {
+        c.push(format!("{}{}", "[".repeat(depth), "]".repeat(depth)));
+        c.push(format!("{}1{}", "{\"k\":".repeat(depth), "}".repeat(depth)));
+    }
+    c
+}
+
+#[test]
+fn same_canonical_text_as_the_value_based_form() {
+    for payload in corpus() {
+        let (ours, theirs) = (canonical_json(&payload), reference(&payload));
+        assert_eq!(
+            ours.as_deref().map(String::from_utf8_lossy),
+            theirs.as_deref().map(String::from_utf8_lossy),
+            "payload {payload:?}"
+        );
+    }
+}
+
+#[test]
+fn same_canonical_text_for_generated_documents() {
+    // A deterministic pseudo-random mix of objects, arrays, repeated keys and scalars.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    fn gen(next: &mut dyn FnMut(u64) -> u64, depth: u32) -> String {
+        let keys = ["a", "b", "B", "é", "a b", "\\\"q\\\"", "\\u00e9", "k1", "k10", "k2"];
+        let scalars =
+            ["0", "-1", "2.50", "1e-7", "true", "false", "null", "\"s\"", "\"\\n\\u0001\"", "123456789012345678901"];
+        match if depth > 4 { 0 } else { next(4) } {
+            0 | 1 => scalars[next(scalars.len() as u64) as usize].to_string(),
+            2 => {
+                let items: Vec<String> = (0..next(4)).map(|_| gen(next, depth + 1)).collect();
+                format!("[{}]", items.join(" , "))
+            }
+            _ => {
+                let entries: Vec<String> = (0..next(6))
+                    .map(|_| format!("\"{}\": {}", keys[next(keys.len() as u64) as usize], gen(next, depth + 1)))
+                    .collect();
+                format!("{{{}}}", entries.join(","))
+            }
+        }
+    }
+    for _ in 0..3000 {
+        let doc = gen(&mut next, 0);
+        assert_eq!(canonical_json(&doc), reference(&doc), "document {doc}");
+    }
+}

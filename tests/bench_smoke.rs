@@ -1,0 +1,64 @@
+//! `stateful-tool-bench --quick` against the debug builds: it runs every section to the end
+//! and writes a summary that has them all. Timings are not checked (CI machines vary).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+#[test]
+fn quick_bench_completes_and_writes_every_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let log = dir.path().join("bench.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stateful-tool-bench"))
+        .args(["--quick", "--plugin", env!("CARGO_BIN_EXE_stateful-tool"), "--out"])
+        .arg(&out)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.path().join("bench.err")).unwrap())
+        .spawn()
+        .expect("spawn stateful-tool-bench");
+    // The bench bounds itself; this only keeps a hung run from hanging the test suite.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("stateful-tool-bench --quick did not finish within 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    assert!(
+        status.success(),
+        "stateful-tool-bench --quick failed: {status:?}\n{}{}",
+        output("bench.log"),
+        output("bench.err")
+    );
+    let summary: Value = serde_json::from_slice(&std::fs::read(&out).expect("summary written")).unwrap();
+    assert_eq!(summary["all_outcomes_as_expected"], true);
+    assert!(!summary["startup"]["first_heartbeat_ms"].as_array().unwrap().is_empty());
+    for (section, ops) in [
+        ("plugin", &["ingest_new", "ingest_dup", "status"][..]),
+        ("raw", &["claim_new", "claim_dup", "read"][..]),
+        ("kv", &["put_if_absent", "get"][..]),
+    ] {
+        let rows = summary[section].as_array().unwrap_or_else(|| panic!("no {section} section"));
+        for store in if section == "kv" { ["immediate", "none"] } else { ["kv", "redis"] } {
+            for op in ops {
+                for c in [1, 16, 64] {
+                    let row = rows.iter().find(|r| r["store"] == store && r["op"] == *op && r["c"] == c);
+                    let row = row.unwrap_or_else(|| panic!("{section}: no row for {store} {op} C={c}"));
+                    assert!(row["ops"].as_u64().unwrap() > 0, "{section} {store} {op} C={c} did nothing");
+                }
+            }
+        }
+    }
+    let targets = summary["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 6);
+    assert!(targets.iter().all(|t| t["pass"].is_boolean()), "every target was measured: {targets:?}");
+    assert!(summary["machine"]["nproc"].as_u64().unwrap() > 0);
+}
