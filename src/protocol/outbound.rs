@@ -1,5 +1,4 @@
-//! The plugin → daemon lines we write: `session` events (and a tool answer's three lines in
-//! one buffer), and `log` events.
+//! The plugin → daemon lines we write: `session` events (a tool answer as one buffer), `log` events.
 
 use serde::Serialize;
 use serde_json::{json, Value};

@@ -85,7 +85,8 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
     );
     let _ = writeln!(
         s,
-        "| store | operation | C | plugin ops/s | p50 ms | p99 ms | raw ops/s | raw p50 ms | raw p99 ms | plugin/raw | plugin CPU ms/op | store CPU ms/op (plugin run) | peak RSS MB |"
+        "| store | operation | C | plugin ops/s | p50 ms | p99 ms | raw ops/s | raw p50 ms | raw p99 ms | plugin/raw \
+         | plugin CPU ms/op | store CPU ms/op (plugin run) | peak RSS MB |"
     );
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &r.plugin {
