@@ -1,5 +1,4 @@
-//! `stateful-tool-bench --quick` against the debug builds: it runs every section to the end
-//! and writes a summary that has them all. Timings are not checked (CI machines vary).
+//! `stateful-tool-bench --quick` on debug builds completes and writes every section (no timings checked).
 
 use std::process::Command;
 use std::time::{Duration, Instant};

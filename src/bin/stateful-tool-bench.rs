@@ -1,8 +1,8 @@
 //! `stateful-tool-bench`: the plugin over real pipes vs the raw stores, and the KV container alone.
-//!
-//! A separate binary so the shipped plugin does not carry it. It spawns the real release
-//! `stateful-tool` (plugin and KV container) and `redis-server` on ephemeral loopback ports
-//! with temporary data directories, and kills all of them before it exits.
+//
+// A separate binary so the shipped plugin does not carry it. It spawns the real release
+// `stateful-tool` (plugin and KV container) and `redis-server` on ephemeral loopback ports
+// with temporary data directories, and kills all of them before it exits.
 
 mod bench;
 

@@ -1,5 +1,4 @@
-//! The plugin → daemon lines we write: `session` events (and a tool answer's three lines in
-//! one buffer), and `log` events.
+//! The plugin → daemon lines we write: `session` events (a tool answer as one buffer), `log` events.
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -32,42 +31,75 @@ fn start_session_line(out: &mut Vec<u8>, session_id: &str, kind: &str) {
 /// `{"type":"json","message":{"json_object":…},"meta":null}` and `{}`, with the answer
 /// serialised once instead of three times and one buffer instead of three.
 pub fn answer_end_lines<T: Serialize + ?Sized>(session_id: &str, answer: &T) -> Vec<u8> {
-    let json = serde_json::to_string(answer).expect("serialising an answer cannot fail");
-    let mut out = Vec::with_capacity(3 * (96 + session_id.len()) + 2 * json.len() + json.len() / 4);
-    start_session_line(&mut out, session_id, "stream");
-    out.extend_from_slice(b"{\"type\":\"text\",\"message\":{\"text\":");
-    write_serialized_as_string(&mut out, &json);
-    out.extend_from_slice(b"},\"meta\":null}}}\n");
-    start_session_line(&mut out, session_id, "stream");
-    out.extend_from_slice(b"{\"type\":\"json\",\"message\":{\"json_object\":");
-    out.extend_from_slice(json.as_bytes());
-    out.extend_from_slice(b"},\"meta\":null}}}\n");
-    start_session_line(&mut out, session_id, "end");
-    out.extend_from_slice(b"{}}}\n");
+    let mut out = Vec::new();
+    write_answer_end_lines(&mut out, &mut Vec::new(), session_id, answer);
     out
+}
+
+/// [`answer_end_lines`] appended to `out`, serialising the answer in `scratch` (both are
+/// reused buffers on the hot path).
+pub fn write_answer_end_lines<T: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+    session_id: &str,
+    answer: &T,
+) {
+    scratch.clear();
+    write_json(scratch, answer);
+    let json = &scratch[..];
+    out.reserve(3 * (96 + session_id.len()) + 2 * json.len() + json.len() / 4);
+    start_session_line(out, session_id, "stream");
+    out.extend_from_slice(b"{\"type\":\"text\",\"message\":{\"text\":");
+    write_serialized_as_string(out, json);
+    out.extend_from_slice(b"},\"meta\":null}}}\n");
+    start_session_line(out, session_id, "stream");
+    out.extend_from_slice(b"{\"type\":\"json\",\"message\":{\"json_object\":");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"},\"meta\":null}}}\n");
+    start_session_line(out, session_id, "end");
+    out.extend_from_slice(b"{}}}\n");
 }
 
 /// Writes `json` (compact serde_json output) as a JSON string. Such text has no control
 /// characters (serde_json escapes them inside strings), so only `"` and `\` need escaping,
-/// which is all serde_json's escaper would do here; anything else takes that escaper.
-fn write_serialized_as_string(out: &mut Vec<u8>, json: &str) {
-    let bytes = json.as_bytes();
-    if bytes.iter().any(|&b| b < 0x20) {
-        return write_json(out, json);
-    }
+/// which is all serde_json's escaper would do here; text with a control character is handed
+/// to that escaper instead.
+fn write_serialized_as_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    let start = out.len();
     out.reserve(bytes.len() + bytes.len() / 4 + 2);
     out.push(b'"');
     let mut run = 0;
     for (i, &b) in bytes.iter().enumerate() {
-        if b == b'"' || b == b'\\' {
-            out.extend_from_slice(&bytes[run..i]);
-            out.push(b'\\');
-            run = i;
+        match ESCAPE[b as usize] {
+            0 => {}
+            QUOTE => {
+                out.extend_from_slice(&bytes[run..i]);
+                out.push(b'\\');
+                run = i;
+            }
+            _ => {
+                out.truncate(start);
+                return write_json(out, std::str::from_utf8(bytes).expect("serde_json writes UTF-8"));
+            }
         }
     }
     out.extend_from_slice(&bytes[run..]);
     out.push(b'"');
 }
+
+/// `"` and `\` take a backslash; control characters need serde_json's escaper.
+const QUOTE: u8 = 1;
+const ESCAPE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = 2;
+        i += 1;
+    }
+    t[b'"' as usize] = QUOTE;
+    t[b'\\' as usize] = QUOTE;
+    t
+};
 
 fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     serde_json::to_writer(out, value).expect("serialising a string or JSON value into memory cannot fail");
@@ -128,7 +160,7 @@ mod tests {
         }
         for text in [serde_json::to_string(&all).unwrap(), all.clone(), "plain".to_owned(), String::new()] {
             let mut ours = Vec::new();
-            write_serialized_as_string(&mut ours, &text);
+            write_serialized_as_string(&mut ours, text.as_bytes());
             assert_eq!(ours, serde_json::to_vec(&text).unwrap(), "{text:?}");
         }
     }

@@ -1,17 +1,28 @@
 //! The outbound side: one writer owns the output stream; sessions send whole lines to it.
 
+use std::sync::{Arc, Mutex};
+
 use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::outbound::{answer_end_lines, log_line, session_line};
+use super::outbound::{log_line, session_line, write_answer_end_lines};
 
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
 /// that stops reading slows the plugin down instead of growing its memory.
 #[derive(Clone)]
 pub struct Outbox {
     tx: mpsc::Sender<Vec<u8>>,
+    spare: Spare,
 }
+
+/// Line buffers the writer is done with, handed out again: an answer's buffer is a few KiB,
+/// and allocating one per request made the allocator consolidate its free lists each time.
+type Spare = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// At most this many spare buffers, each at most `SPARE_CAPACITY` bytes, are kept.
+const SPARE_BUFFERS: usize = 256;
+const SPARE_CAPACITY: usize = 64 * 1024;
 
 impl Outbox {
     /// Creates the outbox and the writer future that drains it into `out`. The writer ends
@@ -21,7 +32,18 @@ impl Outbox {
         W: AsyncWrite + Unpin,
     {
         let (tx, rx) = mpsc::channel(depth);
-        (Outbox { tx }, write_lines(out, rx))
+        let spare = Spare::default();
+        (Outbox { tx, spare: spare.clone() }, write_lines(out, rx, spare))
+    }
+
+    /// An empty buffer to build a line in (a recycled one when there is one).
+    pub fn buffer(&self) -> Vec<u8> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default()
+    }
+
+    /// Gives back a buffer that was not sent.
+    pub fn recycle(&self, buf: Vec<u8>) {
+        recycle(&self.spare, buf);
     }
 
     /// Queues one line. Returns false when the writer is gone (output closed).
@@ -38,18 +60,35 @@ impl Outbox {
     }
 }
 
+fn recycle(spare: &Spare, mut buf: Vec<u8>) {
+    if buf.capacity() == 0 || buf.capacity() > SPARE_CAPACITY {
+        return;
+    }
+    let mut spare = spare.lock().unwrap_or_else(|p| p.into_inner());
+    if spare.len() < SPARE_BUFFERS {
+        buf.clear();
+        spare.push(buf);
+    }
+}
+
 /// Most bytes gathered into one write.
 const BATCH_BYTES: usize = 64 * 1024;
 
-async fn write_lines<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<()> {
+async fn write_lines<W: AsyncWrite + Unpin>(
+    mut out: W,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    spare: Spare,
+) -> std::io::Result<()> {
     let mut batch = Vec::with_capacity(BATCH_BYTES);
     while let Some(line) = rx.recv().await {
         // Gather whatever else is already queued and write it at once: one syscall per
-        // burst, not per line (a tool answer alone is three lines).
+        // burst, not per line.
         batch.extend_from_slice(&line);
+        recycle(&spare, line);
         while batch.len() < BATCH_BYTES {
             let Ok(more) = rx.try_recv() else { break };
             batch.extend_from_slice(&more);
+            recycle(&spare, more);
         }
         out.write_all(&batch).await?;
         out.flush().await?;
@@ -81,7 +120,10 @@ impl Session {
     /// Answers with a tool's result (its `text` and `json` messages) and ends the session,
     /// as one write to the output queue.
     pub async fn finish_with_answer<T: serde::Serialize + ?Sized>(self, answer: &T) {
-        self.out.send(answer_end_lines(&self.id, answer)).await;
+        let (mut lines, mut scratch) = (self.out.buffer(), self.out.buffer());
+        write_answer_end_lines(&mut lines, &mut scratch, &self.id, answer);
+        self.out.recycle(scratch);
+        self.out.send(lines).await;
     }
 
     /// Ends the session: an optional `error`, then exactly one `end`.

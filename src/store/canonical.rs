@@ -1,10 +1,10 @@
-//! Canonical text of a JSON payload (sorted keys, no insignificant whitespace, numbers kept
-//! verbatim) for fingerprints, read into a small tree that borrows from the payload.
-//!
-//! It accepts exactly what `serde_json::from_str::<Value>` accepts (same parser, same limits)
-//! and writes exactly what serialising that `Value` with sorted keys writes: fingerprints are
-//! stored, so this must never drift. `serde_json::Value` would do, but its ordered maps hash
-//! and copy every key, which was a large share of the CPU of an ingest.
+//! Canonical text of a JSON payload for fingerprints, read into a tree that borrows from the payload.
+//
+// Canonical = sorted keys, no insignificant whitespace, numbers kept verbatim. It accepts exactly
+// what `serde_json::from_str::<Value>` accepts (same parser, same limits) and writes exactly what
+// serialising that `Value` with sorted keys writes: fingerprints are stored, so this must never
+// drift. `serde_json::Value` would do, but its ordered maps hash and copy every key, which was a
+// large share of the CPU of an ingest.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,6 +1,7 @@
-//! A tool's answer: a JSON object with its fields in a fixed order, serialised straight from
-//! the record it shows. Building a `serde_json::Map` for it cost an allocation per key and per
-//! value plus hashing, more than the rest of the answer; `to_value` still builds that map.
+//! A tool's answer: a JSON object in a fixed field order, serialised straight from its record.
+//
+// Building a `serde_json::Map` for each answer cost an allocation per key and per value plus
+// hashing, more than the rest of the answer; `to_value` still builds that map (tests, callers).
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};

@@ -1,5 +1,4 @@
-//! One measured run: wall time, latency percentiles, outcome counts, and the CPU every
-//! process involved spent (from `/proc`), including what other processes took meanwhile.
+//! One measured run: throughput, latency percentiles, outcomes, and CPU per process from /proc.
 
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -1,5 +1,4 @@
-//! Drives the real `stateful-tool serve` over pipes exactly as the daemon does: request
-//! lines in, session lines out, many sessions in flight in one process.
+//! Drives the real `stateful-tool serve` over pipes as the daemon does, many sessions in flight.
 
 use std::path::Path;
 use std::process::Stdio;

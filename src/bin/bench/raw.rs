@@ -1,5 +1,4 @@
-//! Raw-store load: the plugin's atomic claim (and read) issued straight to the store over C
-//! keep-alive connections, each in a closed loop — the ceiling the plugin is compared to.
+//! Raw-store load: the same atomic claims (and reads) sent straight to the store over C connections.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

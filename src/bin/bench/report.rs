@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use super::measure::Measure;
 use super::suite::{Results, Row};
 
 /// One performance target and how this run fared.
@@ -84,21 +85,22 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
     );
     let _ = writeln!(
         s,
-        "| store | operation | C | plugin ops/s | p50 ms | p99 ms | raw ops/s | raw p50 ms | raw p99 ms | plugin/raw | plugin CPU ms/op | store CPU ms/op (plugin run) | peak RSS MB |"
+        "| store | operation | C | plugin ops/s | p50 ms | p99 ms | raw ops/s | raw p50 ms | raw p99 ms | plugin/raw \
+         | plugin CPU ms/op | store CPU ms/op (plugin run) | peak RSS MB |"
     );
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &r.plugin {
         let raw = find(&r.raw, p.store, raw_op(p.op), p.c);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.3} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.3} | {} |",
             p.store,
             p.op,
             p.c,
-            p.m.ops_per_s,
+            rate(&p.m),
             p.m.p50_ms,
             p.m.p99_ms,
-            opt(raw.map(|x| x.m.ops_per_s), 0),
+            raw.map_or("–".to_owned(), |x| rate(&x.m)),
             opt(raw.map(|x| x.m.p50_ms), 2),
             opt(raw.map(|x| x.m.p99_ms), 2),
             opt(raw.map(|x| p.m.ops_per_s / x.m.ops_per_s), 2),
@@ -116,6 +118,9 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
             "KV container alone (durability immediate = fsync before every acknowledgement; none = no fsync)",
             &r.kv,
         );
+    }
+    if r.plugin.iter().chain(&r.raw).chain(&r.kv).any(|row| row.m.capped) {
+        let _ = writeln!(s, "\n\\* stopped at the per-run time cap before N operations (--max-run-secs).");
     }
     let hb = &r.startup.first_heartbeat_ms;
     if !hb.is_empty() {
@@ -142,6 +147,11 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
     s
 }
 
+/// Throughput, marked when the run hit its time cap.
+fn rate(m: &Measure) -> String {
+    format!("{:.0}{}", m.ops_per_s, if m.capped { "\\*" } else { "" })
+}
+
 fn rows(s: &mut String, title: &str, rows: &[Row]) {
     let _ = writeln!(s, "\n{title}:\n");
     let _ = writeln!(s, "| store | operation | C | ops/s | p50 ms | p99 ms | max ms | store CPU ms/op |");
@@ -149,8 +159,15 @@ fn rows(s: &mut String, title: &str, rows: &[Row]) {
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} |",
-            r.store, r.op, r.c, r.m.ops_per_s, r.m.p50_ms, r.m.p99_ms, r.m.max_ms, r.m.store_cpu_ms_per_op
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} |",
+            r.store,
+            r.op,
+            r.c,
+            rate(&r.m),
+            r.m.p50_ms,
+            r.m.p99_ms,
+            r.m.max_ms,
+            r.m.store_cpu_ms_per_op
         );
     }
 }

@@ -1,5 +1,4 @@
-//! The sections of one benchmark run, in order: plugin start-up, then per backend the raw
-//! store and the plugin side by side at each concurrency, then the KV container alone.
+//! The benchmark run: start-up, then per backend raw store and plugin side by side, then the KV alone.
 
 use std::path::PathBuf;
 use std::sync::Arc;

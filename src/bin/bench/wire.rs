@@ -1,6 +1,4 @@
-//! Minimal keep-alive clients for the raw-store baselines: HTTP/1.1 for the KV container and
-//! RESP for Redis. Deliberately lean (reused buffers, no pooling layer), so the "raw" column
-//! is the store's ceiling and not a client library's.
+//! Minimal keep-alive HTTP/1.1 and RESP clients, so the raw column is the store, not a client library.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
