@@ -33,6 +33,11 @@ lint:
 package: build
 	./scripts/package.sh
 
+bench:
+	./scripts/ensure-redis.sh
+	$(CARGO) build --release --locked --bins
+	target/release/stateful-tool-bench
+
 debug:
 	@test -f .env || { echo "copy .env.example to .env and set REMOTE_INSTALL_KEY (Dify -> Plugins -> Debug)"; exit 1; }
 	INSTALL_METHOD=remote $(CARGO) run --locked --quiet -- serve
