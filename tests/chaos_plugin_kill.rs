@@ -144,14 +144,7 @@ async fn plugin_sigkill_mid_flight_against_the_kv_container() {
     let (http, url) = (reqwest::Client::new(), kv.url());
     sigkill_mid_flight(&kv.url(), |id| {
         let (http, url) = (http.clone(), url.clone());
-        async move {
-            let resp = http.get(format!("{url}/state/{}", storage_key(None, &id))).send().await.unwrap();
-            match resp.status().as_u16() {
-                200 => Some(resp.bytes().await.unwrap().to_vec()),
-                404 => None,
-                other => panic!("GET {id}: HTTP {other}"),
-            }
-        }
+        async move { common::kv::raw_event(&http, &url, &id).await }
     })
     .await;
 }

@@ -130,14 +130,7 @@ async fn kv_container_kill9_under_load_loses_no_accepted_event() {
     let http = reqwest::Client::new();
     let read = |id: String| {
         let (http, url) = (http.clone(), url.clone());
-        async move {
-            let resp = http.get(format!("{url}/state/{}", storage_key(None, &id))).send().await.unwrap();
-            match resp.status().as_u16() {
-                200 => Some(resp.bytes().await.unwrap().to_vec()),
-                404 => None,
-                other => panic!("GET {id}: HTTP {other}"),
-            }
-        }
+        async move { common::kv::raw_event(&http, &url, &id).await }
     };
     let held = verify(&ps[0], &url, &calls, &ids, (down, back), restarted, read).await;
     // And nothing but those records is on disk.
