@@ -109,7 +109,7 @@ async fn abuse_huge_lines_garbage_and_ten_thousand_sessions() {
     // 6 MiB line with a readable session id, then non-UTF-8, deep nesting, and partial writes.
     let big_rx = p.open("big");
     let mut big = b"{\"session_id\":\"big\",\"event\":\"request\",\"data\":{\"pad\":\"".to_vec();
-    big.extend(std::iter::repeat(b'x').take(6 * 1024 * 1024));
+    big.extend(std::iter::repeat_n(b'x', 6 * 1024 * 1024));
     big.extend_from_slice(b"\"}}\n");
     p.write_raw(&big).await;
     let big_reply = Plugin::collect(big_rx).await;

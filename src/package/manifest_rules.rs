@@ -107,7 +107,7 @@ fn check_plugins(c: &mut Checker, doc: &Value) -> Vec<String> {
     }
     for other in OTHER_PROVIDER_KINDS {
         let field = format!("plugins.{other}");
-        if at(doc, &field).is_some_and(|v| v.as_sequence().map_or(true, |s| !s.is_empty())) {
+        if at(doc, &field).is_some_and(|v| v.as_sequence().is_none_or(|s| !s.is_empty())) {
             c.problem(&field, "this packager builds tool plugins only; remove it");
         }
     }
@@ -122,7 +122,7 @@ fn check_plugins(c: &mut Checker, doc: &Value) -> Vec<String> {
     for (i, path) in tools.iter().enumerate() {
         let field = format!("plugins.tools[{i}]");
         let stem = path.strip_prefix("provider/").and_then(|p| p.strip_suffix(".yaml"));
-        if path.len() > 128 || stem.map_or(true, |s| s.is_empty() || s.contains('/')) {
+        if path.len() > 128 || stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
             c.problem(&field, format!("`{path}` must be provider/<name>.yaml (at most 128 characters)"));
         } else if let Err(e) = super::layout::check_entry_name(path) {
             c.problem(&field, format!("`{path}`: {e}"));
@@ -147,7 +147,7 @@ fn check_misc(c: &mut Checker, doc: &Value) {
     }
     if let Some(repo) = c.opt_str(at(doc, "repo"), "repo") {
         let host = repo.strip_prefix("https://").or_else(|| repo.strip_prefix("http://"));
-        if host.map_or(true, |h| h.is_empty() || h.starts_with('/')) {
+        if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
             c.problem("repo", format!("`{repo}` must be an http(s) URL"));
         }
     }

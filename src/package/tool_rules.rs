@@ -165,7 +165,7 @@ pub fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
     for (i, path) in tools.into_iter().enumerate() {
         let field = format!("tools[{i}]");
         let stem = path.strip_prefix("tools/").and_then(|p| p.strip_suffix(".yaml"));
-        if stem.map_or(true, |s| s.is_empty() || s.contains('/')) {
+        if stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
             c.problem(&field, format!("`{path}` must be tools/<name>.yaml"));
         } else if let Err(e) = super::layout::check_entry_name(path) {
             c.problem(&field, format!("`{path}`: {e}"));

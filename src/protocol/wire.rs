@@ -144,7 +144,7 @@ mod tests {
     #[tokio::test]
     async fn oversize_line_is_skipped_with_prefix_and_next_line_survives() {
         let mut input = b"{\"session_id\":\"s1\",".to_vec();
-        input.extend(std::iter::repeat(b'x').take(100));
+        input.extend(std::iter::repeat_n(b'x', 100));
         input.extend_from_slice(b"\nok\n");
         let lines = all_lines(&input, 50).await;
         match &lines[0] {

@@ -95,7 +95,7 @@ async fn malformed_lines_answer_identifiable_sessions_and_nothing_crashes() {
 #[tokio::test]
 async fn oversize_line_is_answered_from_its_prefix() {
     let mut line = b"{\"session_id\":\"s-big\",\"event\":\"request\",\"data\":{\"x\":\"".to_vec();
-    line.extend(std::iter::repeat(b'a').take(crate::protocol::wire::MAX_INPUT_LINE + 10));
+    line.extend(std::iter::repeat_n(b'a', crate::protocol::wire::MAX_INPUT_LINE + 10));
     line.extend_from_slice(b"\"}}\n");
     line.extend_from_slice(ingest("s-after", "C").as_bytes());
     let out = run(&line).await;
