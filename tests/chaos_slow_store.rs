@@ -116,6 +116,18 @@ fn assert_never_accepted_twice(answers: &[Reply]) {
 /// connection and reads back on a new one; Redis: the read-back queues behind the held answer
 /// on the shared connection, and both answers arrive late). The read-back finds the plugin's
 /// own claim: `accepted` exactly once, redeliveries are duplicates.
+/// The sender retries three more times after `first`: each retry is a duplicate, and no
+/// delivery was ever accepted twice.
+async fn redeliveries_are_duplicates(p: &Plugin, c: &Value, ev: &Value, first: Reply) {
+    let mut answers = vec![first];
+    for _ in 0..3 {
+        let again = p.invoke("event_ingest", c, ev.clone()).await;
+        assert_eq!(again.outcome(), "duplicate", "{again:?}");
+        answers.push(again);
+    }
+    assert_never_accepted_twice(&answers);
+}
+
 async fn late_answer_is_found_by_the_read_back(backend: Backend) {
     let store = Store::start(backend);
     let w = backend.wire();
@@ -132,13 +144,7 @@ async fn late_answer_is_found_by_the_read_back(backend: Backend) {
     );
     assert_eq!(first.outcome(), "accepted", "the read-back finds the plugin's own claim: {first:?}");
     assert_eq!(first.json()["attempt"], 1);
-    let mut answers = vec![first];
-    for _ in 0..3 {
-        let again = p.invoke("event_ingest", &c, ev.clone()).await;
-        assert_eq!(again.outcome(), "duplicate", "{again:?}");
-        answers.push(again);
-    }
-    assert_never_accepted_twice(&answers);
+    redeliveries_are_duplicates(&p, &c, &ev, first).await;
 }
 
 /// The store applies the claim and its answer is swallowed with the connection: the read-back
@@ -152,13 +158,7 @@ async fn cut_answer_is_resolved_by_the_read_back(backend: Backend) {
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!(proxy.fired(), 1, "the claim's answer was cut off");
     assert_eq!(first.outcome(), "accepted", "{first:?}");
-    let mut answers = vec![first];
-    for _ in 0..3 {
-        let again = p.invoke("event_ingest", &c, ev.clone()).await;
-        assert_eq!(again.outcome(), "duplicate", "{again:?}");
-        answers.push(again);
-    }
-    assert_never_accepted_twice(&answers);
+    redeliveries_are_duplicates(&p, &c, &ev, first).await;
 }
 
 /// Compare-and-swap answers lost the same way: the re-claim of a failed run and a
