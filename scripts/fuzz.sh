@@ -2,7 +2,7 @@
 # Coverage-guided fuzzing of the protocol decoder + session loop, tool parameter validation
 # and the storage-key encoding (fuzz/, cargo-fuzz + libFuzzer). Needs a nightly toolchain and
 # `cargo install cargo-fuzz`; without them it says so and exits 0 (the same properties run on
-# stable as proptest tests, tests/prop_*.rs, in every `cargo test`).
+# stable as proptest tests, tests/it/prop_*.rs, in every `cargo test`).
 #   scripts/fuzz.sh [seconds per target, default 60]
 set -euo pipefail
 cd "$(dirname "$0")/.."

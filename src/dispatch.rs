@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{session_error, ToolError};
 use crate::protocol::Session;
 use crate::store::{Clock, EventStore, StoreCache};
-use crate::tools::{self, Settings};
+use crate::tools::{self, Settings, Tool};
 
 pub const PROVIDER: &str = "stateful_tool";
 
@@ -71,13 +71,7 @@ fn credentials(data: &Value) -> &Value {
 
 async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError> {
     check_provider(data)?;
-    let tool = data.get("tool").and_then(Value::as_str).unwrap_or("");
-    if !tools::TOOL_NAMES.contains(&tool) {
-        return Err(ToolError::param(format!(
-            "unknown tool {tool:?} for provider {PROVIDER:?}; tools: {}",
-            tools::TOOL_NAMES.join(", ")
-        )));
-    }
+    let tool = Tool::from_name(data.get("tool").and_then(Value::as_str).unwrap_or(""))?;
     let no_params = Map::new();
     let params = match data.get("tool_parameters") {
         None | Some(Value::Null) => &no_params,
@@ -86,7 +80,7 @@ async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError
     };
     let settings = Settings::from_credentials(credentials(data))?;
     let store = app.stores.get(&settings.store).await?;
-    tools::invoke(tool, &*store, &settings, params).await
+    tool.invoke(&*store, &settings, params).await
 }
 
 /// The `text` message (for agents) and the `json` message (for workflow nodes) of one answer.
@@ -112,12 +106,9 @@ async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, Val
 
 fn runtime_parameters(data: &Value) -> Result<Vec<Value>, ToolError> {
     check_provider(data)?;
-    let tool = data.get("tool").and_then(Value::as_str).unwrap_or("");
-    if !tools::TOOL_NAMES.contains(&tool) {
-        return Err(ToolError::param(format!("unknown tool {tool:?} for provider {PROVIDER:?}")));
-    }
+    let tool = Tool::from_name(data.get("tool").and_then(Value::as_str).unwrap_or(""))?;
     // Our parameters are static: answer with the declared ones.
     let parameters =
-        crate::declarations::tool(tool).and_then(|t| t.get("parameters").cloned()).unwrap_or_else(|| json!([]));
+        crate::declarations::tool(tool.name()).and_then(|t| t.get("parameters").cloned()).unwrap_or_else(|| json!([]));
     Ok(vec![json!({ "parameters": parameters })])
 }

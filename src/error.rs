@@ -75,6 +75,12 @@ pub fn session_error(error_type: &str, message: &str, details: Option<Value>) ->
     json!({ "error_type": error_type, "message": message, "args": args })
 }
 
+impl From<crate::store::key::InvalidInput> for ToolError {
+    fn from(e: crate::store::key::InvalidInput) -> Self {
+        ToolError::param(e.message)
+    }
+}
+
 impl From<crate::store::StoreError> for ToolError {
     fn from(e: crate::store::StoreError) -> Self {
         ToolError::upstream(e.to_string())

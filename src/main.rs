@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use stateful_tool::{call, kv, package, runtime};
+use stateful_tool::{call, kv_server, package, runtime};
 
 #[derive(Parser)]
 #[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]
@@ -19,7 +19,7 @@ enum Command {
     Call(call::CallArgs),
     /// The HTTP key-value container that stores events durably.
     #[command(subcommand)]
-    Kv(kv::KvCommand),
+    Kv(kv_server::KvCommand),
     /// Build the .difypkg package.
     Package(package::PackageArgs),
     /// Generate an RSA key pair (PKCS#1 PEM) for signing packages.
@@ -36,7 +36,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime::run(args),
         Command::Call(args) => call::run(args),
-        Command::Kv(cmd) => kv::run(cmd),
+        Command::Kv(cmd) => kv_server::run(cmd),
         Command::Package(args) => package::run_package(args),
         Command::Keygen(args) => package::run_keygen(args),
         Command::Sign(args) => package::run_sign(args),

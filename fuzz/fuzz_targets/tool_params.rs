@@ -44,11 +44,11 @@ impl EventStore for Down {
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else { return };
     let Ok(Value::Object(params)) = serde_json::from_slice::<Value>(rest) else { return };
-    let tool = tools::TOOL_NAMES[which as usize % tools::TOOL_NAMES.len()];
+    let tool = tools::Tool::ALL[which as usize % tools::Tool::ALL.len()];
     let settings = Settings::from_credentials(&json!({"kv_url": "memory://"})).unwrap();
     let store = Down { calls: AtomicUsize::new(0), clock: StoreClock::new(Clock::system()) };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let err = rt.block_on(tools::invoke(tool, &store, &settings, &params)).expect_err("the store is down");
+    let err = rt.block_on(tool.invoke(&store, &settings, &params)).expect_err("the store is down");
     let untouched = store.calls.load(Ordering::SeqCst) == 0;
-    assert_eq!(err.class == ErrorClass::ParamInvalid, untouched, "{tool} {params:?}: {err:?}");
+    assert_eq!(err.class == ErrorClass::ParamInvalid, untouched, "{} {params:?}: {err:?}", tool.name());
 });

@@ -6,8 +6,31 @@ use std::io::{Cursor, Write};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, DateTime, ZipWriter};
 
-use super::layout::check_entry_name;
 use super::zipread::RawZip;
+
+/// Producer rules for an entry name (spec §3.1): relative, `/`-separated, printable
+/// ASCII, no empty/`.`/`..` elements, no backslash, and never a directory.
+pub fn check_entry_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err("names must be printable ASCII".into());
+    }
+    if name.contains('\\') {
+        return Err("names must use `/` as separator, never `\\`".into());
+    }
+    if name.starts_with('/') {
+        return Err("names must be relative (no leading `/`)".into());
+    }
+    if name.ends_with('/') {
+        return Err("the name denotes a directory; only file entries are allowed".into());
+    }
+    if name.split('/').any(|e| e.is_empty() || e == "." || e == "..") {
+        return Err("names must not contain empty, `.` or `..` path elements".into());
+    }
+    Ok(())
+}
 
 /// One file of a package: its entry name and uncompressed bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use super::checksum::checked_unique_identifier;
 use super::layout::{Tree, FIXED_FILES};
 use super::manifest_rules::{check_manifest, ManifestInfo};
 use super::tool_rules::{check_provider, check_tool};
-use super::validate::Problem;
 use super::yamlcheck::Checker;
+use super::yamlcheck::Problem;
 
 /// Declarations that parsed, plus the YAML and icon files they reference.
 pub(crate) struct Declared {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::archive::Entry;
+use super::archive::{check_entry_name, Entry};
 
 /// Files every package carries at its root besides the declared YAML, icons and binaries.
 pub const FIXED_FILES: [&str; 5] = ["manifest.yaml", "README.md", "PRIVACY.md", "requirements.txt", "main.py"];
@@ -17,30 +17,6 @@ pub const MAX_UNCOMPRESSED: u64 = 52_428_800;
 
 /// Dify API's default upload limit (`PLUGIN_MAX_PACKAGE_SIZE`) on the compressed file.
 pub const WARN_COMPRESSED: u64 = 15 * 1024 * 1024;
-
-/// Producer rules for an entry name (spec §3.1): relative, `/`-separated, printable
-/// ASCII, no empty/`.`/`..` elements, no backslash, and never a directory.
-pub fn check_entry_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("the name is empty".into());
-    }
-    if !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-        return Err("names must be printable ASCII".into());
-    }
-    if name.contains('\\') {
-        return Err("names must use `/` as separator, never `\\`".into());
-    }
-    if name.starts_with('/') {
-        return Err("names must be relative (no leading `/`)".into());
-    }
-    if name.ends_with('/') {
-        return Err("the name denotes a directory; only file entries are allowed".into());
-    }
-    if name.split('/').any(|e| e.is_empty() || e == "." || e == "..") {
-        return Err("names must not contain empty, `.` or `..` path elements".into());
-    }
-    Ok(())
-}
 
 /// Where the bytes of one package file come from.
 #[derive(Clone, Debug)]

@@ -3,6 +3,7 @@
 use serde_yaml::Value;
 
 use super::arch::Arch;
+use super::field_rules::{check_version, icon_entry};
 use super::patterns;
 use super::runtime_rules::{check_meta, check_resource};
 use super::yamlcheck::{at, Checker};
@@ -43,42 +44,6 @@ pub struct ManifestInfo {
     pub providers: Vec<String>,
     /// `(field, entry name under _assets/)` for `icon` and `icon_dark`.
     pub icons: Vec<(String, String)>,
-}
-
-/// Checks an icon file name (relative to `_assets/`) and returns its entry name.
-pub fn icon_entry(c: &mut Checker, icon: &str, field: &str) -> Option<String> {
-    if let Some(inner) = icon.strip_prefix("_assets/") {
-        c.problem(field, format!("`{icon}` must be relative to _assets/ (write `{inner}`)"));
-        return None;
-    }
-    if icon.chars().count() > 128 {
-        c.problem(field, "must be at most 128 characters");
-    }
-    let entry = format!("_assets/{icon}");
-    match super::layout::check_entry_name(&entry) {
-        Ok(()) => Some(entry),
-        Err(e) => {
-            c.problem(field, format!("`{icon}` is not a usable file name: {e}"));
-            None
-        }
-    }
-}
-
-pub(crate) fn check_version(c: &mut Checker, v: Option<&Value>, field: &str) -> Option<String> {
-    if let Some(Value::Number(n)) = v {
-        c.problem(field, format!("must be a string; `{n}` reads as a number, quote it"));
-        return None;
-    }
-    let s = c.req_str(v, field)?;
-    if !patterns::is_daemon_version(s) {
-        c.problem(field, format!("`{s}` does not match ^\\d{{1,4}}(\\.\\d{{1,4}}){{2}}(-\\w{{1,16}})?$"));
-        return None;
-    }
-    if !patterns::is_pep440(s) {
-        c.problem(field, format!("`{s}` is not a PEP 440 version, which the Python SDK and Dify API require (e.g. 1.0.0-rc1 is fine, 1.0.0-foo is not)"));
-        return None;
-    }
-    Some(s.to_string())
 }
 
 fn check_author(c: &mut Checker, v: Option<&Value>) -> Option<String> {
@@ -124,7 +89,7 @@ fn check_plugins(c: &mut Checker, doc: &Value) -> Vec<String> {
         let stem = path.strip_prefix("provider/").and_then(|p| p.strip_suffix(".yaml"));
         if path.len() > 128 || stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
             c.problem(&field, format!("`{path}` must be provider/<name>.yaml (at most 128 characters)"));
-        } else if let Err(e) = super::layout::check_entry_name(path) {
+        } else if let Err(e) = super::archive::check_entry_name(path) {
             c.problem(&field, format!("`{path}`: {e}"));
         } else {
             out.push(path.to_string());

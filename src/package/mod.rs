@@ -16,6 +16,7 @@ pub mod arch;
 pub mod archive;
 pub mod checksum;
 pub mod decl_check;
+pub mod field_rules;
 pub mod gofs;
 pub mod keys;
 pub mod layout;

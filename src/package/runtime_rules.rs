@@ -3,7 +3,7 @@
 use serde_yaml::Value;
 
 use super::arch::Arch;
-use super::manifest_rules::check_version;
+use super::field_rules::check_version;
 use super::patterns;
 use super::yamlcheck::{at, kind, Checker};
 

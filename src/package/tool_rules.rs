@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_yaml::Value;
 
-use super::manifest_rules::icon_entry;
+use super::field_rules::icon_entry;
 use super::patterns;
 use super::yamlcheck::{at, kind, Checker};
 
@@ -167,7 +167,7 @@ pub fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
         let stem = path.strip_prefix("tools/").and_then(|p| p.strip_suffix(".yaml"));
         if stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
             c.problem(&field, format!("`{path}` must be tools/<name>.yaml"));
-        } else if let Err(e) = super::layout::check_entry_name(path) {
+        } else if let Err(e) = super::archive::check_entry_name(path) {
             c.problem(&field, format!("`{path}`: {e}"));
         } else if !seen.insert(path) {
             c.problem(&field, format!("`{path}` is listed twice"));

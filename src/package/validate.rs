@@ -4,7 +4,6 @@
 //! file and field, so one run shows everything to fix.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::path::Path;
 
 use super::arch::Arch;
@@ -13,29 +12,7 @@ use super::decl_check::{check_declarations, Declared};
 use super::layout::{scan_dir, DirTree, FileSet, Tree, FIXED_FILES, MAX_UNCOMPRESSED, VERIFICATION_FILE};
 use super::manifest_rules::ManifestInfo;
 
-/// One rule violation: which file, which field (may be empty), what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub file: String,
-    pub field: String,
-    pub message: String,
-}
-
-impl Problem {
-    pub fn new(file: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Problem {
-        Problem { file: file.into(), field: field.into(), message: message.into() }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "{}: {}", self.file, self.message)
-        } else {
-            write!(f, "{}: {}: {}", self.file, self.field, self.message)
-        }
-    }
-}
+pub use super::yamlcheck::Problem;
 
 /// Summary of a tree that passed validation.
 #[derive(Debug, Clone, Default)]
@@ -114,7 +91,7 @@ pub fn validate_plugin_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
 pub fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Problem>> {
     let (mut problems, mut warnings) = (Vec::new(), Vec::new());
     for name in set.names() {
-        if let Err(e) = super::layout::check_entry_name(name) {
+        if let Err(e) = super::archive::check_entry_name(name) {
             problems.push(Problem::new(name, "", e));
         }
     }

@@ -2,7 +2,31 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::validate::Problem;
+use std::fmt;
+
+/// One rule violation: which file, which field (may be empty), what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(file: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem { file: file.into(), field: field.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file, self.field, self.message)
+        }
+    }
+}
 
 /// Value at a dotted path (`meta.runner.version`); YAML `null` counts as absent, as it
 /// leaves a Go struct field at its zero value.

@@ -1,5 +1,6 @@
 //! `POST /invoke?action=…`: one daemon request in, that session's event lines streamed out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -13,10 +14,16 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use super::http::HttpState;
-use crate::dispatch::handle_request;
+use crate::dispatch::{handle_request, App};
 use crate::error::ToolError;
 use crate::protocol::{Inbound, Outbox, Session};
+
+/// What the `/invoke` handler needs: the shared app and the runtime's name (serverless / aws_lambda).
+#[derive(Clone)]
+pub struct HttpState {
+    pub app: Arc<App>,
+    pub method: &'static str,
+}
 
 /// The daemon's cap on a serverless request body.
 pub const MAX_SERVERLESS_REQUEST_BYTES: usize = 5 * 1024 * 1024;

@@ -1,10 +1,11 @@
 //! The plugin runtime: picks the transport from `INSTALL_METHOD` and serves sessions.
 
 pub mod env;
-pub mod http;
 pub mod invoke;
 pub mod register;
 pub mod remote;
+pub mod serverless;
+pub mod session_loop;
 pub mod stdio;
 
 use std::process::ExitCode;
@@ -53,10 +54,10 @@ pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
         "remote" => remote::RemoteConfig::from_settings(get)
             .and_then(|cfg| rt.block_on(remote::run_remote(app, ServeOptions::default(), cfg))),
-        "serverless" => http::HttpConfig::from_settings("serverless", "SERVERLESS", get)
-            .and_then(|cfg| rt.block_on(http::run_http(app, cfg))),
-        "aws_lambda" => http::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)
-            .and_then(|cfg| rt.block_on(http::run_http(app, cfg))),
+        "serverless" => serverless::HttpConfig::from_settings("serverless", "SERVERLESS", get)
+            .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
+        "aws_lambda" => serverless::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)
+            .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
         other => Err(anyhow::anyhow!("INSTALL_METHOD={other:?} is not supported; use one of: {INSTALL_METHODS}")),
     };
     // Without a pipe, stdin is read on a blocking thread that a broken stdout leaves parked:

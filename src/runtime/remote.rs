@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout};
 
 use super::register::{explain_refusal, registration, Verdict, Watched};
-use super::{stdio, ServeOptions};
+use super::{session_loop, ServeOptions};
 use crate::declarations;
 use crate::dispatch::App;
 
@@ -197,7 +197,7 @@ async fn connect_once(cfg: &RemoteConfig, app: &Arc<App>, opts: &ServeOptions) -
         };
     }
     tracing::info!("registration sent to the daemon at {addr}");
-    let serve = stdio::serve(BufReader::with_capacity(64 * 1024, reader), write_half, app.clone(), opts.clone());
+    let serve = session_loop::serve(BufReader::with_capacity(64 * 1024, reader), write_half, app.clone(), opts.clone());
     tokio::pin!(serve);
     let grace = sleep(ACCEPT_GRACE);
     tokio::pin!(grace);

@@ -1,138 +1,14 @@
-//! The session loop over any line transport: stdin/stdout locally, byte slices in tests.
+//! Local mode: the protocol over the stdin/stdout pipes the daemon started us with.
 
 use std::io;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::session_loop::serve;
 use super::ServeOptions;
-use crate::dispatch::{handle_request, App};
-use crate::error::ToolError;
-use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
-use crate::protocol::{Inbound, Line, LineReader, Outbox, Session};
-
-/// Depth of the outbound line queue: enough for bursts, small enough to bound memory when
-/// the daemon stops reading.
-const OUTBOX_DEPTH: usize = 1024;
-
-/// Serves until `input` ends and every in-flight session has answered, then flushes.
-/// Returns an error when `output` fails (e.g. EPIPE): nobody is listening any more.
-pub async fn serve<R, W>(input: R, output: W, app: Arc<App>, opts: ServeOptions) -> io::Result<()>
-where
-    R: AsyncBufRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let (outbox, writer) = Outbox::new(output, OUTBOX_DEPTH);
-    let work = drive(input, outbox, app, opts);
-    tokio::pin!(writer, work);
-    tokio::select! {
-        biased;
-        r = &mut writer => {
-            r?;
-            Err(io::Error::new(io::ErrorKind::BrokenPipe, "protocol output closed"))
-        }
-        r = &mut work => {
-            r?;
-            writer.await
-        }
-    }
-}
-
-async fn drive<R: AsyncBufRead + Unpin>(input: R, outbox: Outbox, app: Arc<App>, opts: ServeOptions) -> io::Result<()> {
-    // Ready as soon as the daemon sees this line: before any set-up work.
-    outbox.send(HEARTBEAT.to_vec()).await;
-    let heartbeat = tokio::spawn(beat(outbox.clone(), opts.heartbeat));
-    let limit = Arc::new(Semaphore::new(opts.max_in_flight));
-    let mut sessions = JoinSet::new();
-    let mut lines = LineReader::new(input);
-    let result = loop {
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) => break Ok(()),
-            Err(e) => break Err(e),
-        };
-        while sessions.try_join_next().is_some() {}
-        let Some((session_id, data)) = accept_line(line, &outbox).await else {
-            continue;
-        };
-        let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
-        let (app, session) = (app.clone(), Session::new(session_id, outbox.clone()));
-        sessions.spawn(async move {
-            let _permit = permit;
-            match data {
-                Ok(data) => handle_request(&app, session, data).await,
-                Err(error) => session.finish(Some(error.to_session_error())).await,
-            }
-        });
-    };
-    // End of input: let every in-flight session answer before the writer is released.
-    while sessions.join_next().await.is_some() {}
-    heartbeat.abort();
-    let _ = heartbeat.await;
-    result
-}
-
-async fn beat(outbox: Outbox, every: std::time::Duration) {
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    loop {
-        tick.tick().await;
-        if !outbox.send(HEARTBEAT.to_vec()).await {
-            return;
-        }
-    }
-}
-
-/// Turns one input line into work: a request's (session id, data), or an error answer for
-/// an identifiable session. Lines that name no session are logged (never echoed: they may
-/// carry credentials) and dropped.
-async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Result<serde_json::Value, ToolError>)> {
-    let (bytes, oversize) = match line {
-        Line::Complete(b) => (b, None),
-        Line::Oversize { prefix, len } => (prefix, Some(len)),
-    };
-    if let Some(len) = oversize {
-        let message =
-            format!("request line of {len} bytes exceeds the {} byte limit", crate::protocol::wire::MAX_INPUT_LINE);
-        return report(session_id_from_prefix(bytes), message, outbox).await;
-    }
-    match Inbound::parse(bytes) {
-        Ok(msg) if msg.event == "request" => match (msg.session_id, msg.data) {
-            (Some(sid), Some(data)) if data.is_object() => Some((sid, Ok(data))),
-            (sid, _) => report(sid, "request without a data object".to_owned(), outbox).await,
-        },
-        Ok(msg) if msg.event == "backwards_response" => {
-            tracing::debug!("ignoring a backwards_response: this plugin never calls back into Dify");
-            None
-        }
-        Ok(msg) => {
-            // Without a session the message is logged, and a log line never repeats input.
-            let message = match msg.session_id {
-                Some(_) => format!("unknown event {:?}", msg.event),
-                None => "unknown event".to_owned(),
-            };
-            report(msg.session_id, message, outbox).await
-        }
-        Err(e) => report(e.session_id, e.message, outbox).await,
-    }
-}
-
-async fn report(
-    session_id: Option<String>,
-    message: String,
-    outbox: &Outbox,
-) -> Option<(String, Result<serde_json::Value, ToolError>)> {
-    match session_id {
-        Some(sid) => Some((sid, Err(ToolError::param(format!("malformed input: {message}"))))),
-        None => {
-            tracing::warn!("dropped an input line that names no session: {message}");
-            outbox.log("WARNING", &format!("dropped an input line that names no session: {message}")).await;
-            None
-        }
-    }
-}
+use crate::dispatch::App;
 
 type Input = Box<dyn AsyncRead + Unpin + Send>;
 type Output = Box<dyn AsyncWrite + Unpin + Send>;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::stdio::serve;
+use super::session_loop::serve;
 use super::ServeOptions;
 use crate::dispatch::App;
 use crate::store::Clock;

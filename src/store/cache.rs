@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
-use super::{http::HttpStore, memory::MemoryStore, redis::RedisStore, AnyStore, Clock, StoreError};
+use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, AnyStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,7 +56,7 @@ impl StoreCache {
 async fn connect(cfg: &StoreConfig, host: Clock) -> Result<Arc<AnyStore>, StoreError> {
     let scheme = cfg.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
     let store = match scheme.as_str() {
-        "http" | "https" => AnyStore::Http(HttpStore::new(&cfg.url, cfg.token.as_deref(), host)?),
+        "http" | "https" => AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host)?),
         "redis" | "rediss" => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host).await?)),
         "memory" if std::env::var_os("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some() => {
             AnyStore::Memory(MemoryStore::new(host, 0))

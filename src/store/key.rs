@@ -9,8 +9,6 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
-use crate::error::ToolError;
-
 pub const MAX_EVENT_ID_BYTES: usize = 255;
 pub const MAX_NAMESPACE_BYTES: usize = 64;
 
@@ -22,19 +20,33 @@ fn is_plain(id: &str) -> bool {
     !id.is_empty() && id != "." && id != ".." && id.bytes().all(is_plain_char)
 }
 
+/// An event id or namespace the store layer cannot key; the tools report it as
+/// `param_invalid` with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidInput {
+    pub message: String,
+}
+
+impl InvalidInput {
+    fn new(message: impl Into<String>) -> InvalidInput {
+        InvalidInput { message: message.into() }
+    }
+}
+
 /// Checks an event id: 1–255 bytes of UTF-8 without control characters.
-pub fn validate_event_id(id: &str) -> Result<(), ToolError> {
+pub fn validate_event_id(id: &str) -> Result<(), InvalidInput> {
     if id.is_empty() {
-        return Err(ToolError::param("event_id is empty: pass the unique id the source system gave this event"));
+        return Err(InvalidInput::new("event_id is empty: pass the unique id the source system gave this event"));
     }
     if id.len() > MAX_EVENT_ID_BYTES {
-        return Err(ToolError::param(format!(
+        return Err(InvalidInput::new(format!(
             "event_id is {} bytes long; the limit is {MAX_EVENT_ID_BYTES} bytes of UTF-8",
             id.len()
         )));
     }
     if let Some(c) = id.chars().find(|c| c.is_control()) {
-        return Err(ToolError::param(format!(
+        return Err(InvalidInput::new(format!(
             "event_id contains the control character U+{:04X}; ids must be printable text",
             c as u32
         )));
@@ -43,9 +55,9 @@ pub fn validate_event_id(id: &str) -> Result<(), ToolError> {
 }
 
 /// Checks a namespace credential: 1–64 characters from `[A-Za-z0-9._-]`.
-pub fn validate_namespace(ns: &str) -> Result<(), ToolError> {
+pub fn validate_namespace(ns: &str) -> Result<(), InvalidInput> {
     if ns.len() > MAX_NAMESPACE_BYTES || !is_plain(ns) {
-        return Err(ToolError::param(format!(
+        return Err(InvalidInput::new(format!(
             "namespace {ns:?} is invalid: use 1–{MAX_NAMESPACE_BYTES} characters from A-Z a-z 0-9 . _ -"
         )));
     }

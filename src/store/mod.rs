@@ -7,8 +7,8 @@
 pub mod cache;
 pub mod canonical;
 pub mod clock;
-pub mod http;
 pub mod key;
+pub mod kv_client;
 pub mod memory;
 pub mod record;
 pub mod redis;
@@ -115,7 +115,7 @@ pub trait EventStore: Send + Sync {
 
 /// One of the backends, chosen by the `kv_url` scheme.
 pub enum AnyStore {
-    Http(http::HttpStore),
+    KvContainer(kv_client::KvClientStore),
     Redis(Box<redis::RedisStore>),
     Memory(memory::MemoryStore),
 }
@@ -123,7 +123,7 @@ pub enum AnyStore {
 macro_rules! each_backend {
     ($self:ident, $s:ident => $e:expr) => {
         match $self {
-            AnyStore::Http($s) => $e,
+            AnyStore::KvContainer($s) => $e,
             AnyStore::Redis($s) => $e,
             AnyStore::Memory($s) => $e,
         }

@@ -1,11 +1,11 @@
 //! The tools: `event_ingest`, `event_status`, `event_complete`, over any `EventStore`.
 
 pub mod answer;
-pub mod complete;
-pub mod ingest;
+pub mod event_complete;
+pub mod event_ingest;
+pub mod event_status;
 pub mod params;
 pub mod settings;
-pub mod status;
 
 use serde_json::{Map, Value};
 
@@ -15,21 +15,47 @@ use crate::store::{EventStore, Swapped, Version};
 pub use answer::{record_fields, Answer};
 pub use settings::Settings;
 
-/// Names of the tools this provider declares, in declaration order.
-pub const TOOL_NAMES: [&str; 3] = ["event_ingest", "event_status", "event_complete"];
+/// The tools this provider declares: the one place a tool name is mapped to its handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    EventIngest,
+    EventStatus,
+    EventComplete,
+}
 
-/// Runs one tool; the answer is the JSON object both the `json` and `text` messages carry.
-pub async fn invoke<S: EventStore>(
-    tool: &str,
-    store: &S,
-    settings: &Settings,
-    params: &Map<String, Value>,
-) -> Result<Answer, ToolError> {
-    match tool {
-        "event_ingest" => ingest::run(store, settings, params).await,
-        "event_status" => status::run(store, settings, params).await,
-        "event_complete" => complete::run(store, settings, params).await,
-        other => Err(ToolError::param(format!("unknown tool {other:?}; this provider has {}", TOOL_NAMES.join(", ")))),
+impl Tool {
+    /// Every tool, in declaration order.
+    pub const ALL: [Tool; 3] = [Tool::EventIngest, Tool::EventStatus, Tool::EventComplete];
+
+    /// The tool's wire name (its YAML `identity.name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::EventIngest => "event_ingest",
+            Tool::EventStatus => "event_status",
+            Tool::EventComplete => "event_complete",
+        }
+    }
+
+    /// The tool a request names; an unknown name is the caller's mistake.
+    pub fn from_name(name: &str) -> Result<Tool, ToolError> {
+        Tool::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
+            ToolError::param(format!("unknown tool {name:?}; this provider has {}", names.join(", ")))
+        })
+    }
+
+    /// Runs the tool; the answer is the JSON object both the `json` and `text` messages carry.
+    pub async fn invoke<S: EventStore>(
+        self,
+        store: &S,
+        settings: &Settings,
+        params: &Map<String, Value>,
+    ) -> Result<Answer, ToolError> {
+        match self {
+            Tool::EventIngest => event_ingest::run(store, settings, params).await,
+            Tool::EventStatus => event_status::run(store, settings, params).await,
+            Tool::EventComplete => event_complete::run(store, settings, params).await,
+        }
     }
 }
 

@@ -1,0 +1,158 @@
+//! The single writer thread: drains the queue, applies a batch in one transaction, commits
+//! once, then answers every request of the batch (group commit).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redb::{Database, Durability};
+use tokio::sync::{mpsc, oneshot};
+
+use super::batch::{self, Outcome, WriteOp};
+use super::record::Clock;
+
+/// Most writes applied in one transaction; bounds commit latency and memory per batch.
+pub const MAX_BATCH: usize = 1024;
+
+/// `--durability`: whether an acknowledged write has been fsync'd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityMode {
+    /// Every acknowledged write is on disk (fsync'd) before its response is sent.
+    Immediate,
+    /// No fsync per commit; for measuring what fsync costs. A crash can lose ~1–2 s of writes.
+    None,
+}
+
+impl DurabilityMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DurabilityMode::Immediate => "immediate",
+            DurabilityMode::None => "none",
+        }
+    }
+}
+
+/// Why a request could not be served by the store. Never turned into a success.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    #[error("storage error: {0}")]
+    Storage(String),
+    #[error("the storage writer is not running")]
+    Unavailable,
+}
+
+macro_rules! storage_error_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for EngineError {
+            fn from(e: $t) -> Self { EngineError::Storage(e.to_string()) }
+        }
+    )*};
+}
+storage_error_from!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::DatabaseError
+);
+
+/// Counters for tests and the shutdown log line.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Transactions committed by the writer.
+    pub commits: AtomicU64,
+    /// Write requests answered (committed or refused by a precondition).
+    pub ops: AtomicU64,
+    /// Test hook: make the next batch fail as if the commit had failed.
+    #[cfg(test)]
+    pub fail_next_batch: std::sync::atomic::AtomicBool,
+}
+
+/// In `none` mode, how often a commit is still made durable so redb can reuse freed pages
+/// (it only frees them on durable commits) and a crash loses a bounded window.
+const NONE_MODE_SYNC_EVERY: Duration = Duration::from_secs(1);
+
+/// One queued write and where its answer goes.
+pub(super) struct Job {
+    pub op: WriteOp,
+    pub reply: oneshot::Sender<Result<Outcome, EngineError>>,
+}
+
+pub(super) struct Writer {
+    pub db: Arc<Database>,
+    pub rx: mpsc::Receiver<Job>,
+    pub durability: DurabilityMode,
+    pub clock: Clock,
+    pub stats: Arc<Stats>,
+}
+
+impl Writer {
+    pub fn run(mut self) {
+        let mut ops = Vec::with_capacity(MAX_BATCH);
+        let mut replies = Vec::with_capacity(MAX_BATCH);
+        let mut last_sync = Instant::now();
+        let mut unsynced = false;
+        while let Some(first) = self.rx.blocking_recv() {
+            ops.push(first.op);
+            replies.push(first.reply);
+            while ops.len() < MAX_BATCH {
+                let Ok(job) = self.rx.try_recv() else { break };
+                ops.push(job.op);
+                replies.push(job.reply);
+            }
+            // In `none` mode, make one commit per interval durable, even an empty one.
+            let flush_due =
+                self.durability == DurabilityMode::None && unsynced && last_sync.elapsed() >= NONE_MODE_SYNC_EVERY;
+            let durable = self.durability == DurabilityMode::Immediate || flush_due;
+            let level = if durable { Durability::Immediate } else { Durability::None };
+            let result = self.apply(&ops, level, flush_due);
+            self.stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
+            match result {
+                Ok((outcomes, committed)) => {
+                    if committed {
+                        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                        if durable {
+                            last_sync = Instant::now();
+                        }
+                        unsynced = !durable;
+                    }
+                    for (reply, outcome) in replies.drain(..).zip(outcomes) {
+                        // The client may have gone away; its write still stands.
+                        let _ = reply.send(Ok(outcome));
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("kv: batch of {} writes failed, none acknowledged: {e}", ops.len());
+                    let err = EngineError::Storage(e.to_string());
+                    for reply in replies.drain(..) {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                }
+            }
+            ops.clear();
+            replies.clear();
+        }
+        if unsynced {
+            // `none` mode: make the tail durable on a clean shutdown.
+            if let Err(e) = self.apply(&[], Durability::Immediate, true) {
+                tracing::error!("kv: final flush failed: {e}");
+            }
+        }
+        let commits = self.stats.commits.load(Ordering::Relaxed);
+        let total = self.stats.ops.load(Ordering::Relaxed);
+        tracing::info!("kv writer stopped: {total} operations in {commits} commits");
+    }
+
+    fn apply(
+        &self,
+        ops: &[WriteOp],
+        durability: Durability,
+        force_commit: bool,
+    ) -> Result<(Vec<Outcome>, bool), batch::BatchError> {
+        #[cfg(test)]
+        if self.stats.fail_next_batch.swap(false, Ordering::SeqCst) {
+            return Err(batch::BatchError::RevisionOverflow);
+        }
+        batch::apply(&self.db, ops, self.clock.now_ms(), durability, force_commit)
+    }
+}

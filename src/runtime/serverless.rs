@@ -1,0 +1,119 @@
+//! The serverless and aws_lambda runtimes: the daemon reaches the plugin over HTTP.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::invoke::{self, HttpState};
+use crate::dispatch::{App, PROVIDER};
+
+pub const DEFAULT_PORT: u16 = 8080;
+
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// `serverless` or `aws_lambda`, shown by `GET /`.
+    pub method: &'static str,
+    pub host: String,
+    pub port: u16,
+}
+
+impl HttpConfig {
+    /// Host and port from `<PREFIX>_HOST` / `<PREFIX>_PORT` (defaults 0.0.0.0:8080; port 0 picks a free one).
+    pub fn from_settings(
+        method: &'static str,
+        prefix: &str,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
+        let host = get(&format!("{prefix}_HOST")).unwrap_or_else(|| "0.0.0.0".to_owned());
+        let port = match get(&format!("{prefix}_PORT")) {
+            Some(p) => p.parse().with_context(|| format!("{prefix}_PORT={p:?} is not a port number"))?,
+            None => DEFAULT_PORT,
+        };
+        Ok(HttpConfig { method, host: host.trim_start_matches('[').trim_end_matches(']').to_owned(), port })
+    }
+}
+
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/health", get(health))
+        .route("/invoke", post(invoke::invoke))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Binds, prints the start-up lines, and serves until the process is stopped.
+pub async fn run_http(app: Arc<App>, cfg: HttpConfig) -> anyhow::Result<ExitCode> {
+    let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
+        .await
+        .with_context(|| format!("cannot listen on {}:{}", cfg.host, cfg.port))?;
+    let addr = listener.local_addr()?;
+    if let Err(e) = announce(&mut std::io::stdout().lock(), addr) {
+        tracing::warn!("could not print the start-up lines on stdout: {e}");
+    }
+    tracing::info!("INSTALL_METHOD={}: serving POST /invoke on http://{addr}", cfg.method);
+    axum::serve(listener, router(HttpState { app, method: cfg.method })).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The marketplace pre-check starts the plugin, waits (20 s) for `Serving Flask app` on stdout,
+/// then probes `GET http://127.0.0.1:8080/`. In the HTTP modes stdout carries no protocol, so
+/// these lines are safe there. The second line gives the real port (useful with port 0).
+pub fn announce(out: &mut impl Write, addr: SocketAddr) -> std::io::Result<()> {
+    writeln!(out, " * Serving Flask app '{PROVIDER}' (native runtime on http://{addr})")?;
+    writeln!(out, " * Running on http://{addr}")?;
+    out.flush()
+}
+
+async fn health() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "OK")
+}
+
+async fn index(axum::extract::State(state): axum::extract::State<HttpState>) -> impl IntoResponse {
+    Json(json!({
+        "plugin": PROVIDER,
+        "version": env!("CARGO_PKG_VERSION"),
+        "install_method": state.method,
+        "tools": crate::tools::Tool::ALL.map(crate::tools::Tool::name),
+        "endpoints": ["GET /health", "POST /invoke?action=<action>"],
+    }))
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({"error": "not found: use GET /health or POST /invoke?action=<action>"})))
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announce_prints_the_flask_marker_and_the_real_port() {
+        let mut out = Vec::new();
+        announce(&mut out, "127.0.0.1:40123".parse().unwrap()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.lines().next().unwrap().contains("Serving Flask app"), "{text}");
+        assert!(text.contains(" * Running on http://127.0.0.1:40123\n"), "{text}");
+    }
+
+    #[test]
+    fn settings() {
+        let c = HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", |_| None).unwrap();
+        assert_eq!((c.host.as_str(), c.port), ("0.0.0.0", 8080));
+        let c = HttpConfig::from_settings("serverless", "SERVERLESS", |k| {
+            (k == "SERVERLESS_PORT").then(|| "0".to_owned()).or((k == "SERVERLESS_HOST").then(|| "[::]".to_owned()))
+        })
+        .unwrap();
+        assert_eq!((c.host.as_str(), c.port), ("::", 0));
+        assert!(HttpConfig::from_settings("serverless", "SERVERLESS", |_| Some("x".into())).is_err());
+    }
+}

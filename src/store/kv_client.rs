@@ -1,0 +1,230 @@
+//! Client for our KV container's v1 HTTP protocol (`http://` / `https://` kv_url).
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
+use reqwest::{Method, StatusCode};
+
+use super::{call_timeout, Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+
+pub struct KvClientStore {
+    client: reqwest::Client,
+    base: String,
+    auth: Option<String>,
+    clock: StoreClock,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+    store_now_ms: i64,
+}
+
+impl KvClientStore {
+    pub fn new(url: &str, token: Option<&str>, host: Clock) -> Result<Self, StoreError> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| StoreError::Config(format!("kv_url {:?} is not a URL: {e}", shown(url))))?;
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(StoreError::Config("kv_url must not carry a query or fragment".into()));
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2).min(call_timeout()))
+            .timeout(call_timeout())
+            .pool_max_idle_per_host(256)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| StoreError::Config(format!("cannot build an HTTP client: {e}")))?;
+        Ok(KvClientStore {
+            client,
+            base: url.trim_end_matches('/').to_owned(),
+            auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
+            clock: StoreClock::new(host),
+        })
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<&[u8]>,
+    ) -> Result<Answer, StoreError> {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, value);
+        }
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body.to_vec());
+        }
+        let resp = req.send().await.map_err(|e| self.classify(e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.map_err(|e| self.classify(e))?;
+        let store_now_ms = match headers.get("kv-time-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
+            Some(t) => {
+                self.clock.observe(t);
+                t
+            }
+            None => self.clock.now_ms(),
+        };
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(StoreError::Unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
+        }
+        Ok(Answer { status, headers, body, store_now_ms })
+    }
+
+    fn classify(&self, e: reqwest::Error) -> StoreError {
+        if e.is_timeout() {
+            StoreError::Timeout(call_timeout().as_millis() as u64)
+        } else if e.is_connect() {
+            StoreError::Unreachable(shown(&self.base), root_cause(&e))
+        } else {
+            StoreError::Interrupted(root_cause(&e))
+        }
+    }
+
+    fn path(key: &str) -> String {
+        format!("/state/{key}")
+    }
+
+    fn current(a: Answer) -> Result<Current, StoreError> {
+        let etag = a
+            .headers
+            .get(ETAG)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| StoreError::Bad("a value without an ETag".into()))?;
+        Ok(Current { value: a.body.to_vec(), version: Version::Etag(etag.to_owned()), store_now_ms: a.store_now_ms })
+    }
+}
+
+/// The URL as messages show it: a `user:password@` part is masked (messages reach logs and
+/// the Dify UI; the token belongs in `kv_token`, but a URL may carry one anyway).
+fn shown(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+fn ttl_header(ttl: Duration) -> (&'static str, String) {
+    ("kv-ttl-ms", ttl.as_millis().to_string())
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// A short description of an unexpected answer, using the JSON error body when there is one.
+fn error_text(status: StatusCode, body: &[u8]) -> String {
+    let detail = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    format!("HTTP {status}: {detail}")
+}
+
+impl EventStore for KvClientStore {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+        let headers = [(IF_NONE_MATCH.as_str(), "*".to_owned()), ttl_header(ttl)];
+        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value)).await?;
+        match a.status {
+            StatusCode::CREATED => Ok(Created::Created),
+            StatusCode::PRECONDITION_FAILED => Ok(Created::Exists(Self::current(a)?)),
+            // 200 would mean the store replaced an existing value: it ignored If-None-Match.
+            s => Err(StoreError::Bad(format!("{} to a create-only write", error_text(s, &a.body)))),
+        }
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
+        let a = self.send(Method::GET, &Self::path(key), &[], None).await?;
+        match a.status {
+            StatusCode::OK => Ok(Some(Self::current(a)?)),
+            StatusCode::NOT_FOUND => Ok(None),
+            s => Err(StoreError::Bad(error_text(s, &a.body))),
+        }
+    }
+
+    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+        let Version::Etag(etag) = expected else {
+            return Err(StoreError::Bad("a version from another backend".into()));
+        };
+        let headers = [(IF_MATCH.as_str(), etag.clone()), ttl_header(ttl)];
+        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value)).await?;
+        match a.status {
+            StatusCode::OK | StatusCode::CREATED => Ok(Swapped::Swapped),
+            StatusCode::PRECONDITION_FAILED if a.headers.contains_key(ETAG) => {
+                Ok(Swapped::Changed(Some(Self::current(a)?)))
+            }
+            StatusCode::PRECONDITION_FAILED => Ok(Swapped::Changed(None)),
+            s => Err(StoreError::Bad(error_text(s, &a.body))),
+        }
+    }
+
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        let a = self.send(Method::GET, "/healthz", &[], None).await?;
+        let not_v1 = |why: String| {
+            StoreError::Config(format!(
+                "{} does not speak our KV protocol v1 ({why}). A plain key-value server cannot create a key atomically, \
+                 so two copies of one event could both be accepted; point kv_url at `stateful-tool kv serve` or at Redis ≥ 7",
+                shown(&self.base)
+            ))
+        };
+        if a.status != StatusCode::OK {
+            return Err(not_v1(format!("GET /healthz answered {}", a.status)));
+        }
+        let health: serde_json::Value =
+            serde_json::from_slice(&a.body).map_err(|_| not_v1("GET /healthz is not JSON".into()))?;
+        let caps: Vec<&str> = health["capabilities"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        for needed in ["conditional-put", "ttl"] {
+            if !caps.contains(&needed) {
+                return Err(not_v1(format!("its capabilities {caps:?} lack {needed:?}")));
+            }
+        }
+        // Authentication is only checked on data routes: read a key that never exists.
+        let probe = self.send(Method::GET, "/state/stateful-tool-credential-probe", &[], None).await?;
+        if !matches!(probe.status, StatusCode::OK | StatusCode::NOT_FOUND) {
+            return Err(StoreError::Bad(error_text(probe.status, &probe.body)));
+        }
+        let mut warnings = vec![];
+        if health["durability"].as_str() == Some("none") {
+            warnings.push(
+                "the KV container runs with --durability none: acknowledged events can be lost on a crash".to_owned(),
+            );
+        }
+        let server = format!("stateful-tool KV {}", health["version"].as_str().unwrap_or("?"));
+        Ok(Probe { backend: "kv-http", server, warnings })
+    }
+
+    fn clock(&self) -> &StoreClock {
+        &self.clock
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn shown_masks_userinfo_only() {
+        assert_eq!(shown("http://127.0.0.1:8123"), "http://127.0.0.1:8123");
+        assert_eq!(shown("http://u:pw@h:1/x@y"), "http://***@h:1/x@y");
+        assert_eq!(shown("https://pw@h"), "https://***@h");
+        assert_eq!(shown("http://u:p@w@h:notaport"), "http://***@h:notaport");
+        assert_eq!(shown("no scheme"), "no scheme");
+    }
+}

@@ -1,0 +1,123 @@
+//! `event_complete`: moves a `processing` record to `completed` or `failed` with one
+//! compare-and-swap, fenced by the attempt number its `event_ingest` returned.
+
+use serde_json::{json, Map, Value};
+
+use super::{decode, params, swap_or_read_back, Answer, Settings, MAX_ROUNDS};
+use crate::error::ToolError;
+use crate::store::key::{storage_key, validate_event_id};
+use crate::store::record::{format_time, new_claim_id, Record, Status};
+use crate::store::{EventStore, Swapped};
+
+pub const MAX_RESULT_BYTES: usize = 4096;
+
+pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
+    let event_id = params::required_str(p, "event_id")?;
+    validate_event_id(&event_id)?;
+    let target = match params::optional_str(p, "status")?.as_deref().unwrap_or("completed") {
+        "completed" => Status::Completed,
+        "failed" => Status::Failed,
+        other => return Err(ToolError::param(format!("status {other:?} must be completed or failed"))),
+    };
+    let attempt = params::optional_int(p, "attempt", 1, u32::MAX as i64)?.map(|a| a as u32);
+    let result = params::optional_str(p, "result")?;
+    if result.as_ref().is_some_and(|r| r.len() > MAX_RESULT_BYTES) {
+        return Err(ToolError::param(format!(
+            "result is longer than {MAX_RESULT_BYTES} bytes; store a short summary or a reference"
+        )));
+    }
+    let key = storage_key(settings.namespace.as_deref(), &event_id);
+    let not_found = || {
+        ToolError::not_found(format!(
+            "no event with id {event_id:?} was ingested (or its record expired); nothing to complete"
+        ))
+    };
+    let mut cur = store.read(&key).await?.ok_or_else(not_found)?;
+    for _ in 0..MAX_ROUNDS {
+        let rec = decode(&cur.value, &key)?;
+        if let Some(a) = attempt {
+            if a != rec.attempt {
+                return Err(ToolError::conflict(format!("stale completion: attempt {a}, current attempt {}", rec.attempt))
+                    .with_details(json!({"event_id": event_id, "attempt": a, "current_attempt": rec.attempt, "status": rec.status.as_str()})));
+            }
+        }
+        if rec.status != Status::Processing {
+            let same = rec.status == target && (result.is_none() || result == rec.result);
+            if same {
+                return Ok(answer(&format!("already_{}", target.as_str()), rec, &key));
+            }
+            return Err(ToolError::conflict(format!(
+                "event {event_id:?} (attempt {}) is already {}; it cannot become {}",
+                rec.attempt,
+                rec.status.as_str(),
+                target.as_str()
+            )));
+        }
+        let next = Record {
+            status: target,
+            updated_at: format_time(cur.store_now_ms),
+            completed_at: Some(format_time(cur.store_now_ms)),
+            result: result.clone(),
+            lease_until_ms: None,
+            claim_id: new_claim_id(),
+            ..rec
+        };
+        let swapped = swap_or_read_back(store, &key, &cur.version, &next, settings.retention).await?;
+        match swapped {
+            Swapped::Swapped => return Ok(answer(target.as_str(), next, &key)),
+            Swapped::Changed(Some(newer)) => cur = newer,
+            Swapped::Changed(None) => return Err(not_found()),
+        }
+    }
+    Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
+}
+
+fn answer(outcome: &str, rec: Record, key: &str) -> Answer {
+    Answer::new(outcome).record(rec, key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{params, settings, store};
+    use super::*;
+    use crate::error::ErrorClass;
+    use crate::tools::event_ingest;
+
+    #[tokio::test]
+    async fn lifecycle_complete_fail_retry_and_fencing() {
+        let (s, st) = (store(), settings());
+        let ev = params(json!({"event_id": "L1", "event_type": "created"}));
+        assert_eq!(event_ingest::run(&s, &st, &ev).await.unwrap().to_value()["attempt"], 1);
+        let fail = params(json!({"event_id": "L1", "status": "failed", "attempt": 1}));
+        assert_eq!(run(&s, &st, &fail).await.unwrap().to_value()["outcome"], "failed");
+        assert_eq!(run(&s, &st, &fail).await.unwrap().to_value()["outcome"], "already_failed");
+        let retry = event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
+        assert_eq!(
+            (retry["outcome"].as_str(), retry["attempt"].as_u64(), retry["retry"].as_bool()),
+            (Some("accepted"), Some(2), Some(true))
+        );
+        let stale = run(&s, &st, &params(json!({"event_id": "L1", "attempt": 1}))).await.unwrap_err();
+        assert_eq!(stale.class, ErrorClass::Conflict);
+        assert_eq!(stale.message, "stale completion: attempt 1, current attempt 2");
+        let done =
+            run(&s, &st, &params(json!({"event_id": "L1", "attempt": 2, "result": "ok"}))).await.unwrap().to_value();
+        assert_eq!(done["outcome"], "completed");
+        assert_eq!(done["result"], "ok");
+        assert_eq!(event_ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
+        let flip = run(&s, &st, &params(json!({"event_id": "L1", "status": "failed"}))).await.unwrap_err();
+        assert_eq!(flip.class, ErrorClass::Conflict);
+        let unknown = run(&s, &st, &params(json!({"event_id": "nope"}))).await.unwrap_err();
+        assert_eq!(unknown.class, ErrorClass::NotFound);
+    }
+
+    #[tokio::test]
+    async fn expired_lease_is_reclaimed_once_and_unexpired_is_duplicate() {
+        let (s, st) = (store(), settings());
+        let ev = params(json!({"event_id": "L2", "event_type": "created", "lease_seconds": 1}));
+        event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
+        assert_eq!(event_ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let again = event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
+        assert_eq!((again["outcome"].as_str(), again["attempt"].as_u64()), (Some("accepted"), Some(2)));
+    }
+}

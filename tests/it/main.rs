@@ -1,0 +1,49 @@
+//! The integration tests: one crate, so the world is linked once. Each module drives real
+//! processes (the plugin binary, our KV container, redis-server) on 127.0.0.1 ephemeral ports.
+//! Run one area with `cargo test --test it <module>::`.
+
+// Shared fixtures: servers, the plugin over pipes, fault proxies, scenarios.
+mod support;
+
+// The store backends through the real binary: outcomes, races, lifecycle, keys, retention.
+mod backend_kv;
+mod backend_redis;
+
+// Faults: a store that crashes, is slow or loses answers; a plugin killed mid-flight.
+mod chaos_plugin_kill;
+mod chaos_slow_store;
+mod chaos_store_crash;
+
+// The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
+mod kv_auth;
+mod kv_concurrency;
+mod kv_defences;
+mod kv_durability;
+mod kv_limits;
+mod kv_protocol;
+mod kv_ttl;
+
+// The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
+// and the Python shim the daemon starts.
+mod protocol;
+mod protocol_vectors;
+mod remote;
+mod serverless;
+mod shim;
+
+// The signed package: building, validating, signing, the spec's vectors, the marketplace check.
+mod marketplace;
+mod package_build;
+mod package_cli;
+mod package_cli_keys;
+mod package_validate;
+mod package_vectors;
+
+// Property tests (proptest) of the line decoder, tool parameters and KV request handling.
+mod prop_kv;
+mod prop_protocol;
+mod prop_tools;
+
+// The benchmark binary's smoke run, and the long soak (`--ignored`, run by CI on release).
+mod bench_smoke;
+mod soak;

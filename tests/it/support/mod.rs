@@ -1,0 +1,15 @@
+//! Test fixtures shared by the integration test modules: real servers and the real
+//! binary. Each test module uses a different subset of them.
+#![allow(dead_code)]
+
+pub mod arb;
+pub mod daemon;
+pub mod fake;
+pub mod kv;
+pub mod lifecycle;
+pub mod load;
+pub mod package;
+pub mod plugin;
+pub mod proxy;
+pub mod redis;
+pub mod scenarios;
