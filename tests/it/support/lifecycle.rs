@@ -101,9 +101,12 @@ pub async fn one_reclaim_among_concurrent_redeliveries(url: &str) {
     let plugins = [Arc::new(Plugin::spawn(&[]).await), Arc::new(Plugin::spawn(&[]).await)];
     let c = creds(url);
     let id = fresh_id("reclaim");
-    let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 1});
-    assert_eq!(plugins[0].invoke("event_ingest", &c, ev.clone()).await.outcome(), "accepted");
+    let first = json!({"event_id": id, "event_type": "created", "lease_seconds": 1});
+    assert_eq!(plugins[0].invoke("event_ingest", &c, first).await.outcome(), "accepted");
     tokio::time::sleep(Duration::from_millis(1300)).await;
+    // The redeliveries ask for a long lease: attempt 2 must not expire while the other 99
+    // are still being answered on a loaded machine (that would be a legitimate attempt 3).
+    let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 3600});
     let mut tasks = vec![];
     for p in &plugins {
         for _ in 0..50 {

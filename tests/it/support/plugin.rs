@@ -71,7 +71,10 @@ impl Plugin {
 
     async fn spawn_with_stderr(bin: &str, env: &[(&str, &str)], stderr: Stdio) -> Plugin {
         let mut cmd = tokio::process::Command::new(bin);
-        cmd.arg("serve").env("INSTALL_METHOD", "local").envs(env.iter().copied());
+        // A healthy store on a loaded test machine can take seconds to answer: tests that are
+        // about outcomes get a generous store timeout; tests about timeouts set their own.
+        cmd.arg("serve").env("INSTALL_METHOD", "local").env("STATEFUL_TOOL_STORE_TIMEOUT_MS", "30000");
+        cmd.envs(env.iter().copied());
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn stateful-tool serve");
         let stdin = child.stdin.take().unwrap();
