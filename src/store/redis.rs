@@ -51,7 +51,7 @@ impl RedisStore {
         {
             Ok(conn) => conn,
             Err(e) if is_auth_error(&e) && info.redis.password.is_some() => {
-                return Err(refused_password(&display, &info).await)
+                return Err(refused_password(&display, info).await)
             }
             Err(e) => return Err(classify(&display, e)),
         };
