@@ -113,6 +113,12 @@ impl Engine {
 
 fn open_database(dir: &Path) -> anyhow::Result<Database> {
     use anyhow::Context;
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        anyhow::bail!(
+            "--data {}: that path is a file, not a directory; give a directory (created if missing)",
+            dir.display()
+        );
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
     let path: PathBuf = dir.join(DB_FILE);
     let db = Database::builder()
@@ -122,7 +128,15 @@ fn open_database(dir: &Path) -> anyhow::Result<Database> {
             tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", session.progress() * 100.0);
         })
         .create(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+        .map_err(|e| match e {
+            // redb holds an exclusive lock on the file while a database is open.
+            redb::DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
+                "{} is already open in another process (a `stateful-tool kv serve` still running with \
+                 this --data?); stop that one, or give this one another --data directory",
+                path.display()
+            ),
+            e => anyhow::Error::new(e).context(format!("opening {}", path.display())),
+        })?;
     // Create the tables up front so readers never see "table does not exist".
     let txn = db.begin_write()?;
     txn.open_table(DATA)?;

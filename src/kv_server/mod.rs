@@ -45,6 +45,7 @@ pub enum KvCommand {
 }
 
 #[derive(clap::Args)]
+#[command(after_help = ENV_HELP)]
 pub struct ServeArgs {
     /// Address to bind (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1:8123")]
@@ -65,6 +66,13 @@ pub struct ServeArgs {
     pub purge_interval_ms: u64,
 }
 
+/// `kv serve --help`: the environment variables it reads, with defaults.
+const ENV_HELP: &str = "\
+Environment:
+  KV_TOKEN                        the bearer token, instead of --token (default: none, no auth)
+  STATEFUL_TOOL_LOG (or RUST_LOG) log filter: error, warn, info, debug (default info); logs go to
+                                  stderr, the one `listening on http://ip:port` line to stdout";
+
 pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         KvCommand::Serve(args) => serve(args),
@@ -83,6 +91,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "kv: listening on a non-loopback address without a token; anyone who can reach it can read and write"
         );
     }
+    // Bind first: a port already in use must fail before the data directory is created or
+    // opened, so a mistaken second start leaves no trace on disk.
+    let listener = std::net::TcpListener::bind(listen).with_context(|| {
+        format!("cannot listen on {listen} (another `kv serve` on this port? choose another --listen)")
+    })?;
+    listener.set_nonblocking(true)?;
     let (engine, writer) = engine::Engine::open(&args.data, args.durability, record::Clock::system())?;
     tracing::info!(
         "kv: data in {} (durability {}, auth {})",
@@ -93,7 +107,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
     let state = Arc::new(http::AppState { engine, durability: args.durability });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
-    let result = runtime.block_on(serve_http(state, listen, token, purge_every));
+    let result = runtime.block_on(serve_http(state, listener, token, purge_every));
     // Dropping the runtime drops every task holding an engine handle; the writer then
     // commits whatever is still queued and exits, and the database closes cleanly.
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -103,11 +117,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
 async fn serve_http(
     state: Arc<http::AppState>,
-    listen: SocketAddr,
+    listener: std::net::TcpListener,
     token: Option<Arc<auth::Token>>,
     purge_every: Duration,
 ) -> anyhow::Result<ExitCode> {
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
     let app = http::router(state, token);

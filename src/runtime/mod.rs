@@ -15,7 +15,29 @@ use crate::dispatch::App;
 use crate::store::Clock;
 
 #[derive(clap::Args)]
+#[command(after_help = ENV_HELP)]
 pub struct ServeArgs {}
+
+/// `serve --help`: every environment variable that changes what `serve` does, with defaults.
+/// The daemon sets INSTALL_METHOD; the others are for debugging, serverless hosts and tests.
+pub const ENV_HELP: &str = "\
+Environment (read once at start; for INSTALL_METHOD, REMOTE_*, SERVERLESS_*, AWS_LAMBDA_* and
+STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves unset):
+  INSTALL_METHOD                     transport: local (stdio, as the daemon starts plugins; the
+                                     default), remote, serverless or aws_lambda
+  REMOTE_INSTALL_URL                 remote: the daemon's debugging address, host:port
+  REMOTE_INSTALL_HOST, _PORT         remote: the same in two parts (default localhost, 5003)
+  REMOTE_INSTALL_KEY                 remote: the debugging key shown by Dify (required)
+  STATEFUL_TOOL_RECONNECT_MS         remote: first reconnect delay, doubling up to 30 s (default 1000)
+  STATEFUL_TOOL_RECONNECT_ATTEMPTS   remote: failed attempts in a row before giving up (default 10)
+  SERVERLESS_HOST, SERVERLESS_PORT   serverless: HTTP address (default 0.0.0.0, 8080)
+  AWS_LAMBDA_HOST, AWS_LAMBDA_PORT   aws_lambda: HTTP address (default 0.0.0.0, 8080)
+  STATEFUL_TOOL_STORE_TIMEOUT_MS     how long a store call may take, in ms (default 5000)
+  STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
+  STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); logs go
+                                     to stderr, never to the protocol stream
+  STATEFUL_TOOL_ALLOW_MEMORY_STORE   tests only: allow kv_url=memory:// (lost when the process ends)
+  STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS tests only: shift this host's clock by N ms (default 0)";
 
 /// Knobs of the session loop (tests shorten the heartbeat).
 #[derive(Debug, Clone)]

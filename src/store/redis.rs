@@ -45,10 +45,16 @@ impl RedisStore {
             .set_response_timeout(call_timeout())
             .set_number_of_retries(2)
             .set_max_delay(500);
-        let conn = tokio::time::timeout(call_timeout(), client.get_connection_manager_with_config(config.clone()))
+        let conn = match tokio::time::timeout(call_timeout(), client.get_connection_manager_with_config(config.clone()))
             .await
             .map_err(|_| StoreError::Timeout(call_timeout().as_millis() as u64))?
-            .map_err(|e| classify(&display, e))?;
+        {
+            Ok(conn) => conn,
+            Err(e) if is_auth_error(&e) && info.redis.password.is_some() => {
+                return Err(refused_password(&display, info).await)
+            }
+            Err(e) => return Err(classify(&display, e)),
+        };
         let store = RedisStore {
             conn: std::sync::Mutex::new((0, conn)),
             client,
@@ -114,14 +120,44 @@ fn classify(addr: &str, e: RedisError) -> StoreError {
         StoreError::Timeout(call_timeout().as_millis() as u64)
     } else if e.is_connection_refusal() {
         StoreError::Unreachable(addr.to_owned(), e.to_string())
-    } else if e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("NOAUTH") || e.code() == Some("WRONGPASS")
-    {
-        StoreError::Unauthorized(format!("{e} (put the password in kv_url: redis://:password@host:port)"))
+    } else if e.code() == Some("NOAUTH") {
+        StoreError::Unauthorized(format!(
+            "the Redis server at {addr} requires a password (NOAUTH); put it in kv_url: redis://:password@host:port/db"
+        ))
+    } else if is_auth_error(&e) {
+        StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {e}"))
     } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
         StoreError::Interrupted(e.to_string())
     } else {
         StoreError::Bad(format!("a Redis error: {e}"))
     }
+}
+
+fn is_auth_error(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
+}
+
+/// Redis refused the password in kv_url; the client library reports every refusal alike.
+/// One unauthenticated PING tells the two common mistakes apart: a server without a
+/// password answers it, a server with one answers NOAUTH.
+async fn refused_password(addr: &str, info: &redis::ConnectionInfo) -> StoreError {
+    let mut bare = info.clone();
+    bare.redis.username = None;
+    bare.redis.password = None;
+    let ping = async {
+        let mut conn = redis::Client::open(bare)?.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await
+    };
+    let what = match tokio::time::timeout(call_timeout(), ping).await {
+        Ok(Ok(_)) => "the server has no password set (it answers without one): remove the user and \
+                      password from kv_url (redis://host:port/db), or set a password on the server"
+            .to_owned(),
+        Ok(Err(e)) if e.code() == Some("NOAUTH") => {
+            "the server requires a password and this one is wrong (or the user does not exist)".to_owned()
+        }
+        _ => "the password is wrong, or the server has none set".to_owned(),
+    };
+    StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {what}"))
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

@@ -159,7 +159,8 @@ fn binds_loopback_unless_told_otherwise() {
     let announced = reader.join().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        announced.starts_with("listening on http://127.0.0.1:8123") || stderr.contains("binding 127.0.0.1:8123"),
+        announced.starts_with("listening on http://127.0.0.1:8123")
+            || stderr.contains("cannot listen on 127.0.0.1:8123"),
         "stdout {announced:?}, stderr {stderr:?}"
     );
 }

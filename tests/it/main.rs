@@ -44,6 +44,9 @@ mod prop_kv;
 mod prop_protocol;
 mod prop_tools;
 
+// A new user's first hour: `make run`/`make test` scripts, first-contact messages, help.
+mod first_run;
+
 // The benchmark binary's smoke run, and the long soak (`--ignored`, run by CI on release).
 mod bench_smoke;
 mod soak;
