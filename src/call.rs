@@ -99,7 +99,7 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     while let Some(l) = lines.next_line().await? {
         if args.raw {
-            println!("{l}");
+            emit(format_args!("{l}"))?;
         }
         let Ok(msg) = serde_json::from_str::<Value>(&l) else {
             continue;
@@ -109,7 +109,7 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
         }
         let data = &msg["data"]["data"];
         match msg["data"]["type"].as_str() {
-            Some("stream") if !args.raw => print_chunk(data),
+            Some("stream") if !args.raw => print_chunk(data)?,
             Some("error") => {
                 failed = true;
                 eprintln!(
@@ -131,13 +131,24 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
 
 /// Shows each message by kind: the `json` one (what workflow nodes get) pretty-printed,
 /// the `text` one (what agents read) as it is.
-fn print_chunk(chunk: &Value) {
+fn print_chunk(chunk: &Value) -> std::io::Result<()> {
     match chunk["type"].as_str() {
-        Some("json") => {
-            println!("json: {}", serde_json::to_string_pretty(&chunk["message"]["json_object"]).unwrap_or_default())
-        }
-        Some("text") => println!("text: {}", chunk["message"]["text"].as_str().unwrap_or_default()),
-        _ => println!("{chunk}"),
+        Some("json") => emit(format_args!(
+            "json: {}",
+            serde_json::to_string_pretty(&chunk["message"]["json_object"]).unwrap_or_default()
+        )),
+        Some("text") => emit(format_args!("text: {}", chunk["message"]["text"].as_str().unwrap_or_default())),
+        _ => emit(format_args!("{chunk}")),
+    }
+}
+
+/// Writes one line to stdout. A reader that went away (`call … | head`) ends the output
+/// quietly instead of panicking, as command-line tools do.
+fn emit(line: std::fmt::Arguments) -> std::io::Result<()> {
+    use std::io::Write;
+    match writeln!(std::io::stdout().lock(), "{line}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other,
     }
 }
 

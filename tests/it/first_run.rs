@@ -255,3 +255,23 @@ fn event_id_lengths_are_stated_in_bytes_in_every_locale() {
         assert!(ingest.lines().any(|l| l.contains(locale) && l.contains("255") && l.contains("UTF-8")), "{locale}");
     }
 }
+
+#[test]
+fn call_piped_into_a_reader_that_stops_early_exits_quietly() {
+    // `stateful-tool call … --raw | head -n 1`: the reader goes away after the first line.
+    let mut child = Command::new(BIN)
+        .args(["call", "event_status", "-c", "kv_url=memory://", "-p", "event_id=E", "--raw"])
+        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run stateful-tool call");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.contains("heartbeat"), "{first}");
+    // The reader is dropped here: every later write meets a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
