@@ -10,9 +10,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::support::arb;
+use crate::support::{arb, property};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use stateful_tool::dispatch::App;
 use stateful_tool::protocol::message::session_id_from_prefix;
@@ -22,9 +21,8 @@ use stateful_tool::runtime::session_loop::serve;
 use stateful_tool::runtime::ServeOptions;
 use stateful_tool::store::Clock;
 
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
+/// Failing cases proptest found, replayed before every run.
+const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_protocol.txt";
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
@@ -56,8 +54,12 @@ fn bytes_with_newlines() -> impl Strategy<Value = Vec<u8>> {
 #[test]
 fn line_reader_matches_its_model() {
     let rt = rt();
-    runner(2000)
-        .run(&(bytes_with_newlines(), 1usize..64, 1usize..200), |(input, capacity, max)| {
+    property::check(
+        REGRESSIONS,
+        "line_reader_matches_its_model",
+        2000,
+        &(bytes_with_newlines(), 1usize..64, 1usize..200),
+        |(input, capacity, max)| {
             let got = rt.block_on(read_all(&input, capacity, max));
             let mut pieces: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
             if input.ends_with(b"\n") || input.is_empty() {
@@ -81,8 +83,8 @@ fn line_reader_matches_its_model() {
                 }
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Parsing arbitrary bytes never panics, and a recovered session id is always a short,
@@ -96,16 +98,14 @@ fn inbound_parse_never_panics() {
             format!(r#"{{"session_id":{},"event":"request","data":{}}}"#, json!(sid), data).into_bytes()
         }),
     ];
-    runner(3000)
-        .run(&line, |line| {
-            let _ = Inbound::parse(&line);
-            if let Some(prefix_sid) = session_id_from_prefix(&line) {
-                prop_assert!(!prefix_sid.is_empty() && prefix_sid.len() <= 128);
-                prop_assert!(prefix_sid.chars().all(|c| c.is_ascii_graphic()));
-            }
-            Ok(())
-        })
-        .unwrap();
+    property::check(REGRESSIONS, "inbound_parse_never_panics", 3000, &line, |line| {
+        let _ = Inbound::parse(&line);
+        if let Some(prefix_sid) = session_id_from_prefix(&line) {
+            prop_assert!(!prefix_sid.is_empty() && prefix_sid.len() <= 128);
+            prop_assert!(prefix_sid.chars().all(|c| c.is_ascii_graphic()));
+        }
+        Ok(())
+    });
 }
 
 /// One input line of the session-loop test, before it gets its session id `s<i>`.
@@ -210,8 +210,12 @@ fn expected_answers(input: &[u8]) -> HashMap<String, usize> {
 fn session_loop_answers_each_identified_session_exactly_once() {
     std::env::set_var("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
     let input = (prop::collection::vec(piece(), 0..24), any::<bool>(), 1usize..300, 1usize..8);
-    runner(400)
-        .run(&input, |(pieces, crlf, capacity, in_flight)| {
+    property::check(
+        REGRESSIONS,
+        "session_loop_answers_each_identified_session_exactly_once",
+        400,
+        &input,
+        |(pieces, crlf, capacity, in_flight)| {
             let mut bytes = vec![];
             for (i, p) in pieces.iter().enumerate() {
                 bytes.extend(pin_to_memory(render(i, p)));
@@ -253,6 +257,6 @@ fn session_loop_answers_each_identified_session_exactly_once() {
                 prop_assert!(n <= want[&sid], "{sid}: more errors than sessions");
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }

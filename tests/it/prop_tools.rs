@@ -6,15 +6,17 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::support::arb;
+use crate::support::{arb, property};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Map, Value};
 use stateful_tool::error::ErrorClass;
 use stateful_tool::store::key::{is_key_charset_safe, parse_storage_key, storage_key, validate_event_id};
 use stateful_tool::store::memory::MemoryStore;
 use stateful_tool::store::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 use stateful_tool::tools::{self, Settings};
+
+/// Failing cases proptest found, replayed before every run.
+const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_tools.txt";
 
 /// Counts every store call; answers from `inner`, or fails every call when `inner` is None.
 struct Counting {
@@ -69,10 +71,6 @@ impl EventStore for Counting {
     }
 }
 
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
-
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }
@@ -99,8 +97,12 @@ fn tool() -> impl Strategy<Value = String> {
 #[test]
 fn invalid_parameters_never_reach_the_store() {
     let settings = Settings::from_credentials(&json!({"kv_url": "memory://"})).unwrap();
-    runner(1500)
-        .run(&(tool(), arb::params()), |(tool, params)| {
+    property::check(
+        REGRESSIONS,
+        "invalid_parameters_never_reach_the_store",
+        1500,
+        &(tool(), arb::params()),
+        |(tool, params)| {
             let store = Counting::new(false);
             let err = block_on(invoke(&tool, &store, &settings, &params)).expect_err("the store is down");
             let untouched = store.calls() == 0;
@@ -118,8 +120,8 @@ fn invalid_parameters_never_reach_the_store() {
             }
             prop_assert!(!err.message.is_empty());
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Against a working store, a random sequence of calls with random settings: every answer is
@@ -131,8 +133,12 @@ fn random_call_sequences_give_documented_answers() {
         ["accepted", "duplicate", "found", "not_found", "completed", "failed", "already_completed", "already_failed"];
     let ids = prop::sample::select(vec!["E1", "E2", "a/b", "🎉"]);
     let call = (tool(), arb::params(), ids, any::<bool>());
-    runner(300)
-        .run(&(arb::memory_credentials(), prop::collection::vec(call, 1..12)), |(creds, calls)| {
+    property::check(
+        REGRESSIONS,
+        "random_call_sequences_give_documented_answers",
+        300,
+        &(arb::memory_credentials(), prop::collection::vec(call, 1..12)),
+        |(creds, calls)| {
             let Ok(settings) = Settings::from_credentials(&creds) else {
                 return Ok(());
             };
@@ -157,8 +163,8 @@ fn random_call_sequences_give_documented_answers() {
                 }
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Credentials of any shape parse or are `param_invalid`; never a panic.
@@ -173,14 +179,12 @@ fn arbitrary_credentials_are_settings_or_param_invalid() {
         )
         .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())),
     ];
-    runner(1000)
-        .run(&creds, |c| {
-            if let Err(e) = Settings::from_credentials(&c) {
-                prop_assert_eq!(e.class, ErrorClass::ParamInvalid);
-            }
-            Ok(())
-        })
-        .unwrap();
+    property::check(REGRESSIONS, "arbitrary_credentials_are_settings_or_param_invalid", 1000, &creds, |c| {
+        if let Err(e) = Settings::from_credentials(&c) {
+            prop_assert_eq!(e.class, ErrorClass::ParamInvalid);
+        }
+        Ok(())
+    });
 }
 
 fn event_id() -> impl Strategy<Value = String> {
@@ -205,8 +209,12 @@ fn namespace() -> impl Strategy<Value = Option<String>> {
 /// and decodes back to exactly its (namespace, id).
 #[test]
 fn storage_keys_are_safe_and_round_trip() {
-    runner(4000)
-        .run(&(namespace(), event_id()), |(ns, id)| {
+    property::check(
+        REGRESSIONS,
+        "storage_keys_are_safe_and_round_trip",
+        4000,
+        &(namespace(), event_id()),
+        |(ns, id)| {
             let key = storage_key(ns.as_deref(), &id);
             prop_assert!(is_key_charset_safe(&key), "{key}");
             prop_assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b)), "{key}");
@@ -215,8 +223,8 @@ fn storage_keys_are_safe_and_round_trip() {
             prop_assert!((4..=1024).contains(&key.len()), "{key}");
             prop_assert_eq!(parse_storage_key(&key), Some((ns.clone(), id.clone())), "{}", key);
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Two different (namespace, id) pairs never share a key, including ids built to look like
@@ -229,36 +237,42 @@ fn storage_keys_are_injective() {
         use base64::Engine;
         (ns, base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes()))
     });
-    runner(4000)
-        .run(&(pair(), prop_oneof![pair(), lookalike]), |((ns1, id1), (ns2, id2))| {
+    property::check(
+        REGRESSIONS,
+        "storage_keys_are_injective",
+        4000,
+        &(pair(), prop_oneof![pair(), lookalike]),
+        |((ns1, id1), (ns2, id2))| {
             let (k1, k2) = (storage_key(ns1.as_deref(), &id1), storage_key(ns2.as_deref(), &id2));
             prop_assert_eq!(k1 == k2, (ns1, id1) == (ns2, id2), "{} / {}", k1, k2);
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Validation accepts exactly 1–255 bytes of UTF-8 without control characters.
 #[test]
 fn event_id_validation_matches_its_rule() {
-    runner(3000)
-        .run(&arb::string(), |id| {
-            let expected = (1..=255).contains(&id.len()) && !id.chars().any(char::is_control);
-            prop_assert_eq!(validate_event_id(&id).is_ok(), expected, "{:?}", id);
-            Ok(())
-        })
-        .unwrap();
+    property::check(REGRESSIONS, "event_id_validation_matches_its_rule", 3000, &arb::string(), |id| {
+        let expected = (1..=255).contains(&id.len()) && !id.chars().any(char::is_control);
+        prop_assert_eq!(validate_event_id(&id).is_ok(), expected, "{:?}", id);
+        Ok(())
+    });
 }
 
 /// Keys that no valid (namespace, id) produces are refused by the parser (it never invents one).
 #[test]
 fn parse_storage_key_only_accepts_what_storage_key_makes() {
-    runner(3000)
-        .run(&"(evt)?[_~]{0,2}[A-Za-z0-9._~-]{0,20}", |key| {
+    property::check(
+        REGRESSIONS,
+        "parse_storage_key_only_accepts_what_storage_key_makes",
+        3000,
+        &"(evt)?[_~]{0,2}[A-Za-z0-9._~-]{0,20}",
+        |key| {
             if let Some((ns, id)) = parse_storage_key(&key) {
                 prop_assert_eq!(storage_key(ns.as_deref(), &id), key);
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
