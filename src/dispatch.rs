@@ -1,11 +1,13 @@
 //! Routes each request to its handler and turns every outcome into session messages.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
 use crate::error::{session_error, ToolError};
-use crate::protocol::Session;
+use crate::protocol::{Outbox, Session};
 use crate::store::{Clock, EventStore, StoreCache};
 use crate::tools::{self, Settings, Tool};
 
@@ -19,6 +21,27 @@ pub struct App {
 impl App {
     pub fn new(host: Clock) -> Arc<App> {
         Arc::new(App { stores: StoreCache::new(host) })
+    }
+}
+
+/// Answers one session whatever happens: the request's outcome, the error of a line that
+/// could not be taken as a request, or, should the handler panic, an error. The daemon waits
+/// for every session's `end`, so a bug in one handler must not leave its session open.
+pub async fn serve_session(app: &App, session_id: String, outbox: Outbox, request: Result<Value, ToolError>) {
+    let session = Session::new(session_id.clone(), outbox.clone());
+    let work = async move {
+        match request {
+            Ok(data) => handle_request(app, session, data).await,
+            Err(error) => session.finish(Some(error.to_session_error())).await,
+        }
+    };
+    if let Err(panic) = AssertUnwindSafe(work).catch_unwind().await {
+        let what = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
+        tracing::error!(session_id, "a request handler panicked: {}", what.unwrap_or("(no message)"));
+        let error = ToolError::upstream(
+            "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe",
+        );
+        Session::new(session_id, outbox).finish(Some(error.to_session_error())).await;
     }
 }
 
@@ -36,6 +59,9 @@ pub async fn handle_request(app: &App, session: Session, data: Value) {
             };
         }
         ("tool", "validate_tool_credentials") => validate_credentials(app, &data).await,
+        // Lets the session-loop tests prove a panicking handler still ends its session.
+        #[cfg(test)]
+        ("test", "panic") => panic!("the test-only panicking action"),
         ("tool", "get_tool_runtime_parameters") => runtime_parameters(&data).map_err(|e| e.to_session_error()),
         _ => Err(ToolError::param(format!(
             "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \

@@ -157,3 +157,14 @@ async fn output_error_stops_the_loop() {
     let r = serve(tokio::io::BufReader::new(reader), Broken, App::new(Clock::system()), opts()).await;
     assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
 }
+
+#[tokio::test]
+async fn a_panicking_handler_still_ends_its_session() {
+    let mut input = request("p", json!({"type": "test", "action": "panic"}));
+    input += &ingest("s-after", "P");
+    let out = run(input.as_bytes()).await;
+    assert_eq!(session_types(&out, "p"), ["error", "end"]);
+    let err = out.iter().find(|v| v["session_id"] == "p" && v["data"]["type"] == "error").unwrap();
+    assert_eq!(err["data"]["data"]["error_type"], "upstream_error");
+    assert_eq!(session_types(&out, "s-after"), ["stream", "stream", "end"]);
+}
