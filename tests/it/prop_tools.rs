@@ -3,73 +3,17 @@
 //! `param_invalid` and never touches the store, valid input always does; the storage-key
 //! encoding is charset-safe, injective and round-trips through `parse_storage_key`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
 use crate::support::{arb, property};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use stateful_tool::error::ErrorClass;
-use stateful_tool::store::key::{is_key_charset_safe, parse_storage_key, storage_key, validate_event_id};
-use stateful_tool::store::memory::MemoryStore;
-use stateful_tool::store::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use stateful_tool::oracle::{self, CountingStore};
+use stateful_tool::store::key::{parse_storage_key, storage_key, validate_event_id};
+use stateful_tool::store::EventStore;
 use stateful_tool::tools::{self, Settings};
 
 /// Failing cases proptest found, replayed before every run.
 const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_tools.txt";
-
-/// Counts every store call; answers from `inner`, or fails every call when `inner` is None.
-struct Counting {
-    inner: Option<MemoryStore>,
-    calls: AtomicUsize,
-    clock: StoreClock,
-}
-
-impl Counting {
-    fn new(working: bool) -> Counting {
-        let inner = working.then(|| MemoryStore::new(Clock::system(), 0));
-        Counting { inner, calls: AtomicUsize::new(0), clock: StoreClock::new(Clock::system()) }
-    }
-    fn down() -> StoreError {
-        StoreError::Unreachable("test".into(), "down".into())
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-impl EventStore for Counting {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match &self.inner {
-            Some(s) => s.create(key, value, ttl).await,
-            None => Err(Self::down()),
-        }
-    }
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match &self.inner {
-            Some(s) => s.read(key).await,
-            None => Err(Self::down()),
-        }
-    }
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match &self.inner {
-            Some(s) => s.swap(key, expected, value, ttl).await,
-            None => Err(Self::down()),
-        }
-    }
-    async fn probe(&self) -> Result<Probe, StoreError> {
-        Ok(Probe::default())
-    }
-    fn clock(&self) -> &StoreClock {
-        match &self.inner {
-            Some(s) => s.clock(),
-            None => &self.clock,
-        }
-    }
-}
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
@@ -103,22 +47,10 @@ fn invalid_parameters_never_reach_the_store() {
         1500,
         &(tool(), arb::params()),
         |(tool, params)| {
-            let store = Counting::new(false);
+            let store = CountingStore::down();
             let err = block_on(invoke(&tool, &store, &settings, &params)).expect_err("the store is down");
-            let untouched = store.calls() == 0;
-            prop_assert_eq!(
-                err.class == ErrorClass::ParamInvalid,
-                untouched,
-                "{} {:?}: {:?} after {} store calls",
-                tool,
-                params,
-                err,
-                store.calls()
-            );
-            if !untouched {
-                prop_assert_eq!(err.class, ErrorClass::UpstreamError);
-            }
-            prop_assert!(!err.message.is_empty());
+            oracle::check_error_against_down_store(&err, store.calls())
+                .map_err(|e| TestCaseError::fail(format!("{tool} {params:?}: {e}")))?;
             Ok(())
         },
     );
@@ -142,7 +74,7 @@ fn random_call_sequences_give_documented_answers() {
             let Ok(settings) = Settings::from_credentials(&creds) else {
                 return Ok(());
             };
-            let store = Counting::new(true);
+            let store = CountingStore::working();
             for (tool, mut params, id, fix_id) in calls {
                 // Half the calls reuse a few ids (and a configured type) so records build up.
                 if fix_id {
@@ -215,13 +147,7 @@ fn storage_keys_are_safe_and_round_trip() {
         4000,
         &(namespace(), event_id()),
         |(ns, id)| {
-            let key = storage_key(ns.as_deref(), &id);
-            prop_assert!(is_key_charset_safe(&key), "{key}");
-            prop_assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b)), "{key}");
-            prop_assert!(!key.contains('/') && !key.contains('%') && !key.contains(':'), "{key}");
-            prop_assert!(key != "." && key != ".." && key.starts_with("evt"), "{key}");
-            prop_assert!((4..=1024).contains(&key.len()), "{key}");
-            prop_assert_eq!(parse_storage_key(&key), Some((ns.clone(), id.clone())), "{}", key);
+            oracle::check_storage_key(ns.as_deref(), &id).map_err(TestCaseError::fail)?;
             Ok(())
         },
     );
