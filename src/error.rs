@@ -83,7 +83,10 @@ impl From<crate::store::key::InvalidInput> for ToolError {
 
 impl From<crate::store::StoreError> for ToolError {
     fn from(e: crate::store::StoreError) -> Self {
-        ToolError::upstream(e.to_string())
+        match e {
+            crate::store::StoreError::BadUrl(message) => ToolError::param(message),
+            e => ToolError::upstream(e.to_string()),
+        }
     }
 }
 

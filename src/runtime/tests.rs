@@ -168,3 +168,27 @@ async fn a_panicking_handler_still_ends_its_session() {
     assert_eq!(err["data"]["data"]["error_type"], "upstream_error");
     assert_eq!(session_types(&out, "s-after"), ["stream", "stream", "end"]);
 }
+
+#[tokio::test]
+async fn a_kv_url_we_cannot_use_is_the_callers_mistake() {
+    let data = |action: &str, url: &str| {
+        json!({"action": action, "type": "tool", "provider": "stateful_tool", "tool": "event_status",
+               "credentials": {"kv_url": url}, "tool_parameters": {"event_id": "A"}, "user_id": "u"})
+    };
+    let mut input = request("ftp", data("invoke_tool", "ftp://user:s3cret@h"));
+    input += &request("bare", data("invoke_tool", "localhost:8123"));
+    input += &request("validate", data("validate_tool_credentials", "gopher://h"));
+    let out = run(input.as_bytes()).await;
+    let error = |sid: &str| {
+        out.iter().find(|v| v["session_id"] == sid && v["data"]["type"] == "error").unwrap()["data"]["data"].clone()
+    };
+    for (sid, error_type) in
+        [("ftp", "param_invalid"), ("bare", "param_invalid"), ("validate", "ToolProviderCredentialValidationError")]
+    {
+        let e = error(sid);
+        assert_eq!(e["error_type"], error_type, "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.contains("http(s)://") && message.contains("redis(s)://"), "{message}");
+        assert!(!message.contains("s3cret") && !message.contains("user"), "{message}");
+    }
+}

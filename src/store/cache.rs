@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
+use super::url::{self, Scheme};
 use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, AnyStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
@@ -54,51 +55,27 @@ impl StoreCache {
 }
 
 async fn connect(cfg: &StoreConfig, host: Clock) -> Result<Arc<AnyStore>, StoreError> {
-    let scheme = cfg.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
-    let store = match scheme.as_str() {
-        "http" | "https" => AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host)?),
-        "redis" | "rediss" => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host).await?)),
-        "memory" if std::env::var_os("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some() => {
+    let store = match Scheme::of(&cfg.url)? {
+        Scheme::KvContainer => AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host)?),
+        Scheme::Redis => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host).await?)),
+        Scheme::Memory if std::env::var_os("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some() => {
             AnyStore::Memory(MemoryStore::new(host, 0))
         }
-        _ => {
-            return Err(StoreError::Config(format!(
-                "kv_url {:?} has no supported scheme: use http(s)://host:port for the KV container or redis(s)://host:port for Redis",
-                redact(&cfg.url)
-            )))
-        }
+        Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
     Ok(Arc::new(store))
-}
-
-/// The URL with any password replaced, for messages and logs.
-pub fn redact(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => url.chars().take(80).collect(),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn redact_hides_passwords() {
-        assert_eq!(redact("redis://:s3cret@host:6379/0"), "redis://:***@host:6379/0");
-        assert_eq!(redact("http://127.0.0.1:8123"), "http://127.0.0.1:8123/");
-    }
-
     #[tokio::test]
-    async fn unknown_scheme_is_a_config_error() {
+    async fn unknown_scheme_is_a_bad_url() {
         let cache = StoreCache::new(Clock::system());
         let cfg = StoreConfig { url: "ftp://x".into(), token: None };
         let err = cache.get(&cfg).await.err().unwrap();
-        assert!(matches!(err, StoreError::Config(_)), "{err}");
+        assert!(matches!(err, StoreError::BadUrl(_)), "{err}");
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ pub mod kv_client;
 pub mod memory;
 pub mod record;
 pub mod redis;
+pub mod url;
 
 use std::future::Future;
 use std::time::Duration;
@@ -19,7 +20,8 @@ use std::time::Duration;
 pub use cache::{StoreCache, StoreConfig};
 pub use clock::{Clock, StoreClock};
 
-/// Why a store call failed. Every variant is reported as `upstream_error`, never as success.
+/// Why a store call failed. Every variant but `BadUrl` (the user's input, `param_invalid`) is
+/// reported as `upstream_error`, never as success.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("the store at {0} is unreachable: {1}")]
@@ -34,6 +36,9 @@ pub enum StoreError {
     Bad(String),
     #[error("the store configuration is invalid: {0}")]
     Config(String),
+    /// `kv_url` cannot be used as written (scheme, syntax); the message says what to write.
+    #[error("{0}")]
+    BadUrl(String),
 }
 
 impl StoreError {

@@ -37,7 +37,7 @@ impl RedisStore {
     /// session: Redis executes commands one at a time anyway, and pipelining keeps it busy.
     pub async fn connect(url: &str, host: Clock) -> Result<Self, StoreError> {
         let client =
-            redis::Client::open(url).map_err(|e| StoreError::Config(format!("kv_url is not a Redis URL: {e}")))?;
+            redis::Client::open(url).map_err(|e| StoreError::BadUrl(format!("kv_url is not a Redis URL: {e}")))?;
         let info = client.get_connection_info();
         let display = format!("{}", info.addr);
         let config = ConnectionManagerConfig::new()
