@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{SessionError, ToolError};
 use crate::protocol::{Outbox, Session};
-use crate::store::{Clock, EventStore, StoreCache};
+use crate::store::{Clock, EventStore, StoreCache, StoreOptions};
 use crate::tools::{self, Settings, Tool};
 
 pub const PROVIDER: &str = "stateful_tool";
@@ -19,8 +19,8 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(host: Clock) -> Arc<App> {
-        Arc::new(App { stores: StoreCache::new(host) })
+    pub fn new(host: Clock, store: StoreOptions) -> Arc<App> {
+        Arc::new(App { stores: StoreCache::new(host, store) })
     }
 }
 

@@ -8,17 +8,16 @@
 use libfuzzer_sys::fuzz_target;
 use stateful_tool::dispatch::App;
 use stateful_tool::oracle;
-use stateful_tool::store::Clock;
+use stateful_tool::store::{Clock, StoreOptions};
 
 fuzz_target!(|data: &[u8]| {
-    std::env::set_var("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
     let mut input = Vec::with_capacity(data.len());
     for line in data.split(|&b| b == b'\n') {
         input.extend(oracle::pin_to_memory(line));
         input.push(b'\n');
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    if let Err(e) = rt.block_on(oracle::check_session_loop(App::new(Clock::system()), &input, 61, 8)) {
+    if let Err(e) = rt.block_on(oracle::check_session_loop(App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }), &input, 61, 8)) {
         panic!("{e}");
     }
 });

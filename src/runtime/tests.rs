@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::session_loop::serve;
 use super::ServeOptions;
 use crate::dispatch::App;
-use crate::store::Clock;
+use crate::store::{Clock, StoreOptions};
 
 fn opts() -> ServeOptions {
     ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64 }
@@ -26,9 +26,15 @@ fn ingest(sid: &str, id: &str) -> String {
 }
 
 async fn run(input: &[u8]) -> Vec<Value> {
-    std::env::set_var("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
     let mut out = Vec::new();
-    serve(tokio::io::BufReader::new(input), &mut out, App::new(Clock::system()), opts()).await.unwrap();
+    serve(
+        tokio::io::BufReader::new(input),
+        &mut out,
+        App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
+        opts(),
+    )
+    .await
+    .unwrap();
     out.split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("non-JSON output line: {e}")))
@@ -154,7 +160,13 @@ async fn output_error_stops_the_loop() {
     }
     // An input that never ends: only the broken output can stop the loop.
     let (_keep_open, reader) = tokio::io::duplex(64);
-    let r = serve(tokio::io::BufReader::new(reader), Broken, App::new(Clock::system()), opts()).await;
+    let r = serve(
+        tokio::io::BufReader::new(reader),
+        Broken,
+        App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
+        opts(),
+    )
+    .await;
     assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
 }
 

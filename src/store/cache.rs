@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
@@ -21,18 +22,30 @@ const MAX_STORES: usize = 64;
 
 type Slot = Arc<OnceCell<Arc<AnyStore>>>;
 
+/// How the runtime lets the store layer work, decided once at start-up.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Bound of each store call (connect, command, HTTP request).
+    pub call_timeout: Duration,
+    /// Whether `memory://` (the in-process store, for tests and demos) is accepted.
+    pub allow_memory: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { call_timeout: Duration::from_secs(5), allow_memory: false }
+    }
+}
+
 pub struct StoreCache {
     host: Clock,
+    options: StoreOptions,
     slots: Mutex<HashMap<StoreConfig, Slot>>,
 }
 
 impl StoreCache {
-    pub fn new(host: Clock) -> Self {
-        StoreCache { host, slots: Mutex::new(HashMap::new()) }
-    }
-
-    pub fn host_clock(&self) -> &Clock {
-        &self.host
+    pub fn new(host: Clock, options: StoreOptions) -> Self {
+        StoreCache { host, options, slots: Mutex::new(HashMap::new()) }
     }
 
     /// The shared client for `cfg`, connecting on first use. A failed connect is not
@@ -49,18 +62,19 @@ impl StoreCache {
                 slots.entry(cfg.clone()).or_default().clone()
             }
         };
-        let store = slot.get_or_try_init(|| connect(cfg, self.host.clone())).await?;
+        let store = slot.get_or_try_init(|| connect(cfg, self.host.clone(), &self.options)).await?;
         Ok(store.clone())
     }
 }
 
-async fn connect(cfg: &StoreConfig, host: Clock) -> Result<Arc<AnyStore>, StoreError> {
+async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Result<Arc<AnyStore>, StoreError> {
+    let timeout = options.call_timeout;
     let store = match Scheme::of(&cfg.url)? {
-        Scheme::KvContainer => AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host)?),
-        Scheme::Redis => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host).await?)),
-        Scheme::Memory if std::env::var_os("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some() => {
-            AnyStore::Memory(MemoryStore::new(host, 0))
+        Scheme::KvContainer => {
+            AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host, timeout)?)
         }
+        Scheme::Redis => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host, timeout).await?)),
+        Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
         Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
     Ok(Arc::new(store))
@@ -72,7 +86,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_scheme_is_a_bad_url() {
-        let cache = StoreCache::new(Clock::system());
+        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "ftp://x".into(), token: None };
         let err = cache.get(&cfg).await.err().unwrap();
         assert!(matches!(err, StoreError::BadUrl(_)), "{err}");
@@ -80,7 +94,7 @@ mod tests {
 
     #[tokio::test]
     async fn clients_are_shared_per_config() {
-        let cache = StoreCache::new(Clock::system());
+        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None };
         let a = cache.get(&cfg).await.unwrap();
         let b = cache.get(&cfg).await.unwrap();

@@ -6,13 +6,15 @@ use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 
 use super::url::redact;
-use super::{call_timeout, Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 pub struct KvClientStore {
     client: reqwest::Client,
     base: String,
     auth: Option<String>,
     clock: StoreClock,
+    /// Bound of every call.
+    timeout: Duration,
 }
 
 struct Answer {
@@ -23,15 +25,15 @@ struct Answer {
 }
 
 impl KvClientStore {
-    pub fn new(url: &str, token: Option<&str>, host: Clock) -> Result<Self, StoreError> {
+    pub fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| StoreError::BadUrl(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
         if parsed.query().is_some() || parsed.fragment().is_some() {
             return Err(StoreError::BadUrl("kv_url must not carry a query or fragment".into()));
         }
         let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2).min(call_timeout()))
-            .timeout(call_timeout())
+            .connect_timeout(Duration::from_secs(2).min(timeout))
+            .timeout(timeout)
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .build()
@@ -41,6 +43,7 @@ impl KvClientStore {
             base: url.trim_end_matches('/').to_owned(),
             auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
             clock: StoreClock::new(host),
+            timeout,
         })
     }
 
@@ -80,7 +83,7 @@ impl KvClientStore {
 
     fn classify(&self, e: reqwest::Error) -> StoreError {
         if e.is_timeout() {
-            StoreError::Timeout(call_timeout().as_millis() as u64)
+            StoreError::Timeout(self.timeout.as_millis() as u64)
         } else if e.is_connect() {
             StoreError::Unreachable(redact(&self.base), root_cause(&e))
         } else {

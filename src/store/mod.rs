@@ -17,7 +17,7 @@ pub mod url;
 use std::future::Future;
 use std::time::Duration;
 
-pub use cache::{StoreCache, StoreConfig};
+pub use cache::{StoreCache, StoreConfig, StoreOptions};
 pub use clock::{Clock, StoreClock};
 
 /// Why a store call failed. Every variant but `BadUrl` (the user's input, `param_invalid`) is
@@ -151,17 +151,4 @@ impl EventStore for AnyStore {
     fn clock(&self) -> &StoreClock {
         each_backend!(self, s => s.clock())
     }
-}
-
-/// Per-call timeout for store operations: `STATEFUL_TOOL_STORE_TIMEOUT_MS`, default 5 s.
-pub fn call_timeout() -> Duration {
-    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        let ms = std::env::var("STATEFUL_TOOL_STORE_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(5000);
-        Duration::from_millis(ms)
-    })
 }

@@ -14,7 +14,7 @@ use stateful_tool::dispatch::App;
 use stateful_tool::oracle;
 use stateful_tool::protocol::message::session_id_from_prefix;
 use stateful_tool::protocol::{Inbound, Line, LineReader};
-use stateful_tool::store::Clock;
+use stateful_tool::store::{Clock, StoreOptions};
 
 /// Failing cases proptest found, replayed before every run.
 const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_protocol.txt";
@@ -171,7 +171,6 @@ fn render(i: usize, p: &Piece) -> Vec<u8> {
 
 #[test]
 fn session_loop_answers_each_identified_session_exactly_once() {
-    std::env::set_var("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
     let input = (prop::collection::vec(piece(), 0..24), any::<bool>(), 1usize..300, 1usize..8);
     property::check(
         REGRESSIONS,
@@ -184,8 +183,13 @@ fn session_loop_answers_each_identified_session_exactly_once() {
                 bytes.extend(oracle::pin_to_memory(&render(i, p)));
                 bytes.extend_from_slice(if crlf { b"\r\n" } else { b"\n" });
             }
-            rt().block_on(oracle::check_session_loop(App::new(Clock::system()), &bytes, capacity, in_flight))
-                .map_err(TestCaseError::fail)?;
+            rt().block_on(oracle::check_session_loop(
+                App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
+                &bytes,
+                capacity,
+                in_flight,
+            ))
+            .map_err(TestCaseError::fail)?;
             Ok(())
         },
     );
