@@ -9,6 +9,8 @@ pub mod dispatch;
 pub mod error;
 pub mod kv_server;
 pub mod logging;
+#[doc(hidden)]
+pub mod oracle;
 pub mod package;
 pub mod protocol;
 pub mod runtime;

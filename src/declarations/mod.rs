@@ -3,9 +3,9 @@
 //! The package's YAML files (`manifest.yaml`, `provider/stateful_tool.yaml`, `tools/*.yaml`)
 //! and icons (`_assets/*.svg`) are compiled into the binary, so the declarations the plugin
 //! reports (remote-debug registration) and the files the package ships are one source of
-//! truth. The JSON forms are built from the YAML in the shapes the Python SDK sends
-//! (`shared/spec/examples/12-remote-tcp-registration.plugin-to-daemon.jsonl`): i18n objects
-//! filled to all four locales, credentials as a list with `name`, tools inline.
+//! truth. The JSON forms are built from the YAML in the shapes the Python SDK sends during
+//! remote registration: i18n objects filled to all four locales, credentials as a list with
+//! `name`, tools inline.
 
 use std::sync::OnceLock;
 

@@ -77,8 +77,13 @@ async fn unknown_route(uri: Uri) -> ApiError {
     }
 }
 
-/// The key from the raw path (axum's `Path` would percent-decode it; we must not).
+/// The key from the raw path (axum's `Path` would percent-decode it; we must not). A query
+/// string is refused, not ignored: a client that put an unescaped `?` into a key would
+/// otherwise read or write the shorter key in front of it.
 fn key_of(uri: &Uri) -> Result<String, ApiError> {
+    if uri.query().is_some() {
+        return Err(ApiError::bad_key("a key is the whole path: '?' (a query string) is not allowed"));
+    }
     let raw = uri.path().strip_prefix("/state/").unwrap_or_default();
     request::validate_key(raw).map(str::to_owned)
 }

@@ -54,10 +54,6 @@ impl Outbox {
     pub async fn log(&self, level: &str, message: &str) {
         self.send(log_line(level, message)).await;
     }
-
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
-    }
 }
 
 fn recycle(spare: &Spare, mut buf: Vec<u8>) {

@@ -14,9 +14,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use crate::dispatch::{handle_request, App};
+use crate::dispatch::{serve_session, App};
 use crate::error::ToolError;
-use crate::protocol::{Inbound, Outbox, Session};
+use crate::protocol::{Inbound, Outbox};
 
 /// What the `/invoke` handler needs: the shared app and the runtime's name (serverless / aws_lambda).
 #[derive(Clone)]
@@ -138,15 +138,9 @@ fn parse_request(bytes: &[u8], header_sid: Option<String>) -> Result<(String, Va
 fn stream_session(state: &HttpState, sid: String, data: Result<Value, ToolError>) -> Response {
     let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let (outbox, write) = Outbox::new(writer, 64);
-    let session = Session::new(sid, outbox);
     let app = state.app.clone();
     tokio::spawn(async move {
-        let work = async move {
-            match data {
-                Ok(data) => handle_request(&app, session, data).await,
-                Err(error) => session.finish(Some(error.to_session_error())).await,
-            }
-        };
+        let work = async move { serve_session(&app, sid, outbox, data).await };
         let (written, ()) = tokio::join!(write, work);
         if let Err(e) = written {
             tracing::debug!("the HTTP client left before reading the whole answer: {e}");

@@ -12,11 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::dispatch::App;
-use crate::store::Clock;
-
-#[derive(clap::Args)]
-#[command(after_help = ENV_HELP)]
-pub struct ServeArgs {}
+use crate::store::{Clock, StoreOptions};
 
 /// `serve --help`: every environment variable that changes what `serve` does, with defaults.
 /// The daemon sets INSTALL_METHOD; the others are for debugging, serverless hosts and tests.
@@ -48,12 +44,43 @@ pub struct ServeOptions {
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        let ms = std::env::var("STATEFUL_TOOL_HEARTBEAT_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&v: &u64| v > 0)
-            .unwrap_or(10_000);
-        ServeOptions { heartbeat: Duration::from_millis(ms), max_in_flight: 4096 }
+        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 4096 }
+    }
+}
+
+/// Everything the plugin reads from its environment, read once at start-up and passed down.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    pub serve: ServeOptions,
+    pub store: StoreOptions,
+    /// The host clock the plugin stamps times with.
+    pub clock: Clock,
+}
+
+impl RuntimeOptions {
+    /// From the environment (or `.env`): `STATEFUL_TOOL_STORE_TIMEOUT_MS`,
+    /// `STATEFUL_TOOL_HEARTBEAT_MS` (positive numbers; anything else keeps the default),
+    /// `STATEFUL_TOOL_ALLOW_MEMORY_STORE` (set: `memory://` is accepted, for tests and demos)
+    /// and `STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS` (tests skew the host clock with it).
+    pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> Self {
+        let millis = |name: &str| {
+            let value = get(name)?;
+            let ms = value.parse::<u64>().ok().filter(|&ms| ms > 0);
+            if ms.is_none() {
+                tracing::warn!("{name}={value:?} is not a positive number of milliseconds; using the default");
+            }
+            ms.map(Duration::from_millis)
+        };
+        let (serve, store) = (ServeOptions::default(), StoreOptions::default());
+        let offset_ms = get("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS").and_then(|v| v.parse().ok()).unwrap_or(0);
+        RuntimeOptions {
+            serve: ServeOptions { heartbeat: millis("STATEFUL_TOOL_HEARTBEAT_MS").unwrap_or(serve.heartbeat), ..serve },
+            store: StoreOptions {
+                call_timeout: millis("STATEFUL_TOOL_STORE_TIMEOUT_MS").unwrap_or(store.call_timeout),
+                allow_memory: get("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some(),
+            },
+            clock: Clock::with_offset(offset_ms),
+        }
     }
 }
 
@@ -61,21 +88,23 @@ impl Default for ServeOptions {
 pub const INSTALL_METHODS: &str = "local (stdio, as the daemon starts plugins), remote (debugging over TCP), \
                                    serverless and aws_lambda (HTTP)";
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// `stateful-tool serve`: the one place the plugin reads its environment.
+pub fn run() -> anyhow::Result<ExitCode> {
     // As with the SDK, `.env` may choose the transport (`.env.example` sets remote); the daemon
     // always sets INSTALL_METHOD=local in the environment, which wins.
     let settings = env::EnvSettings::load();
     let method = settings.get("INSTALL_METHOD").unwrap_or_default().to_ascii_lowercase();
     let get = |name: &str| settings.get(name);
+    let options = RuntimeOptions::from_settings(get);
     // One thread: every session is I/O-bound, and with stdin/stdout, the store sockets and
     // all sessions on one event loop a request costs no thread hand-off. Two workers plus
     // the main thread spent about a third of the plugin's CPU on waking each other.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let app = App::new(Clock::system());
+    let app = App::new(options.clock, options.store);
     let result = match method.as_str() {
-        "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
+        "local" | "" => rt.block_on(stdio::run_stdio(app, options.serve)),
         "remote" => remote::RemoteConfig::from_settings(get)
-            .and_then(|cfg| rt.block_on(remote::run_remote(app, ServeOptions::default(), cfg))),
+            .and_then(|cfg| rt.block_on(remote::run_remote(app, options.serve, cfg))),
         "serverless" => serverless::HttpConfig::from_settings("serverless", "SERVERLESS", get)
             .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
         "aws_lambda" => serverless::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)

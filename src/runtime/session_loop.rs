@@ -9,10 +9,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
-use crate::dispatch::{handle_request, App};
+use crate::dispatch::{serve_session, App};
 use crate::error::ToolError;
 use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
-use crate::protocol::{Inbound, Line, LineReader, Outbox, Session};
+use crate::protocol::{Inbound, Line, LineReader, Outbox};
 
 /// Depth of the outbound line queue: enough for bursts, small enough to bound memory when
 /// the daemon stops reading.
@@ -59,13 +59,10 @@ async fn drive<R: AsyncBufRead + Unpin>(input: R, outbox: Outbox, app: Arc<App>,
             continue;
         };
         let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
-        let (app, session) = (app.clone(), Session::new(session_id, outbox.clone()));
+        let (app, outbox) = (app.clone(), outbox.clone());
         sessions.spawn(async move {
             let _permit = permit;
-            match data {
-                Ok(data) => handle_request(&app, session, data).await,
-                Err(error) => session.finish(Some(error.to_session_error())).await,
-            }
+            serve_session(&app, session_id, outbox, data).await;
         });
     };
     // End of input: let every in-flight session answer before the writer is released.

@@ -2,9 +2,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
+use super::url::{self, Scheme};
 use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, AnyStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
@@ -20,18 +22,30 @@ const MAX_STORES: usize = 64;
 
 type Slot = Arc<OnceCell<Arc<AnyStore>>>;
 
+/// How the runtime lets the store layer work, decided once at start-up.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Bound of each store call (connect, command, HTTP request).
+    pub call_timeout: Duration,
+    /// Whether `memory://` (the in-process store, for tests and demos) is accepted.
+    pub allow_memory: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { call_timeout: Duration::from_secs(5), allow_memory: false }
+    }
+}
+
 pub struct StoreCache {
     host: Clock,
+    options: StoreOptions,
     slots: Mutex<HashMap<StoreConfig, Slot>>,
 }
 
 impl StoreCache {
-    pub fn new(host: Clock) -> Self {
-        StoreCache { host, slots: Mutex::new(HashMap::new()) }
-    }
-
-    pub fn host_clock(&self) -> &Clock {
-        &self.host
+    pub fn new(host: Clock, options: StoreOptions) -> Self {
+        StoreCache { host, options, slots: Mutex::new(HashMap::new()) }
     }
 
     /// The shared client for `cfg`, connecting on first use. A failed connect is not
@@ -48,62 +62,39 @@ impl StoreCache {
                 slots.entry(cfg.clone()).or_default().clone()
             }
         };
-        let store = slot.get_or_try_init(|| connect(cfg, self.host.clone())).await?;
+        let store = slot.get_or_try_init(|| connect(cfg, self.host.clone(), &self.options)).await?;
         Ok(store.clone())
     }
 }
 
-async fn connect(cfg: &StoreConfig, host: Clock) -> Result<Arc<AnyStore>, StoreError> {
-    let scheme = cfg.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
-    let store = match scheme.as_str() {
-        "http" | "https" => AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host)?),
-        "redis" | "rediss" => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host).await?)),
-        "memory" if std::env::var_os("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some() => {
-            AnyStore::Memory(MemoryStore::new(host, 0))
+async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Result<Arc<AnyStore>, StoreError> {
+    let timeout = options.call_timeout;
+    let store = match Scheme::of(&cfg.url)? {
+        Scheme::KvContainer => {
+            AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host, timeout)?)
         }
-        _ => {
-            return Err(StoreError::Config(format!(
-                "kv_url {:?} has no supported scheme: use http(s)://host:port for the KV container or redis(s)://host:port for Redis",
-                redact(&cfg.url)
-            )))
-        }
+        Scheme::Redis => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host, timeout).await?)),
+        Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
+        Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
     Ok(Arc::new(store))
-}
-
-/// The URL with any password replaced, for messages and logs.
-pub fn redact(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => url.chars().take(80).collect(),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn redact_hides_passwords() {
-        assert_eq!(redact("redis://:s3cret@host:6379/0"), "redis://:***@host:6379/0");
-        assert_eq!(redact("http://127.0.0.1:8123"), "http://127.0.0.1:8123/");
-    }
-
     #[tokio::test]
-    async fn unknown_scheme_is_a_config_error() {
-        let cache = StoreCache::new(Clock::system());
+    async fn unknown_scheme_is_a_bad_url() {
+        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "ftp://x".into(), token: None };
         let err = cache.get(&cfg).await.err().unwrap();
-        assert!(matches!(err, StoreError::Config(_)), "{err}");
+        assert!(matches!(err, StoreError::BadUrl(_)), "{err}");
     }
 
     #[tokio::test]
     async fn clients_are_shared_per_config() {
-        let cache = StoreCache::new(Clock::system());
+        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None };
         let a = cache.get(&cfg).await.unwrap();
         let b = cache.get(&cfg).await.unwrap();

@@ -3,8 +3,8 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
-/// The plugin host's wall clock in unix ms, with an optional offset injected by tests
-/// (`STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS`) to prove outcomes never depend on it.
+/// The plugin host's wall clock in unix ms, with an optional offset (tests skew it to prove
+/// outcomes never depend on it; the runtime takes it from `STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS`).
 #[derive(Debug, Clone)]
 pub struct Clock {
     offset_ms: i64,
@@ -12,9 +12,7 @@ pub struct Clock {
 
 impl Clock {
     pub fn system() -> Self {
-        let offset_ms =
-            std::env::var("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        Clock { offset_ms }
+        Clock { offset_ms: 0 }
     }
     pub fn with_offset(offset_ms: i64) -> Self {
         Clock { offset_ms }
@@ -50,9 +48,6 @@ impl StoreClock {
     /// Estimated current store time in unix ms.
     pub fn now_ms(&self) -> i64 {
         self.host.now_ms() + self.inner.0.load(Ordering::Relaxed)
-    }
-    pub fn host(&self) -> &Clock {
-        &self.host
     }
 }
 

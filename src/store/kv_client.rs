@@ -5,13 +5,16 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 
-use super::{call_timeout, Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::url::redact;
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 pub struct KvClientStore {
     client: reqwest::Client,
     base: String,
     auth: Option<String>,
     clock: StoreClock,
+    /// Bound of every call.
+    timeout: Duration,
 }
 
 struct Answer {
@@ -22,15 +25,15 @@ struct Answer {
 }
 
 impl KvClientStore {
-    pub fn new(url: &str, token: Option<&str>, host: Clock) -> Result<Self, StoreError> {
+    pub fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| StoreError::Config(format!("kv_url {:?} is not a URL: {e}", shown(url))))?;
+            .map_err(|e| StoreError::BadUrl(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
         if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(StoreError::Config("kv_url must not carry a query or fragment".into()));
+            return Err(StoreError::BadUrl("kv_url must not carry a query or fragment".into()));
         }
         let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2).min(call_timeout()))
-            .timeout(call_timeout())
+            .connect_timeout(Duration::from_secs(2).min(timeout))
+            .timeout(timeout)
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .build()
@@ -40,6 +43,7 @@ impl KvClientStore {
             base: url.trim_end_matches('/').to_owned(),
             auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
             clock: StoreClock::new(host),
+            timeout,
         })
     }
 
@@ -79,9 +83,9 @@ impl KvClientStore {
 
     fn classify(&self, e: reqwest::Error) -> StoreError {
         if e.is_timeout() {
-            StoreError::Timeout(call_timeout().as_millis() as u64)
+            StoreError::Timeout(self.timeout.as_millis() as u64)
         } else if e.is_connect() {
-            StoreError::Unreachable(shown(&self.base), root_cause(&e))
+            StoreError::Unreachable(redact(&self.base), root_cause(&e))
         } else {
             StoreError::Interrupted(root_cause(&e))
         }
@@ -98,19 +102,6 @@ impl KvClientStore {
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| StoreError::Bad("a value without an ETag".into()))?;
         Ok(Current { value: a.body.to_vec(), version: Version::Etag(etag.to_owned()), store_now_ms: a.store_now_ms })
-    }
-}
-
-/// The URL as messages show it: a `user:password@` part is masked (messages reach logs and
-/// the Dify UI; the token belongs in `kv_token`, but a URL may carry one anyway).
-fn shown(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
     }
 }
 
@@ -178,7 +169,7 @@ impl EventStore for KvClientStore {
             StoreError::Config(format!(
                 "{} does not speak our KV protocol v1 ({why}). A plain key-value server cannot create a key atomically, \
                  so two copies of one event could both be accepted; point kv_url at `stateful-tool kv serve` or at Redis ≥ 7",
-                shown(&self.base)
+                redact(&self.base)
             ))
         };
         if a.status != StatusCode::OK {
@@ -212,19 +203,5 @@ impl EventStore for KvClientStore {
 
     fn clock(&self) -> &StoreClock {
         &self.clock
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shown;
-
-    #[test]
-    fn shown_masks_userinfo_only() {
-        assert_eq!(shown("http://127.0.0.1:8123"), "http://127.0.0.1:8123");
-        assert_eq!(shown("http://u:pw@h:1/x@y"), "http://***@h:1/x@y");
-        assert_eq!(shown("https://pw@h"), "https://***@h");
-        assert_eq!(shown("http://u:p@w@h:notaport"), "http://***@h:notaport");
-        assert_eq!(shown("no scheme"), "no scheme");
     }
 }

@@ -12,14 +12,16 @@ pub mod kv_client;
 pub mod memory;
 pub mod record;
 pub mod redis;
+pub mod url;
 
 use std::future::Future;
 use std::time::Duration;
 
-pub use cache::{StoreCache, StoreConfig};
+pub use cache::{StoreCache, StoreConfig, StoreOptions};
 pub use clock::{Clock, StoreClock};
 
-/// Why a store call failed. Every variant is reported as `upstream_error`, never as success.
+/// Why a store call failed. Every variant but `BadUrl` (the user's input, `param_invalid`) is
+/// reported as `upstream_error`, never as success.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("the store at {0} is unreachable: {1}")]
@@ -34,6 +36,9 @@ pub enum StoreError {
     Bad(String),
     #[error("the store configuration is invalid: {0}")]
     Config(String),
+    /// `kv_url` cannot be used as written (scheme, syntax); the message says what to write.
+    #[error("{0}")]
+    BadUrl(String),
 }
 
 impl StoreError {
@@ -146,17 +151,4 @@ impl EventStore for AnyStore {
     fn clock(&self) -> &StoreClock {
         each_backend!(self, s => s.clock())
     }
-}
-
-/// Per-call timeout for store operations: `STATEFUL_TOOL_STORE_TIMEOUT_MS`, default 5 s.
-pub fn call_timeout() -> Duration {
-    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        let ms = std::env::var("STATEFUL_TOOL_STORE_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(5000);
-        Duration::from_millis(ms)
-    })
 }

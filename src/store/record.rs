@@ -21,7 +21,8 @@ impl Status {
     }
 }
 
-/// The value under `evt_…` keys (`v` = 1). Field names are the contract in architecture.md.
+/// The value under `evt_…` keys (`v` = 1). Field names are a stored format: records written
+/// by one version are read by the next, so they never change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub v: u32,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, Value as RV};
 
-use super::{call_timeout, Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 /// Compare-and-swap on the whole value, reporting the server's clock. One script call is one
 /// atomic step on the server, and it touches only KEYS[1], so it is Cluster-safe.
@@ -30,30 +30,32 @@ pub struct RedisStore {
     swap: redis::Script,
     clock: StoreClock,
     display: String,
+    /// Bound of every call (connect, command, reconnect).
+    timeout: Duration,
 }
 
 impl RedisStore {
     /// Connects (bounded by the call timeout). One multiplexed connection serves every
     /// session: Redis executes commands one at a time anyway, and pipelining keeps it busy.
-    pub async fn connect(url: &str, host: Clock) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let client =
-            redis::Client::open(url).map_err(|e| StoreError::Config(format!("kv_url is not a Redis URL: {e}")))?;
+            redis::Client::open(url).map_err(|e| StoreError::BadUrl(format!("kv_url is not a Redis URL: {e}")))?;
         let info = client.get_connection_info();
         let display = format!("{}", info.addr);
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(call_timeout())
-            .set_response_timeout(call_timeout())
+            .set_connection_timeout(timeout)
+            .set_response_timeout(timeout)
             .set_number_of_retries(2)
             .set_max_delay(500);
-        let conn = match tokio::time::timeout(call_timeout(), client.get_connection_manager_with_config(config.clone()))
+        let conn = match tokio::time::timeout(timeout, client.get_connection_manager_with_config(config.clone()))
             .await
-            .map_err(|_| StoreError::Timeout(call_timeout().as_millis() as u64))?
+            .map_err(|_| StoreError::Timeout(timeout.as_millis() as u64))?
         {
             Ok(conn) => conn,
             Err(e) if is_auth_error(&e) && info.redis.password.is_some() => {
-                return Err(refused_password(&display, info).await)
+                return Err(refused_password(&display, info, timeout).await)
             }
-            Err(e) => return Err(classify(&display, e)),
+            Err(e) => return Err(classify(&display, timeout, e)),
         };
         let store = RedisStore {
             conn: std::sync::Mutex::new((0, conn)),
@@ -63,6 +65,7 @@ impl RedisStore {
             swap: redis::Script::new(SWAP_LUA),
             clock: StoreClock::new(host),
             display,
+            timeout,
         };
         Ok(store)
     }
@@ -78,9 +81,9 @@ impl RedisStore {
         generation: u64,
         fut: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(call_timeout(), fut).await {
-            Err(_) => Err(StoreError::Timeout(call_timeout().as_millis() as u64)),
-            Ok(r) => r.map_err(|e| classify(&self.display, e)),
+        let result = match tokio::time::timeout(self.timeout, fut).await {
+            Err(_) => Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
+            Ok(r) => r.map_err(|e| classify(&self.display, self.timeout, e)),
         };
         if matches!(result, Err(StoreError::Timeout(_))) {
             self.replace_connection(generation).await;
@@ -99,7 +102,7 @@ impl RedisStore {
             return;
         }
         let fresh = self.client.get_connection_manager_with_config(self.config.clone());
-        match tokio::time::timeout(call_timeout(), fresh).await {
+        match tokio::time::timeout(self.timeout, fresh).await {
             Ok(Ok(conn)) => {
                 *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = (generation + 1, conn);
                 tracing::warn!("redis at {}: a command timed out; now using a new connection", self.display);
@@ -115,9 +118,9 @@ impl RedisStore {
     }
 }
 
-fn classify(addr: &str, e: RedisError) -> StoreError {
+fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreError {
     if e.is_timeout() {
-        StoreError::Timeout(call_timeout().as_millis() as u64)
+        StoreError::Timeout(timeout.as_millis() as u64)
     } else if e.is_connection_refusal() {
         StoreError::Unreachable(addr.to_owned(), e.to_string())
     } else if e.code() == Some("NOAUTH") {
@@ -140,7 +143,7 @@ fn is_auth_error(e: &RedisError) -> bool {
 /// Redis refused the password in kv_url; the client library reports every refusal alike.
 /// One unauthenticated PING tells the two common mistakes apart: a server without a
 /// password answers it, a server with one answers NOAUTH.
-async fn refused_password(addr: &str, info: &redis::ConnectionInfo) -> StoreError {
+async fn refused_password(addr: &str, info: &redis::ConnectionInfo, timeout: Duration) -> StoreError {
     let mut bare = info.clone();
     bare.redis.username = None;
     bare.redis.password = None;
@@ -148,7 +151,7 @@ async fn refused_password(addr: &str, info: &redis::ConnectionInfo) -> StoreErro
         let mut conn = redis::Client::open(bare)?.get_multiplexed_async_connection().await?;
         redis::cmd("PING").query_async::<String>(&mut conn).await
     };
-    let what = match tokio::time::timeout(call_timeout(), ping).await {
+    let what = match tokio::time::timeout(timeout, ping).await {
         Ok(Ok(_)) => "the server has no password set (it answers without one): remove the user and \
                       password from kv_url (redis://host:port/db), or set a password on the server"
             .to_owned(),

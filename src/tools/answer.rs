@@ -1,10 +1,10 @@
 //! A tool's answer: a JSON object in a fixed field order, serialised straight from its record.
 //
 // Building a `serde_json::Map` for each answer cost an allocation per key and per value plus
-// hashing, more than the rest of the answer; `to_value` still builds that map (tests, callers).
+// hashing, more than the rest of the answer; only `to_value` (for tests) builds one.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::store::record::{format_time, Record};
 
@@ -15,9 +15,6 @@ pub struct Answer {
     record: Option<(Record, String)>,
     tail: Vec<(&'static str, Value)>,
 }
-
-/// Room for every field of an answer (four before the record, eleven of it, two after).
-const FIELDS: usize = 18;
 
 impl Answer {
     /// An answer whose first field is `outcome`.
@@ -35,7 +32,7 @@ impl Answer {
         self
     }
 
-    /// Shows `rec` (all but its payload) and its storage key, as [`record_fields`] does.
+    /// Shows `rec` (all but its payload, which only `event_status` returns) and its storage key.
     pub fn record(mut self, rec: Record, key: &str) -> Answer {
         self.record = Some((rec, key.to_owned()));
         self
@@ -46,41 +43,15 @@ impl Answer {
         self.head.iter().chain(&self.tail).find(|(k, _)| *k == name).map(|(_, v)| v)
     }
 
-    /// The answer as a JSON value (what it serialises to).
+    /// The answer as a JSON value (tests read fields from it); the field list is the one in
+    /// `Serialize`.
     pub fn to_value(&self) -> Value {
-        let mut m = Map::with_capacity(FIELDS);
-        for (k, v) in &self.head {
-            m.insert((*k).to_owned(), v.clone());
-        }
-        if let Some((rec, key)) = &self.record {
-            m.extend(record_fields(rec, key));
-        }
-        for (k, v) in &self.tail {
-            m.insert((*k).to_owned(), v.clone());
-        }
-        Value::Object(m)
+        serde_json::to_value(self).expect("an answer serialises to JSON")
     }
 }
 
-/// The record as tools show it (without the payload, which only `event_status` returns).
-pub fn record_fields(rec: &Record, key: &str) -> Map<String, Value> {
-    let mut m = Map::with_capacity(FIELDS);
-    m.insert("event_id".into(), json!(rec.event_id));
-    m.insert("event_type".into(), json!(rec.event_type));
-    m.insert("status".into(), json!(rec.status.as_str()));
-    m.insert("received_at".into(), json!(rec.received_at));
-    m.insert("updated_at".into(), json!(rec.updated_at));
-    m.insert("attempt".into(), json!(rec.attempt));
-    m.insert("fingerprint".into(), json!(rec.fingerprint));
-    m.insert("lease_until".into(), json!(rec.lease_until_ms.map(format_time)));
-    m.insert("completed_at".into(), json!(rec.completed_at));
-    m.insert("result".into(), json!(rec.result));
-    m.insert("key".into(), json!(key));
-    m
-}
-
 impl Serialize for Answer {
-    /// The same fields in the same order as [`Answer::to_value`], written directly.
+    /// The head fields, the record's (all but its payload) and storage key, the tail fields.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         for (k, v) in &self.head {

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::error::ToolError;
 use crate::store::record::Record;
 use crate::store::{EventStore, Swapped, Version};
-pub use answer::{record_fields, Answer};
+pub use answer::Answer;
 pub use settings::Settings;
 
 /// The tools this provider declares: the one place a tool name is mapped to its handler.
