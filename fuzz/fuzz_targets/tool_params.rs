@@ -24,13 +24,16 @@ impl Down {
 }
 
 impl EventStore for Down {
-    async fn create(&self, _: &str, _: &[u8], _: Duration) -> Result<Created, StoreError> {
+    async fn create(&self, _: &str, _: &[u8], _: Duration, _: Duration) -> Result<Created, StoreError> {
         Err(self.fail())
     }
-    async fn read(&self, _: &str) -> Result<Option<Current>, StoreError> {
+    async fn read(&self, _: &str, _: Duration) -> Result<Option<Current>, StoreError> {
         Err(self.fail())
     }
-    async fn swap(&self, _: &str, _: &Version, _: &[u8], _: Duration) -> Result<Swapped, StoreError> {
+    async fn swap(&self, _: &str, _: &Version, _: &[u8], _: Duration, _: Duration) -> Result<Swapped, StoreError> {
+        Err(self.fail())
+    }
+    async fn release(&self, _: &str, _: &str, _: Option<&[u8]>, _: Duration, _: Duration) -> Result<bool, StoreError> {
         Err(self.fail())
     }
     async fn probe(&self) -> Result<Probe, StoreError> {

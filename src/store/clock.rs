@@ -8,18 +8,27 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct Clock {
     offset_ms: i64,
+    /// A virtual time the owner moves by hand (deterministic simulations); None = wall clock.
+    manual: Option<Arc<AtomicI64>>,
 }
 
 impl Clock {
     pub fn system() -> Self {
         let offset_ms =
             std::env::var("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        Clock { offset_ms }
+        Clock { offset_ms, manual: None }
     }
     pub fn with_offset(offset_ms: i64) -> Self {
-        Clock { offset_ms }
+        Clock { offset_ms, manual: None }
+    }
+    /// A clock that reads `now_ms` and moves only when its owner changes it.
+    pub fn manual(now_ms: Arc<AtomicI64>) -> Self {
+        Clock { offset_ms: 0, manual: Some(now_ms) }
     }
     pub fn now_ms(&self) -> i64 {
+        if let Some(t) = &self.manual {
+            return t.load(Ordering::SeqCst) + self.offset_ms;
+        }
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         d.as_millis() as i64 + self.offset_ms
     }

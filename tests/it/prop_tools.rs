@@ -37,24 +37,45 @@ impl Counting {
 }
 
 impl EventStore for Counting {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, t: Duration) -> Result<Created, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match &self.inner {
-            Some(s) => s.create(key, value, ttl).await,
+            Some(s) => s.create(key, value, ttl, t).await,
             None => Err(Self::down()),
         }
     }
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
+    async fn read(&self, key: &str, t: Duration) -> Result<Option<Current>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match &self.inner {
-            Some(s) => s.read(key).await,
+            Some(s) => s.read(key, t).await,
             None => Err(Self::down()),
         }
     }
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        t: Duration,
+    ) -> Result<Swapped, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match &self.inner {
-            Some(s) => s.swap(key, expected, value, ttl).await,
+            Some(s) => s.swap(key, expected, value, ttl, t).await,
+            None => Err(Self::down()),
+        }
+    }
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        t: Duration,
+    ) -> Result<bool, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match &self.inner {
+            Some(s) => s.release(key, claim_id, restore, ttl, t).await,
             None => Err(Self::down()),
         }
     }
@@ -168,7 +189,17 @@ fn arbitrary_credentials_are_settings_or_param_invalid() {
         arb::json(),
         arb::memory_credentials(),
         prop::collection::vec(
-            (prop::sample::select(vec!["kv_url", "kv_token", "namespace", "event_types", "retention"]), arb::json()),
+            (
+                prop::sample::select(vec![
+                    "kv_url",
+                    "kv_token",
+                    "namespace",
+                    "event_types",
+                    "retention",
+                    "default_lease_seconds"
+                ]),
+                arb::json()
+            ),
             0..6
         )
         .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())),
