@@ -214,20 +214,22 @@ impl Sim {
                 let op = self.ghosts.swap_remove(i);
                 self.apply_ghost(op);
             }
-            80..=89 => self.store.advance(1 + self.rng.below(500) as i64),
+            80..=89 => {
+                let ms = 1 + self.rng.below(500) as i64;
+                self.advance(ms);
+            }
             90..=94 => {
                 self.faults.clock_jumps += 1;
-                self.store.advance(1000 + self.rng.below(40_000) as i64);
+                let ms = 1000 + self.rng.below(40_000) as i64;
+                self.advance(ms);
             }
             95..=96 => self.restart(),
-            // A request is never delivered after the record it races with expired (bounded
-            // network delay), so a TTL runs out only while nothing is in flight.
-            97..=99 if self.ghosts.is_empty() => {
+            97..=99 => {
                 let expiry = self.store.world.lock().unwrap().live(KEY).map(|e| e.expires_ms);
                 if let Some(at) = expiry {
                     self.faults.ttl_expiries += 1;
                     let now = self.store.world.lock().unwrap().now_ms;
-                    self.store.advance(at - now);
+                    self.advance(at - now);
                 }
             }
             _ => self.handle_parked(),
@@ -303,6 +305,23 @@ impl Sim {
             );
         }
         parked.answer(reply);
+    }
+
+    /// Moves the clock. Network delay is bounded: a request still in flight arrives (or is
+    /// lost) before the record it races with expires.
+    fn advance(&mut self, ms: i64) {
+        let (now, expiry) = {
+            let w = self.store.world.lock().unwrap();
+            (w.now_ms, w.live(KEY).map(|e| e.expires_ms))
+        };
+        if expiry.is_some_and(|at| now + ms >= at) {
+            for op in std::mem::take(&mut self.ghosts) {
+                if self.rng.chance(50) {
+                    self.apply_ghost(op);
+                }
+            }
+        }
+        self.store.advance(ms);
     }
 
     fn apply_ghost(&mut self, op: Op) {
