@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::Deadline;
 use crate::error::ToolError;
+use crate::store::record::{new_claim_id, Record, Status};
 use crate::store::EventStore;
 
 #[cfg(test)]
@@ -29,75 +30,80 @@ pub fn old_settle() -> bool {
     false
 }
 
-/// One write of this call.
-struct Write {
-    claim_id: String,
-    /// What rolling it back writes: `None` deletes the key (a create), `Some` restores the
-    /// record the write replaced (a re-claim).
-    restore: Option<Vec<u8>>,
-    /// True once the store's answer was lost: the write may land at any later time.
-    unknown: bool,
-}
+/// Why a rolled-back claim's record says `failed` (its `result`).
+const ROLLED_BACK: &str =
+    "rolled back: the claim's answer was lost and the call answered upstream_error; never processed";
 
 #[derive(Default)]
 pub struct Claims {
-    writes: Vec<Write>,
+    /// The claim ids of every write this call sent.
+    sent: Vec<String>,
+    /// Writes whose answer was lost: they may have landed, or may still land.
+    unknown: Vec<Record>,
 }
 
 impl Claims {
     /// Registers a write about to be sent.
-    pub fn push(&mut self, claim_id: &str, restore: Option<Vec<u8>>) {
-        self.writes.push(Write { claim_id: claim_id.to_owned(), restore, unknown: false });
+    pub fn push(&mut self, claim_id: &str) {
+        self.sent.push(claim_id.to_owned());
     }
 
-    /// The answer to the write carrying `claim_id` was lost.
-    pub fn lost(&mut self, claim_id: &str) {
-        if let Some(w) = self.writes.iter_mut().find(|w| w.claim_id == claim_id) {
-            w.unknown = true;
+    /// The answer to the write of `rec` was lost.
+    pub fn lost(&mut self, rec: &Record) {
+        if !self.unknown.iter().any(|r| r.claim_id == rec.claim_id) {
+            self.unknown.push(rec.clone());
         }
     }
 
     /// True when `claim_id` is one of this call's writes.
     pub fn owns(&self, claim_id: &str) -> bool {
-        self.writes.iter().any(|w| w.claim_id == claim_id)
+        self.sent.iter().any(|c| c == claim_id)
     }
 
-    /// Before answering `err`: rolls back every write whose outcome is unknown (compare-and-
-    /// delete / compare-and-restore by its claim_id), newest first, within the call's
-    /// deadline, and says in the message what became of them.
+    /// Before answering `err`: rolls back every claim whose outcome is unknown, newest first,
+    /// within the call's deadline, and says in the message what became of them.
+    ///
+    /// Rolling back is a compare-and-swap by claim_id that turns the claim into a `failed`
+    /// attempt (so the next delivery re-claims the event at once) rather than a delete: a
+    /// deleted key would let another delivery's create that is still on its way land later
+    /// and leave a claim nobody was told to run.
     pub async fn roll_back<S: EventStore>(
         &self,
         store: &S,
         key: &str,
-        ttl: Duration,
+        retention: Duration,
         deadline: &Deadline,
         mut err: ToolError,
     ) -> ToolError {
-        let unknown: Vec<&Write> = self.writes.iter().rev().filter(|w| w.unknown).collect();
-        if unknown.is_empty() {
+        if self.unknown.is_empty() {
             return err;
         }
-        let (mut undone, mut absent, mut unchecked) = (0, 0, 0);
-        for w in unknown {
+        let (mut undone, mut unchecked) = (0, 0);
+        for rec in self.unknown.iter().rev() {
             let Ok(timeout) = deadline.rest() else {
                 unchecked += 1;
                 continue;
             };
-            match store.release(key, &w.claim_id, w.restore.as_deref(), ttl, timeout).await {
+            let released = Record {
+                status: Status::Failed,
+                lease_until_ms: None,
+                result: Some(ROLLED_BACK.to_owned()),
+                claim_id: new_claim_id(),
+                ..rec.clone()
+            };
+            match store.release(key, &rec.claim_id, Some(&released.to_bytes()), retention, timeout).await {
                 Ok(true) => undone += 1,
-                Ok(false) => absent += 1,
+                Ok(false) => {}
                 Err(_) => unchecked += 1,
             }
         }
         let what = if unchecked > 0 {
-            "a claim of this call whose answer was lost could not be checked; if it landed, its lease lets a later \
-             delivery take the event over"
+            "a claim of this call whose answer was lost could not be checked; if it landed, its lease (if any) lets a \
+             later delivery take the event over"
         } else if undone > 0 {
-            "a claim of this call that had landed was rolled back, so the next delivery is accepted"
+            "a claim of this call that had landed was rolled back to failed, so the next delivery retries the event"
         } else {
-            let _ = absent;
-            "no claim of this call was found in the store; should a lost one still land, its lease lets a later \
-             delivery take the event over"
+            "no claim of this call was found in the store"
         };
         err.message = format!("{} ({what})", err.message);
         err

@@ -78,7 +78,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
             claim_id: new_claim_id(),
             ..rec
         };
-        claims.push(&next.claim_id, None);
+        claims.push(&next.claim_id);
         match store
             .swap(&key, &cur.version, &next.to_bytes(), settings.retention, deadline.share().map_err(fail)?)
             .await

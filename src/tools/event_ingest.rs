@@ -66,11 +66,10 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
     let req = IngestRequest::parse(p, settings)?;
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
     let deadline = Deadline::start(settings.call_timeout);
-    let ttl = settings.ttl_for(req.lease_ms);
     let mut claims = Claims::default();
     match claim(store, settings, &req, &key, &deadline, &mut claims).await {
         Ok(answer) => Ok(answer.field("payload_compared_as", json!(req.compared_as))),
-        Err(e) => Err(claims.roll_back(store, &key, ttl, &deadline, e).await),
+        Err(e) => Err(claims.roll_back(store, &key, settings.retention, &deadline, e).await),
     }
 }
 
@@ -105,14 +104,14 @@ async fn claim<S: EventStore>(
     };
     let bytes = fresh.to_bytes();
     let ttl = settings.ttl_for(req.lease_ms);
-    claims.push(&fresh.claim_id, None);
+    claims.push(&fresh.claim_id);
     for _ in 0..MAX_ROUNDS {
         let existing = match store.create(key, &bytes, ttl, deadline.share().map_err(fail)?).await {
             Ok(Created::Created) => return Ok(answer("accepted", fresh, key, false)),
             Ok(Created::Exists(cur)) => cur,
             // The write may have landed (or may still land): read the key back.
             Err(e) if e.is_ambiguous() => {
-                claims.lost(&fresh.claim_id);
+                claims.lost(&fresh);
                 match store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)? {
                     Some(cur) if old_settle() && decode(&cur.value, key)?.claim_id == fresh.claim_id => {
                         return Ok(answer("accepted", fresh, key, false));
@@ -169,13 +168,13 @@ async fn settle<S: EventStore>(
             claim_id: new_claim_id(),
             ..rec
         };
-        claims.push(&next.claim_id, Some(cur.value.clone()));
+        claims.push(&next.claim_id);
         match store.swap(key, &cur.version, &next.to_bytes(), ttl, deadline.share().map_err(fail)?).await {
             Ok(Swapped::Swapped) => return Ok(Some(answer("accepted", next, key, true))),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Ok(None),
             Err(e) if e.is_ambiguous() => {
-                claims.lost(&next.claim_id);
+                claims.lost(&next);
                 match store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)? {
                     Some(newer) if old_settle() && decode(&newer.value, key)?.claim_id == next.claim_id => {
                         return Ok(Some(answer("accepted", next, key, true)));

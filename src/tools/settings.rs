@@ -145,6 +145,8 @@ mod tests {
         assert_eq!(s.retention, DEFAULT_RETENTION);
         assert_eq!(s.namespace, None);
         assert_eq!(s.default_lease, DEFAULT_LEASE);
+        let declared = crate::declarations::credential_default("default_lease_seconds");
+        assert_eq!(declared, Some(DEFAULT_LEASE.as_secs().to_string()), "the YAML default is the code's");
     }
 
     #[test]
