@@ -125,6 +125,9 @@ mod tests {
         let stale = run(&s, &st, &params(json!({"event_id": "L1", "attempt": 1}))).await.unwrap_err();
         assert_eq!(stale.class, ErrorClass::Conflict);
         assert_eq!(stale.message, "stale completion: attempt 1, current attempt 2");
+        let early = run(&s, &st, &params(json!({"event_id": "L1", "attempt": 3}))).await.unwrap_err();
+        assert_eq!(early.class, ErrorClass::Conflict);
+        assert!(early.message.contains("attempt 3 of event \"L1\" does not exist yet"), "{}", early.message);
         let done =
             run(&s, &st, &params(json!({"event_id": "L1", "attempt": 2, "result": "ok"}))).await.unwrap().to_value();
         assert_eq!(done["outcome"], "completed");

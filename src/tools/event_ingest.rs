@@ -283,4 +283,44 @@ mod tests {
         }
         assert_eq!(accepted, 1);
     }
+
+    #[tokio::test]
+    async fn conflicts_name_what_differs_and_answers_say_how_the_payload_was_compared() {
+        let (s, st) = (store(), settings());
+        let first = params(json!({"event_id": "C1", "event_type": "created", "payload": "{\"a\": 1}"}));
+        let v = run(&s, &st, &first).await.unwrap().to_value();
+        assert_eq!(v["payload_compared_as"], "json");
+        let text = params(json!({"event_id": "C2", "event_type": "created", "payload": "not json"}));
+        assert_eq!(run(&s, &st, &text).await.unwrap().to_value()["payload_compared_as"], "text");
+        let none = params(json!({"event_id": "C3", "event_type": "created"}));
+        assert_eq!(run(&s, &st, &none).await.unwrap().to_value()["payload_compared_as"], "none");
+        let cases = [
+            (json!({"event_id": "C1", "event_type": "updated", "payload": "{\"a\":1}"}), "a different event_type"),
+            (json!({"event_id": "C1", "event_type": "created", "payload": "{\"a\":2}"}), "a different payload"),
+            (json!({"event_id": "C1", "event_type": "closed", "payload": "x"}), "and a different payload"),
+        ];
+        for (p, says) in cases {
+            let e = run(&s, &st, &params(p.clone())).await.unwrap_err();
+            assert_eq!(e.class, ErrorClass::Conflict);
+            assert!(e.message.contains(says), "{p}: {}", e.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn json_deeper_than_the_parser_accepts_is_refused_not_compared_as_text() {
+        let (s, st) = (store(), settings());
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let e = run(&s, &st, &params(json!({"event_id": "D", "event_type": "created", "payload": deep})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.class, ErrorClass::ParamInvalid);
+        assert!(e.message.contains("nested deeper than 127"), "{}", e.message);
+        // The deepest accepted nesting is compared as JSON: spacing does not matter there.
+        let at = |sp: &str| format!("{}1{}", format!("[{sp}").repeat(127), "]".repeat(127));
+        let p = |payload: String| params(json!({"event_id": "D127", "event_type": "created", "payload": payload}));
+        let first = run(&s, &st, &p(at(""))).await.unwrap().to_value();
+        assert_eq!(first["payload_compared_as"], "json");
+        assert_eq!(run(&s, &st, &p(at(" \n"))).await.unwrap().to_value()["outcome"], "duplicate");
+        assert!(s.len() == 1);
+    }
 }
