@@ -41,11 +41,23 @@ impl Clock {
 pub struct StoreClock {
     host: Clock,
     inner: Arc<(AtomicI64, AtomicBool)>,
+    /// Held by the one call that learns the store's time; concurrent first calls wait for it
+    /// instead of all reading the store at once.
+    syncing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StoreClock {
     pub fn new(host: Clock) -> Self {
-        StoreClock { host, inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))) }
+        StoreClock {
+            host,
+            inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))),
+            syncing: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+    /// Taken before reading the store only to learn its time (then check [`Self::is_synced`]
+    /// again: another call may have learnt it meanwhile).
+    pub async fn syncing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.syncing.lock().await
     }
     /// Records the store's time as reported in an answer.
     pub fn observe(&self, store_now_ms: i64) {

@@ -83,8 +83,12 @@ async fn claim<S: EventStore>(
 ) -> Result<Answer, ToolError> {
     let fail = |e| deadline.error(e);
     if req.lease_ms.is_some() && !store.clock().is_synced() {
-        // Lease deadlines are stamped in the store's clock: learn it once per store.
-        store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)?;
+        // Lease deadlines are stamped in the store's clock: learn it once per store, by one
+        // call (a burst of first calls would otherwise all read the store first).
+        let _one = store.clock().syncing().await;
+        if !store.clock().is_synced() {
+            store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)?;
+        }
     }
     let now = store.clock().now_ms();
     let fresh = Record {
