@@ -19,7 +19,7 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5EED_0F_C1A1_u64)
+        Rng(seed ^ 0x005E_ED0F_C1A1_u64)
     }
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
