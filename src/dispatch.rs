@@ -117,7 +117,8 @@ async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError
         Some(Value::Object(m)) => m,
         Some(_) => return Err(ToolError::param("tool_parameters must be an object")),
     };
-    let settings = Settings::from_credentials(credentials(data))?;
+    let mut settings = Settings::from_credentials(credentials(data))?;
+    settings.call_timeout = app.stores.call_timeout();
     let store = app.stores.get(&settings.store).await?;
     tool.invoke(&*store, &settings, params).await
 }

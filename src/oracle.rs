@@ -135,14 +135,31 @@ impl CountingStore {
 }
 
 impl EventStore for CountingStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
-        self.count()?.create(key, value, ttl).await
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
+        self.count()?.create(key, value, ttl, timeout).await
     }
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        self.count()?.read(key).await
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        self.count()?.read(key, timeout).await
     }
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
-        self.count()?.swap(key, expected, value, ttl).await
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
+        self.count()?.swap(key, expected, value, ttl, timeout).await
+    }
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        self.count()?.release(key, claim_id, restore, ttl, timeout).await
     }
     async fn probe(&self) -> Result<Probe, StoreError> {
         Ok(Probe::default())

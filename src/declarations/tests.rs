@@ -263,6 +263,7 @@ fn provider_follows_spec_section_2_1() {
         ("namespace", "text-input", false),
         ("event_types", "text-input", false),
         ("retention", "text-input", false),
+        ("default_lease_seconds", "text-input", false),
     ];
     let names: Vec<&str> = creds.keys().map(String::as_str).collect();
     assert_eq!(names, expected.map(|e| e.0));
@@ -416,7 +417,7 @@ fn tools_declare_the_agreed_contract() {
         ]
     );
     let lease = param(ingest, "lease_seconds");
-    assert_eq!((lease["min"].as_f64(), lease["max"].as_f64()), (Some(1.0), Some(86400.0)));
+    assert_eq!((lease["min"].as_f64(), lease["max"].as_f64()), (Some(0.0), Some(86400.0)));
     let id_llm = param(ingest, "event_id")["llm_description"].as_str().unwrap();
     assert!(id_llm.contains("SOURCE SYSTEM") && id_llm.contains("Never invent"));
     assert_eq!(
@@ -438,9 +439,11 @@ fn tools_declare_the_agreed_contract() {
             // Also returned by the tool (the record's other fields):
             "completed_at",
             "result",
+            "payload_compared_as",
         ])
     );
     let props = &ingest["output_schema"]["properties"];
+    assert_eq!(props["payload_compared_as"]["enum"], json!(["json", "text", "none"]));
     assert_eq!(props["outcome"]["enum"], json!(["accepted", "duplicate"]));
     assert_eq!(props["status"]["enum"], json!(["processing", "completed", "failed"]));
     assert_eq!(props["attempt"]["type"], "integer");
@@ -465,6 +468,7 @@ fn tools_declare_the_agreed_contract() {
             "result",
             // Also returned by the tool (beyond the agreed minimum):
             "lease_expired",
+            "stuck",
             "key",
         ])
     );
@@ -514,6 +518,7 @@ fn provider_accessors() {
     assert_eq!(credential_default("kv_url").as_deref(), Some("http://127.0.0.1:8123"));
     assert_eq!(credential_default("event_types").as_deref(), Some("created,updated,closed"));
     assert_eq!(credential_default("retention").as_deref(), Some("7d"));
+    assert_eq!(credential_default("default_lease_seconds").as_deref(), Some("1200"));
     assert_eq!(credential_default("kv_token"), None);
     assert_eq!(credential_default("namespace"), None);
     assert_eq!(credential_default("nope"), None);
@@ -524,7 +529,7 @@ fn json_forms_are_built_from_the_yaml() {
     let p = tool_provider();
     let creds = p["credentials_schema"].as_array().unwrap();
     let names: Vec<&str> = creds.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["kv_url", "kv_token", "namespace", "event_types", "retention"]);
+    assert_eq!(names, ["kv_url", "kv_token", "namespace", "event_types", "retention", "default_lease_seconds"]);
     assert_eq!(creds[0]["type"], "text-input");
     assert_eq!(creds[0]["required"], true);
     assert_eq!(creds[1]["type"], "secret-input");

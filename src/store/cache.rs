@@ -48,6 +48,11 @@ impl StoreCache {
         StoreCache { host, options, slots: Mutex::new(HashMap::new()) }
     }
 
+    /// How long one tool call may spend on its store round trips together.
+    pub fn call_timeout(&self) -> std::time::Duration {
+        self.options.call_timeout
+    }
+
     /// The shared client for `cfg`, connecting on first use. A failed connect is not
     /// cached, so the next call tries again.
     pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<AnyStore>, StoreError> {

@@ -8,16 +8,25 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct Clock {
     offset_ms: i64,
+    /// A virtual time the owner moves by hand (deterministic simulations); None = wall clock.
+    manual: Option<Arc<AtomicI64>>,
 }
 
 impl Clock {
     pub fn system() -> Self {
-        Clock { offset_ms: 0 }
+        Clock { offset_ms: 0, manual: None }
     }
     pub fn with_offset(offset_ms: i64) -> Self {
-        Clock { offset_ms }
+        Clock { offset_ms, manual: None }
+    }
+    /// A clock that reads `now_ms` and moves only when its owner changes it.
+    pub fn manual(now_ms: Arc<AtomicI64>) -> Self {
+        Clock { offset_ms: 0, manual: Some(now_ms) }
     }
     pub fn now_ms(&self) -> i64 {
+        if let Some(t) = &self.manual {
+            return t.load(Ordering::SeqCst) + self.offset_ms;
+        }
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         d.as_millis() as i64 + self.offset_ms
     }
@@ -30,11 +39,23 @@ impl Clock {
 pub struct StoreClock {
     host: Clock,
     inner: Arc<(AtomicI64, AtomicBool)>,
+    /// Held by the one call that learns the store's time; concurrent first calls wait for it
+    /// instead of all reading the store at once.
+    syncing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StoreClock {
     pub fn new(host: Clock) -> Self {
-        StoreClock { host, inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))) }
+        StoreClock {
+            host,
+            inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))),
+            syncing: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+    /// Taken before reading the store only to learn its time (then check [`Self::is_synced`]
+    /// again: another call may have learnt it meanwhile).
+    pub async fn syncing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.syncing.lock().await
     }
     /// Records the store's time as reported in an answer.
     pub fn observe(&self, store_now_ms: i64) {

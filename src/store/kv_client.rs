@@ -5,6 +5,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 
+use super::record::Record;
 use super::url::redact;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
@@ -53,8 +54,9 @@ impl KvClientStore {
         path: &str,
         headers: &[(&str, String)],
         body: Option<&[u8]>,
+        timeout: Duration,
     ) -> Result<Answer, StoreError> {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        let mut req = self.client.request(method, format!("{}{path}", self.base)).timeout(timeout);
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth);
         }
@@ -64,10 +66,10 @@ impl KvClientStore {
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body.to_vec());
         }
-        let resp = req.send().await.map_err(|e| self.classify(e))?;
+        let resp = req.send().await.map_err(|e| self.classify(e, timeout))?;
         let status = resp.status();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(|e| self.classify(e))?;
+        let body = resp.bytes().await.map_err(|e| self.classify(e, timeout))?;
         let store_now_ms = match headers.get("kv-time-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
             Some(t) => {
                 self.clock.observe(t);
@@ -81,9 +83,9 @@ impl KvClientStore {
         Ok(Answer { status, headers, body, store_now_ms })
     }
 
-    fn classify(&self, e: reqwest::Error) -> StoreError {
+    fn classify(&self, e: reqwest::Error, timeout: Duration) -> StoreError {
         if e.is_timeout() {
-            StoreError::Timeout(self.timeout.as_millis() as u64)
+            StoreError::Timeout(timeout.as_millis() as u64)
         } else if e.is_connect() {
             StoreError::Unreachable(redact(&self.base), root_cause(&e))
         } else {
@@ -127,9 +129,9 @@ fn error_text(status: StatusCode, body: &[u8]) -> String {
 }
 
 impl EventStore for KvClientStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
         let headers = [(IF_NONE_MATCH.as_str(), "*".to_owned()), ttl_header(ttl)];
-        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value)).await?;
+        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
         match a.status {
             StatusCode::CREATED => Ok(Created::Created),
             StatusCode::PRECONDITION_FAILED => Ok(Created::Exists(Self::current(a)?)),
@@ -138,8 +140,8 @@ impl EventStore for KvClientStore {
         }
     }
 
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        let a = self.send(Method::GET, &Self::path(key), &[], None).await?;
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        let a = self.send(Method::GET, &Self::path(key), &[], None, timeout).await?;
         match a.status {
             StatusCode::OK => Ok(Some(Self::current(a)?)),
             StatusCode::NOT_FOUND => Ok(None),
@@ -147,12 +149,19 @@ impl EventStore for KvClientStore {
         }
     }
 
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
         let Version::Etag(etag) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
         let headers = [(IF_MATCH.as_str(), etag.clone()), ttl_header(ttl)];
-        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value)).await?;
+        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
         match a.status {
             StatusCode::OK | StatusCode::CREATED => Ok(Swapped::Swapped),
             StatusCode::PRECONDITION_FAILED if a.headers.contains_key(ETAG) => {
@@ -163,8 +172,41 @@ impl EventStore for KvClientStore {
         }
     }
 
+    /// Read, then `DELETE` (or `PUT`) with `If-Match` on the revision that carried the claim:
+    /// the ETag makes the second step a compare-and-delete of exactly that record.
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        let started = std::time::Instant::now();
+        let Some(cur) = self.read(key, timeout).await? else { return Ok(false) };
+        let ours = Record::from_bytes(&cur.value).is_ok_and(|r| r.claim_id == claim_id);
+        let Version::Etag(etag) = cur.version else { return Ok(false) };
+        if !ours {
+            return Ok(false);
+        }
+        let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+        let a = match restore {
+            None => self.send(Method::DELETE, &Self::path(key), &[(IF_MATCH.as_str(), etag)], None, left).await?,
+            Some(value) => {
+                let headers = [(IF_MATCH.as_str(), etag), ttl_header(ttl)];
+                self.send(Method::PUT, &Self::path(key), &headers, Some(value), left).await?
+            }
+        };
+        match a.status {
+            StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::CREATED => Ok(true),
+            // Changed or gone since the read: it is no longer this claim.
+            StatusCode::PRECONDITION_FAILED | StatusCode::NOT_FOUND => Ok(false),
+            s => Err(StoreError::Bad(error_text(s, &a.body))),
+        }
+    }
+
     async fn probe(&self) -> Result<Probe, StoreError> {
-        let a = self.send(Method::GET, "/healthz", &[], None).await?;
+        let a = self.send(Method::GET, "/healthz", &[], None, self.timeout).await?;
         let not_v1 = |why: String| {
             StoreError::Config(format!(
                 "{} does not speak our KV protocol v1 ({why}). A plain key-value server cannot create a key atomically, \
@@ -187,7 +229,7 @@ impl EventStore for KvClientStore {
             }
         }
         // Authentication is only checked on data routes: read a key that never exists.
-        let probe = self.send(Method::GET, "/state/stateful-tool-credential-probe", &[], None).await?;
+        let probe = self.send(Method::GET, "/state/stateful-tool-credential-probe", &[], None, self.timeout).await?;
         if !matches!(probe.status, StatusCode::OK | StatusCode::NOT_FOUND) {
             return Err(StoreError::Bad(error_text(probe.status, &probe.body)));
         }

@@ -19,6 +19,22 @@ end
 return {0, t[1], t[2], cur}
 ";
 
+/// Roll-back of a claim whose outcome is unknown: only while the record still carries the
+/// claim's id (ARGV[1]), delete it, or put back the record it replaced (ARGV[2], non-empty).
+/// A value that is not a JSON object is never ours and is left alone.
+const RELEASE_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local ok, rec = pcall(cjson.decode, cur)
+if not ok or type(rec) ~= 'table' or rec['claim_id'] ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+";
+
 pub struct RedisStore {
     /// The shared connection and its generation (bumped each time it is replaced).
     conn: std::sync::Mutex<(u64, ConnectionManager)>,
@@ -28,6 +44,7 @@ pub struct RedisStore {
     /// Held while a replacement connection is being made; others do not wait for it.
     reconnecting: tokio::sync::Mutex<()>,
     swap: redis::Script,
+    release: redis::Script,
     clock: StoreClock,
     display: String,
     /// Bound of every call (connect, command, reconnect).
@@ -63,6 +80,7 @@ impl RedisStore {
             config,
             reconnecting: tokio::sync::Mutex::new(()),
             swap: redis::Script::new(SWAP_LUA),
+            release: redis::Script::new(RELEASE_LUA),
             clock: StoreClock::new(host),
             display,
             timeout,
@@ -79,11 +97,12 @@ impl RedisStore {
     async fn run<T>(
         &self,
         generation: u64,
+        timeout: Duration,
         fut: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(self.timeout, fut).await {
-            Err(_) => Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
-            Ok(r) => r.map_err(|e| classify(&self.display, self.timeout, e)),
+        let result = match tokio::time::timeout(timeout, fut).await {
+            Err(_) => Err(StoreError::Timeout(timeout.as_millis() as u64)),
+            Ok(r) => r.map_err(|e| classify(&self.display, timeout, e)),
         };
         if matches!(result, Err(StoreError::Timeout(_))) {
             self.replace_connection(generation).await;
@@ -177,12 +196,12 @@ fn int(v: &RV) -> Option<i64> {
 }
 
 impl EventStore for RedisStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
         let (generation, mut conn) = self.connection();
         let mut pipe = redis::pipe();
         pipe.cmd("SET").arg(key).arg(value).arg("NX").arg("GET").arg("PX").arg(ttl_ms(ttl)).cmd("TIME");
         let (prev, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) =
-            self.run(generation, pipe.query_async(&mut conn)).await?;
+            self.run(generation, timeout, pipe.query_async(&mut conn)).await?;
         let now = self.observe(secs, micros);
         Ok(match prev {
             None => Created::Created,
@@ -192,24 +211,31 @@ impl EventStore for RedisStore {
         })
     }
 
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
         let (generation, mut conn) = self.connection();
         let mut pipe = redis::pipe();
         pipe.cmd("GET").arg(key).cmd("TIME");
         let (value, (secs, micros)): (Option<Vec<u8>>, (i64, i64)) =
-            self.run(generation, pipe.query_async(&mut conn)).await?;
+            self.run(generation, timeout, pipe.query_async(&mut conn)).await?;
         let now = self.observe(secs, micros);
         Ok(value.map(|value| Current { version: Version::Value(value.clone()), value, store_now_ms: now }))
     }
 
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
         let Version::Value(expected) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
         let (generation, mut conn) = self.connection();
         let mut inv = self.swap.key(key);
         inv.arg(expected.as_slice()).arg(value).arg(ttl_ms(ttl));
-        let reply: Vec<RV> = self.run(generation, inv.invoke_async(&mut conn)).await?;
+        let reply: Vec<RV> = self.run(generation, timeout, inv.invoke_async(&mut conn)).await?;
         let bad = || StoreError::Bad("an unexpected reply to the swap script".into());
         let (ok, secs, micros) = match reply.as_slice() {
             [ok, s, m, ..] => (int(ok).ok_or_else(bad)?, int(s).ok_or_else(bad)?, int(m).ok_or_else(bad)?),
@@ -227,9 +253,25 @@ impl EventStore for RedisStore {
         }))
     }
 
-    async fn probe(&self) -> Result<Probe, StoreError> {
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
         let (generation, mut conn) = self.connection();
-        let info: String = self.run(generation, redis::cmd("INFO").arg("server").query_async(&mut conn)).await?;
+        let mut inv = self.release.key(key);
+        inv.arg(claim_id).arg(restore.unwrap_or_default()).arg(ttl_ms(ttl));
+        let done: i64 = self.run(generation, timeout, inv.invoke_async(&mut conn)).await?;
+        Ok(done == 1)
+    }
+
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        let t = self.timeout;
+        let (generation, mut conn) = self.connection();
+        let info: String = self.run(generation, t, redis::cmd("INFO").arg("server").query_async(&mut conn)).await?;
         let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("0").trim().to_owned();
         let major: u32 = version.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
         if major < 7 {
@@ -239,8 +281,9 @@ impl EventStore for RedisStore {
             )));
         }
         let mut warnings = vec![];
-        let policy: Result<Vec<String>, StoreError> =
-            self.run(generation, redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn)).await;
+        let policy: Result<Vec<String>, StoreError> = self
+            .run(generation, t, redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn))
+            .await;
         match policy.as_deref() {
             Ok([_, p]) if p != "noeviction" => warnings.push(format!(
                 "maxmemory-policy is {p}: Redis may evict event records (they all carry a TTL) under memory pressure, \
@@ -250,7 +293,7 @@ impl EventStore for RedisStore {
             Err(_) => warnings
                 .push("could not read maxmemory-policy (CONFIG GET is disabled); make sure it is noeviction".into()),
         }
-        let time: Vec<RV> = self.run(generation, redis::cmd("TIME").query_async(&mut conn)).await?;
+        let time: Vec<RV> = self.run(generation, t, redis::cmd("TIME").query_async(&mut conn)).await?;
         if let [secs, micros] = time.as_slice() {
             if let (Some(secs), Some(micros)) = (int(secs), int(micros)) {
                 self.observe(secs, micros);

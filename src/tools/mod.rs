@@ -1,18 +1,24 @@
 //! The tools: `event_ingest`, `event_status`, `event_complete`, over any `EventStore`.
 
 pub mod answer;
+mod claims;
+pub mod deadline;
 pub mod event_complete;
 pub mod event_ingest;
 pub mod event_status;
 pub mod params;
 pub mod settings;
+#[cfg(test)]
+mod sim;
 
 use serde_json::{Map, Value};
 
 use crate::error::ToolError;
 use crate::store::record::Record;
-use crate::store::{EventStore, Swapped, Version};
+use crate::store::EventStore;
 pub use answer::Answer;
+use claims::Claims;
+pub use deadline::Deadline;
 pub use settings::Settings;
 
 /// The tools this provider declares: the one place a tool name is mapped to its handler.
@@ -69,25 +75,6 @@ pub fn decode(bytes: &[u8], key: &str) -> Result<Record, ToolError> {
     })
 }
 
-/// A compare-and-swap whose lost answer is resolved by reading the key back: the write
-/// landed when the stored record carries this write's `claim_id`.
-pub async fn swap_or_read_back<S: EventStore>(
-    store: &S,
-    key: &str,
-    expected: &Version,
-    next: &Record,
-    ttl: std::time::Duration,
-) -> Result<Swapped, ToolError> {
-    match store.swap(key, expected, &next.to_bytes(), ttl).await {
-        Ok(s) => Ok(s),
-        Err(e) if e.is_ambiguous() => match store.read(key).await? {
-            Some(now) if decode(&now.value, key)?.claim_id == next.claim_id => Ok(Swapped::Swapped),
-            other => Ok(Swapped::Changed(other)),
-        },
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// How many times a tool re-reads a record that another delivery keeps changing before
 /// giving up with `upstream_error` (each round means someone else made progress).
 pub const MAX_ROUNDS: usize = 16;
@@ -104,6 +91,8 @@ pub(crate) mod testing {
             namespace: None,
             event_types: vec!["created".into(), "updated".into(), "closed".into()],
             retention: std::time::Duration::from_secs(3600),
+            default_lease: std::time::Duration::ZERO,
+            call_timeout: std::time::Duration::from_secs(5),
         }
     }
 

@@ -13,6 +13,7 @@ mod backend_redis;
 mod chaos_plugin_kill;
 mod chaos_slow_store;
 mod chaos_store_crash;
+mod exactly_once;
 
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;

@@ -106,7 +106,17 @@ fn arbitrary_credentials_are_settings_or_param_invalid() {
         arb::json(),
         arb::memory_credentials(),
         prop::collection::vec(
-            (prop::sample::select(vec!["kv_url", "kv_token", "namespace", "event_types", "retention"]), arb::json()),
+            (
+                prop::sample::select(vec![
+                    "kv_url",
+                    "kv_token",
+                    "namespace",
+                    "event_types",
+                    "retention",
+                    "default_lease_seconds"
+                ]),
+                arb::json()
+            ),
             0..6
         )
         .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())),

@@ -81,10 +81,14 @@ pub async fn crash_and_takeover(url: &str) {
     assert_eq!(ok.outcome(), "completed");
 }
 
-/// Without a lease (absent or 0) a processing record is never taken over.
+/// Without a lease (`lease_seconds` 0, or absent with `default_lease_seconds` 0) a
+/// processing record is never taken over; absent with the default, it gets the default lease.
 pub async fn no_lease_means_processing_until_completed(url: &str) {
     let p = Plugin::spawn(&[]).await;
-    let c = creds(url);
+    let with_default =
+        p.invoke("event_ingest", &creds(url), json!({"event_id": fresh_id("dl"), "event_type": "created"})).await;
+    assert!(with_default.json()["lease_until"].is_string(), "leases are on by default: {with_default:?}");
+    let c = json!({"kv_url": url, "default_lease_seconds": "0"});
     for lease in [json!(null), json!(0)] {
         let id = fresh_id("nolease");
         let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": lease});

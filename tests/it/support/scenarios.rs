@@ -59,10 +59,12 @@ pub async fn outcomes(url: &str) {
 }
 
 /// Many concurrent sessions with one id, in several plugin processes: exactly one accepted.
+/// The store timeout bounds a whole call, and a thousand claims at once on a busy 2-core
+/// machine take seconds: this is about one winner, not latency, so the deadline is generous.
 pub async fn race(url: &str, processes: usize, rounds: usize, per_process: usize) {
     let mut plugins = vec![];
     for _ in 0..processes {
-        plugins.push(Arc::new(Plugin::spawn(&[]).await));
+        plugins.push(Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "30000")]).await));
     }
     let c = creds(url);
     for round in 0..rounds {
