@@ -11,10 +11,12 @@
 // runs more schedules than the default budget.
 
 mod check;
+mod report;
+mod rng;
 mod schedule;
 mod store;
 
-use schedule::Faults;
+use report::Faults;
 
 /// Schedules per `cargo test` run.
 const DEFAULT_SCHEDULES: u64 = 10_000;

@@ -8,54 +8,13 @@ use std::task::{Context, Poll, Waker};
 use serde_json::{json, Map, Value};
 
 use super::check::{self, Call, Kind, Ledger};
+use super::report::{short, short_reply, Faults};
+use super::rng::Rng;
 use super::store::{Op, Reply, SimStore};
 use crate::error::ToolError;
 use crate::store::record::Status;
 use crate::store::StoreError;
 use crate::tools::{event_complete, event_ingest, Answer, Settings};
-
-/// SplitMix64: tiny, seedable, and the same on every platform and crate version.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x005E_ED0F_C1A1_u64)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// 0..n
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
-
-/// The faults the scheduler injects, counted over all schedules.
-#[derive(Debug, Default, Clone)]
-pub struct Faults {
-    pub late: u64,
-    pub lost_answer: u64,
-    pub failed_before: u64,
-    pub cut_before: u64,
-    pub duplicated: u64,
-    pub ghosts_delivered: u64,
-    pub reordered: u64,
-    pub restarts: u64,
-    pub ttl_expiries: u64,
-    pub clock_jumps: u64,
-    pub crashed_runs: u64,
-    pub answers: std::collections::BTreeMap<String, u64>,
-}
 
 type Running = Pin<Box<dyn Future<Output = Result<Answer, ToolError>>>>;
 
@@ -395,28 +354,5 @@ impl Sim {
             let target = self.rng.pick(&[Status::Completed, Status::Failed]);
             self.runs.push((self.step + 1 + self.rng.below(30) as usize, other, target));
         }
-    }
-}
-
-fn short(op: &Op) -> String {
-    match op {
-        Op::Create { .. } => format!("create {:?}", op.claim_id().unwrap_or_default().get(..6)),
-        Op::Read { .. } => "read".into(),
-        Op::Swap { expected, .. } => format!("swap@{expected} {:?}", op.claim_id().unwrap_or_default().get(..6)),
-        Op::Release { restore, .. } => {
-            format!("release {:?} restore={}", op.claim_id().unwrap_or_default().get(..6), restore.is_some())
-        }
-    }
-}
-
-fn short_reply(r: &Reply) -> String {
-    match r {
-        Reply::Created(c) => format!("{:?}", matches!(c, crate::store::Created::Created))
-            .replace("true", "created")
-            .replace("false", "exists"),
-        Reply::Read(c) => if c.is_some() { "value" } else { "absent" }.into(),
-        Reply::Swapped(s) => if matches!(s, crate::store::Swapped::Swapped) { "swapped" } else { "changed" }.into(),
-        Reply::Released(b) => format!("released={b}"),
-        Reply::Failed(e) => format!("error {e}"),
     }
 }
