@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::dispatch::App;
+use crate::logging::LogRoute;
 use crate::store::Clock;
 
 #[derive(clap::Args)]
@@ -34,8 +35,8 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
   AWS_LAMBDA_HOST, AWS_LAMBDA_PORT   aws_lambda: HTTP address (default 0.0.0.0, 8080)
   STATEFUL_TOOL_STORE_TIMEOUT_MS     how long a store call may take, in ms (default 5000)
   STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
-  STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); logs go
-                                     to stderr, never to the protocol stream
+  STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); under
+                                     the daemon, logs are protocol `log` events (stderr before)
   STATEFUL_TOOL_ALLOW_MEMORY_STORE   tests only: allow kv_url=memory:// (lost when the process ends)
   STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS tests only: shift this host's clock by N ms (default 0)";
 
@@ -44,6 +45,8 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
 pub struct ServeOptions {
     pub heartbeat: Duration,
     pub max_in_flight: usize,
+    /// Where log records go while the loop runs.
+    pub logs: LogRoute,
 }
 
 impl Default for ServeOptions {
@@ -53,7 +56,7 @@ impl Default for ServeOptions {
             .and_then(|v| v.parse().ok())
             .filter(|&v: &u64| v > 0)
             .unwrap_or(10_000);
-        ServeOptions { heartbeat: Duration::from_millis(ms), max_in_flight: 4096 }
+        ServeOptions { heartbeat: Duration::from_millis(ms), max_in_flight: 4096, logs: LogRoute::Stderr }
     }
 }
 
@@ -73,9 +76,13 @@ pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let app = App::new(Clock::system());
     let result = match method.as_str() {
-        "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
-        "remote" => remote::RemoteConfig::from_settings(get)
-            .and_then(|cfg| rt.block_on(remote::run_remote(app, ServeOptions::default(), cfg))),
+        "local" | "" => {
+            rt.block_on(stdio::run_stdio(app, ServeOptions { logs: LogRoute::Protocol, ..ServeOptions::default() }))
+        }
+        "remote" => remote::RemoteConfig::from_settings(get).and_then(|cfg| {
+            let opts = ServeOptions { logs: LogRoute::ProtocolAndStderr, ..ServeOptions::default() };
+            rt.block_on(remote::run_remote(app, opts, cfg))
+        }),
         "serverless" => serverless::HttpConfig::from_settings("serverless", "SERVERLESS", get)
             .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
         "aws_lambda" => serverless::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)

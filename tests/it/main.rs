@@ -24,6 +24,7 @@ mod kv_protocol;
 mod kv_ttl;
 
 // Operating it: the daemon launch log, metrics, inspection, backups, service files.
+mod daemon_logs;
 mod daemon_quiet;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,

@@ -15,6 +15,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use stateful_tool::dispatch::App;
+use stateful_tool::logging::LogRoute;
 use stateful_tool::protocol::message::session_id_from_prefix;
 use stateful_tool::protocol::wire::MAX_INPUT_LINE;
 use stateful_tool::protocol::{Inbound, Line, LineReader};
@@ -219,7 +220,8 @@ fn session_loop_answers_each_identified_session_exactly_once() {
             }
             let want = expected_answers(&bytes);
             let mut out = Vec::new();
-            let opts = ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: in_flight };
+            let opts =
+                ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: in_flight, logs: LogRoute::Stderr };
             rt().block_on(serve(
                 tokio::io::BufReader::with_capacity(capacity, bytes.as_slice()),
                 &mut out,
