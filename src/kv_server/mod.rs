@@ -18,6 +18,8 @@ mod engine_tests;
 mod error;
 mod http;
 mod inspect;
+mod listing;
+mod metrics;
 mod record;
 mod request;
 mod ttl;
@@ -64,6 +66,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub purge_interval_ms: u64,
+    /// Serve `GET /metrics` without the token (for a scraper on a trusted network).
+    #[arg(long)]
+    pub metrics_public: bool,
 }
 
 /// `kv serve --help`: the environment variables it reads, with defaults.
@@ -105,7 +110,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if token.is_some() { "on" } else { "off" }
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
-    let state = Arc::new(http::AppState { engine, durability: args.durability });
+    let state = Arc::new(http::AppState {
+        engine,
+        durability: args.durability,
+        data_file: args.data.join(DB_FILE),
+        metrics_public: args.metrics_public,
+    });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
     let result = runtime.block_on(serve_http(state, listener, token, purge_every));
     // Dropping the runtime drops every task holding an engine handle; the writer then
@@ -124,11 +134,12 @@ async fn serve_http(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
-    let app = http::router(state, token);
+    let app = http::router(state.clone(), token);
     let listener = listener.tap_io(|tcp| {
         // Small request/response pairs: do not let Nagle's algorithm delay them.
         let _ = tcp.set_nodelay(true);
     });
+    let listener = metrics::Counted { inner: listener, metrics: state.engine.metrics().clone() };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -26,6 +26,7 @@ mod kv_ttl;
 // Operating it: the daemon launch log, metrics, inspection, backups, service files.
 mod daemon_logs;
 mod daemon_quiet;
+mod kv_metrics;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
 // and the Python shim the daemon starts.
