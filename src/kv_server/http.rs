@@ -15,7 +15,7 @@ use super::engine::{DurabilityMode, Engine, EngineError};
 use super::error::ApiError;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
-use super::{listing, metrics};
+use super::{backup, listing, metrics};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
@@ -42,7 +42,9 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
     let public = state.metrics_public;
     let mut routes = Router::new()
         .route("/healthz", get(healthz))
-        .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value));
+        .route("/state", get(list_keys))
+        .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
+        .route("/backup", get(backup_snapshot));
     if !public {
         routes = routes.route("/metrics", get(metrics_text));
     }
@@ -61,6 +63,20 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
     routes
         .layer(middleware::map_response(stamp_server_time))
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
+}
+
+async fn list_keys(
+    State(app): App,
+    query: Result<axum::extract::Query<listing::ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    Ok(Json(listing::list(&app.engine, query.0).await?).into_response())
+}
+
+async fn backup_snapshot(State(app): App) -> Response {
+    let mut resp = backup::stream(app.engine.db().clone()).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    resp
 }
 
 async fn metrics_text(State(app): App) -> Result<Response, ApiError> {

@@ -11,6 +11,7 @@
 //! our JSON body or `KV-Time-Ms`).
 
 mod auth;
+mod backup;
 mod batch;
 mod engine;
 #[cfg(test)]
@@ -34,6 +35,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 
+pub use backup::{backup_dir, read_snapshot, restore, Summary};
 pub use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 
@@ -44,6 +46,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub enum KvCommand {
     /// Serve the v1 KV protocol.
     Serve(ServeArgs),
+    /// List keys (event records decoded) of a KV container or a Redis.
+    Ls(crate::kv_admin::LsArgs),
+    /// Show one key: every field of its event record, lease and TTL left.
+    Get(crate::kv_admin::GetArgs),
+    /// Write a consistent snapshot: online (--url) or from a stopped server's --data.
+    Backup(crate::kv_admin::BackupArgs),
+    /// Restore a snapshot into an empty data directory.
+    Restore(crate::kv_admin::RestoreArgs),
 }
 
 #[derive(clap::Args)]
@@ -81,6 +91,10 @@ Environment:
 pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         KvCommand::Serve(args) => serve(args),
+        KvCommand::Ls(args) => crate::kv_admin::ls(args),
+        KvCommand::Get(args) => crate::kv_admin::get(args),
+        KvCommand::Backup(args) => crate::kv_admin::backup(args),
+        KvCommand::Restore(args) => crate::kv_admin::restore(args),
     }
 }
 

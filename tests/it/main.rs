@@ -27,6 +27,7 @@ mod kv_ttl;
 mod daemon_logs;
 mod daemon_quiet;
 mod kv_metrics;
+mod kv_ops;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
 // and the Python shim the daemon starts.
