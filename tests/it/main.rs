@@ -26,6 +26,7 @@ mod kv_ttl;
 // Operating it: the daemon launch log, metrics, inspection, backups, service files.
 mod daemon_logs;
 mod daemon_quiet;
+mod deploy;
 mod kv_metrics;
 mod kv_ops;
 
