@@ -117,6 +117,10 @@ async fn metrics_public_opens_only_metrics() {
     parse(&text);
     let get = http.get(format!("{}/state/evt_x", kv.url())).send().await.unwrap();
     assert_eq!(get.status(), StatusCode::UNAUTHORIZED, "the data stays behind the token");
+    for path in ["/state?prefix=evt_", "/backup"] {
+        let resp = http.get(format!("{}{path}", kv.url())).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path} needs the token");
+    }
     let open = KvServer::start(tempfile::tempdir().unwrap().path(), &[]);
     assert_eq!(scrape(&http, &open.url(), None).await.0, StatusCode::OK, "no token configured: open");
 }
