@@ -7,6 +7,7 @@ pub mod call;
 pub mod declarations;
 pub mod dispatch;
 pub mod error;
+pub mod kv_admin;
 pub mod kv_server;
 pub mod logging;
 #[doc(hidden)]

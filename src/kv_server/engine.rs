@@ -18,6 +18,7 @@ use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{Outcome, WriteOp, DATA, EXPIRY, META};
+use super::metrics::Metrics;
 use super::record::{Clock, Record};
 pub use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
 use super::writer::{Job, Writer};
@@ -36,6 +37,7 @@ pub struct Engine {
     // Shared with the writer; only tests read it through the handle.
     #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
 }
 
 /// Joins the writer thread; it exits once every [`Engine`] handle has been dropped.
@@ -66,14 +68,22 @@ impl Engine {
         let db = Arc::new(open_database(dir)?);
         let (queue, rx) = mpsc::channel(QUEUE_DEPTH);
         let stats = Arc::new(Stats::default());
-        let writer = Writer { db: db.clone(), rx, durability, clock: clock.clone(), stats: stats.clone() };
+        let metrics = Arc::new(Metrics::default());
+        let writer = Writer {
+            db: db.clone(),
+            rx,
+            durability,
+            clock: clock.clone(),
+            stats: stats.clone(),
+            metrics: metrics.clone(),
+        };
         let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || {
             if let Some(gate) = gate {
                 let _ = gate.recv();
             }
             writer.run();
         })?;
-        let engine = Engine { db, queue, clock, stats };
+        let engine = Engine { db, queue, clock, stats, metrics };
         Ok((engine, WriterHandle(thread)))
     }
 
@@ -97,6 +107,16 @@ impl Engine {
     #[cfg(test)]
     pub(crate) fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Where requests, commits and purges are counted.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The database, for read-only snapshots (listing, backups, key counts).
+    pub(super) fn db(&self) -> &Arc<Database> {
+        &self.db
     }
 
     /// False once the writer thread has stopped; health checks report it.

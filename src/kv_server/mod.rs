@@ -11,6 +11,7 @@
 //! our JSON body or `KV-Time-Ms`).
 
 mod auth;
+mod backup;
 mod batch;
 mod engine;
 #[cfg(test)]
@@ -18,6 +19,8 @@ mod engine_tests;
 mod error;
 mod http;
 mod inspect;
+mod listing;
+mod metrics;
 mod record;
 mod request;
 mod ttl;
@@ -32,6 +35,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 
+pub use backup::{backup_dir, read_snapshot, restore, Summary};
 pub use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 
@@ -42,6 +46,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub enum KvCommand {
     /// Serve the v1 KV protocol.
     Serve(ServeArgs),
+    /// List keys (event records decoded) of a KV container or a Redis.
+    Ls(crate::kv_admin::LsArgs),
+    /// Show one key: every field of its event record, lease and TTL left.
+    Get(crate::kv_admin::GetArgs),
+    /// Write a consistent snapshot: online (--url) or from a stopped server's --data.
+    Backup(crate::kv_admin::BackupArgs),
+    /// Restore a snapshot into an empty data directory.
+    Restore(crate::kv_admin::RestoreArgs),
 }
 
 #[derive(clap::Args)]
@@ -64,6 +76,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub purge_interval_ms: u64,
+    /// Serve `GET /metrics` without the token (for a scraper on a trusted network).
+    #[arg(long)]
+    pub metrics_public: bool,
 }
 
 /// `kv serve --help`: the environment variables it reads, with defaults.
@@ -76,6 +91,10 @@ Environment:
 pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         KvCommand::Serve(args) => serve(args),
+        KvCommand::Ls(args) => crate::kv_admin::ls(args),
+        KvCommand::Get(args) => crate::kv_admin::get(args),
+        KvCommand::Backup(args) => crate::kv_admin::backup(args),
+        KvCommand::Restore(args) => crate::kv_admin::restore(args),
     }
 }
 
@@ -105,7 +124,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if token.is_some() { "on" } else { "off" }
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
-    let state = Arc::new(http::AppState { engine, durability: args.durability });
+    let state = Arc::new(http::AppState {
+        engine,
+        durability: args.durability,
+        data_file: args.data.join(DB_FILE),
+        metrics_public: args.metrics_public,
+    });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
     let result = runtime.block_on(serve_http(state, listener, token, purge_every));
     // Dropping the runtime drops every task holding an engine handle; the writer then
@@ -124,11 +148,12 @@ async fn serve_http(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
-    let app = http::router(state, token);
+    let app = http::router(state.clone(), token);
     let listener = listener.tap_io(|tcp| {
         // Small request/response pairs: do not let Nagle's algorithm delay them.
         let _ = tcp.set_nodelay(true);
     });
+    let listener = metrics::Counted { inner: listener, metrics: state.engine.metrics().clone() };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -9,6 +9,7 @@ use redb::{Database, Durability};
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{self, Outcome, WriteOp};
+use super::metrics::Metrics;
 use super::record::Clock;
 
 /// Most writes applied in one transaction; bounds commit latency and memory per batch.
@@ -84,6 +85,7 @@ pub(super) struct Writer {
     pub durability: DurabilityMode,
     pub clock: Clock,
     pub stats: Arc<Stats>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Writer {
@@ -105,11 +107,13 @@ impl Writer {
                 self.durability == DurabilityMode::None && unsynced && last_sync.elapsed() >= NONE_MODE_SYNC_EVERY;
             let durable = self.durability == DurabilityMode::Immediate || flush_due;
             let level = if durable { Durability::Immediate } else { Durability::None };
+            let started = Instant::now();
             let result = self.apply(&ops, level, flush_due);
             self.stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
             match result {
                 Ok((outcomes, committed)) => {
                     if committed {
+                        self.metrics.committed(ops.len(), started.elapsed());
                         self.stats.commits.fetch_add(1, Ordering::Relaxed);
                         if durable {
                             last_sync = Instant::now();
@@ -123,6 +127,7 @@ impl Writer {
                 }
                 Err(e) => {
                     tracing::error!("kv: batch of {} writes failed, none acknowledged: {e}", ops.len());
+                    self.metrics.writer_failed();
                     let err = EngineError::Storage(e.to_string());
                     for reply in replies.drain(..) {
                         let _ = reply.send(Err(err.clone()));

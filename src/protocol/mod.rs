@@ -7,5 +7,5 @@ pub mod session;
 pub mod wire;
 
 pub use message::{Inbound, InboundError};
-pub use session::{Outbox, Session};
+pub use session::{LogPort, Outbox, Session};
 pub use wire::{Line, LineReader};

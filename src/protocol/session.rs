@@ -54,6 +54,24 @@ impl Outbox {
     pub async fn log(&self, level: &str, message: &str) {
         self.send(log_line(level, message)).await;
     }
+
+    /// A port for `log` events that does not keep the writer alive (the writer ends when
+    /// the last `Outbox` is dropped, and a logger lives longer than any session loop).
+    pub fn log_port(&self) -> LogPort {
+        LogPort(self.tx.downgrade())
+    }
+}
+
+/// Queues `log` events without waiting: a logging call must never block (the writer may be
+/// on the same thread), so a full queue or a finished writer refuses the line instead.
+#[derive(Clone)]
+pub struct LogPort(mpsc::WeakSender<Vec<u8>>);
+
+impl LogPort {
+    /// True when the line was queued.
+    pub fn try_log(&self, level: &str, message: &str) -> bool {
+        self.0.upgrade().is_some_and(|tx| tx.try_send(log_line(level, message)).is_ok())
+    }
 }
 
 fn recycle(spare: &Spare, mut buf: Vec<u8>) {

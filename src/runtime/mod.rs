@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::dispatch::App;
+use crate::logging::LogRoute;
 use crate::store::{Clock, StoreOptions};
 
 /// `serve --help`: every environment variable that changes what `serve` does, with defaults.
@@ -30,8 +31,8 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
   AWS_LAMBDA_HOST, AWS_LAMBDA_PORT   aws_lambda: HTTP address (default 0.0.0.0, 8080)
   STATEFUL_TOOL_STORE_TIMEOUT_MS     how long a store call may take, in ms (default 5000)
   STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
-  STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); logs go
-                                     to stderr, never to the protocol stream
+  STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); under
+                                     the daemon, logs are protocol `log` events (stderr before)
   STATEFUL_TOOL_ALLOW_MEMORY_STORE   tests only: allow kv_url=memory:// (lost when the process ends)
   STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS tests only: shift this host's clock by N ms (default 0)";
 
@@ -40,11 +41,13 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
 pub struct ServeOptions {
     pub heartbeat: Duration,
     pub max_in_flight: usize,
+    /// Where log records go while the loop runs.
+    pub logs: LogRoute,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 4096 }
+        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 4096, logs: LogRoute::Stderr }
     }
 }
 
@@ -102,9 +105,11 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let app = App::new(options.clock, options.store);
     let result = match method.as_str() {
-        "local" | "" => rt.block_on(stdio::run_stdio(app, options.serve)),
-        "remote" => remote::RemoteConfig::from_settings(get)
-            .and_then(|cfg| rt.block_on(remote::run_remote(app, options.serve, cfg))),
+        "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions { logs: LogRoute::Protocol, ..options.serve })),
+        "remote" => remote::RemoteConfig::from_settings(get).and_then(|cfg| {
+            let opts = ServeOptions { logs: LogRoute::ProtocolAndStderr, ..options.serve };
+            rt.block_on(remote::run_remote(app, opts, cfg))
+        }),
         "serverless" => serverless::HttpConfig::from_settings("serverless", "SERVERLESS", get)
             .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
         "aws_lambda" => serverless::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)

@@ -7,10 +7,11 @@ use serde_json::{json, Value};
 use super::session_loop::serve;
 use super::ServeOptions;
 use crate::dispatch::App;
+use crate::logging::LogRoute;
 use crate::store::{Clock, StoreOptions};
 
 fn opts() -> ServeOptions {
-    ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64 }
+    ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64, logs: LogRoute::Stderr }
 }
 
 fn request(sid: &str, data: Value) -> String {

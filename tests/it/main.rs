@@ -24,6 +24,13 @@ mod kv_limits;
 mod kv_protocol;
 mod kv_ttl;
 
+// Operating it: the daemon launch log, metrics, inspection, backups, service files.
+mod daemon_logs;
+mod daemon_quiet;
+mod deploy;
+mod kv_metrics;
+mod kv_ops;
+
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
 // and the Python shim the daemon starts.
 mod protocol;

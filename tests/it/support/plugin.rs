@@ -49,6 +49,8 @@ pub struct Plugin {
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     waiters: Waiters,
     pub heartbeats: Arc<AtomicUsize>,
+    /// Every `log` event line the plugin wrote (its log while it talks to the daemon).
+    pub logs: Arc<Mutex<Vec<String>>>,
     next: AtomicU64,
     tag: String,
 }
@@ -82,7 +84,8 @@ impl Plugin {
         let waiters: Waiters = Arc::default();
         let heartbeats = Arc::new(AtomicUsize::new(0));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let (w, hb) = (waiters.clone(), heartbeats.clone());
+        let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (w, hb, lg) = (waiters.clone(), heartbeats.clone(), logs.clone());
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
             while let Ok(Some(line)) = lines.next_line().await {
@@ -105,14 +108,22 @@ impl Plugin {
                             None => panic!("message for a session nobody opened: {line}"),
                         }
                     }
-                    Some("log") => {}
+                    Some("log") => lg.lock().unwrap().push(line),
                     other => panic!("unexpected event {other:?}: {line}"),
                 }
             }
         });
         tokio::time::timeout(std::time::Duration::from_secs(10), ready_rx).await.expect("first heartbeat").unwrap();
         let tag = format!("{:08x}", rand::random::<u32>());
-        Plugin { child, stdin: tokio::sync::Mutex::new(Some(stdin)), waiters, heartbeats, next: AtomicU64::new(0), tag }
+        Plugin {
+            child,
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            waiters,
+            heartbeats,
+            logs,
+            next: AtomicU64::new(0),
+            tag,
+        }
     }
 
     pub async fn write_raw(&self, bytes: &[u8]) {
