@@ -118,7 +118,7 @@ fn parse_yaml(path: &str) -> Value {
         .find(|(p, _)| *p == path)
         .map(|(_, text)| *text)
         .unwrap_or_else(|| panic!("declaration file {path} is not embedded in the binary"));
-    serde_yaml::from_str(text).unwrap_or_else(|e| panic!("embedded {path} is not valid: {e}"))
+    yaml_serde::from_str(text).unwrap_or_else(|e| panic!("embedded {path} is not valid: {e}"))
 }
 
 /// An i18n object with all four locales (missing or empty ones take `en_US`); `null` when

@@ -106,7 +106,7 @@ fn asset_names() -> BTreeSet<&'static str> {
 fn every_yaml_file_parses_to_a_mapping() {
     assert_eq!(yaml_files().len(), 5);
     for (path, text) in yaml_files() {
-        let v: Value = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{path} does not parse: {e}"));
+        let v: Value = yaml_serde::from_str(text).unwrap_or_else(|e| panic!("{path} does not parse: {e}"));
         assert!(v.is_object(), "{path} is not a mapping");
     }
     // The embedded set is exactly what the package references.
@@ -202,7 +202,7 @@ fn files_the_manifest_and_shim_need_exist() {
 fn every_i18n_object_has_four_locales() {
     let mut found = 0;
     for (path, text) in yaml_files() {
-        let v: Value = serde_yaml::from_str(text).unwrap();
+        let v: Value = yaml_serde::from_str(text).unwrap();
         walk_i18n(&v, path, &mut found);
     }
     assert!(found >= 40, "only {found} i18n objects seen");
