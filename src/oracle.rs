@@ -37,7 +37,8 @@ pub fn pin_to_memory(line: &[u8]) -> Vec<u8> {
 pub async fn check_session_loop(app: Arc<App>, input: &[u8], capacity: usize, in_flight: usize) -> Result<(), String> {
     let want = expected_answers(input).await?;
     let mut out = Vec::new();
-    let opts = ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: in_flight, ..ServeOptions::default() };
+    let opts =
+        ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: in_flight, ..ServeOptions::default() };
     serve(tokio::io::BufReader::with_capacity(capacity, input), &mut out, app, opts)
         .await
         .map_err(|e| format!("the session loop failed on a byte slice: {e}"))?;
