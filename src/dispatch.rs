@@ -29,8 +29,8 @@ pub async fn handle_request(app: &App, session: Session, data: Value) {
     let outcome = match (kind, action) {
         ("tool", "invoke_tool") => {
             return match invoke_tool(app, &data).await {
-                // The messages of `tool_messages(answer)` and the `end`, written without
-                // building them.
+                // Its text, json (and, for workflow nodes, variable) messages and the `end`,
+                // written straight into one buffer.
                 Ok(answer) => session.finish_with_answer(&answer).await,
                 Err(e) => session.finish(Some(e.to_session_error())).await,
             };
@@ -81,14 +81,6 @@ async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError
     let settings = Settings::from_credentials(credentials(data))?;
     let store = app.stores.get(&settings.store).await?;
     tool.invoke(&*store, &settings, params).await
-}
-
-/// The `text` message (for agents) and the `json` message (for workflow nodes) of one answer.
-pub fn tool_messages(answer: Value) -> Vec<Value> {
-    vec![
-        json!({"type": "text", "message": {"text": answer.to_string()}, "meta": null}),
-        json!({"type": "json", "message": {"json_object": answer}, "meta": null}),
-    ]
 }
 
 async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, Value> {

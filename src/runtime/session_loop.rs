@@ -12,7 +12,7 @@ use super::ServeOptions;
 use crate::dispatch::{handle_request, App};
 use crate::error::ToolError;
 use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
-use crate::protocol::{Inbound, Line, LineReader, Outbox, Session};
+use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox, Session};
 
 /// Depth of the outbound line queue: enough for bursts, small enough to bound memory when
 /// the daemon stops reading.
@@ -55,11 +55,11 @@ async fn drive<R: AsyncBufRead + Unpin>(input: R, outbox: Outbox, app: Arc<App>,
             Err(e) => break Err(e),
         };
         while sessions.try_join_next().is_some() {}
-        let Some((session_id, data)) = accept_line(line, &outbox).await else {
+        let Some((session_id, caller, data)) = accept_line(line, &outbox).await else {
             continue;
         };
         let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
-        let (app, session) = (app.clone(), Session::new(session_id, outbox.clone()));
+        let (app, session) = (app.clone(), Session::new(session_id, outbox.clone()).with_caller(caller));
         sessions.spawn(async move {
             let _permit = permit;
             match data {
@@ -85,10 +85,13 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
     }
 }
 
-/// Turns one input line into work: a request's (session id, data), or an error answer for
-/// an identifiable session. Lines that name no session are logged (never echoed: they may
+/// One accepted line: the session, who called, and the request's data or why it was refused.
+type Accepted = (String, Caller, Result<serde_json::Value, ToolError>);
+
+/// Turns one input line into work: a request's (session id, caller, data), or an error
+/// answer for an identifiable session. Lines that name no session are logged (never echoed: they may
 /// carry credentials) and dropped.
-async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Result<serde_json::Value, ToolError>)> {
+async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<Accepted> {
     let (bytes, oversize) = match line {
         Line::Complete(b) => (b, None),
         Line::Oversize { prefix, len } => (prefix, Some(len)),
@@ -99,9 +102,9 @@ async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Resu
         return report(session_id_from_prefix(bytes), message, outbox).await;
     }
     match Inbound::parse(bytes) {
-        Ok(msg) if msg.event == "request" => match (msg.session_id, msg.data) {
-            (Some(sid), Some(data)) if data.is_object() => Some((sid, Ok(data))),
-            (sid, _) => report(sid, "request without a data object".to_owned(), outbox).await,
+        Ok(msg) if msg.event == "request" => match (msg.caller(), msg.session_id, msg.data) {
+            (caller, Some(sid), Some(data)) if data.is_object() => Some((sid, caller, Ok(data))),
+            (_, sid, _) => report(sid, "request without a data object".to_owned(), outbox).await,
         },
         Ok(msg) if msg.event == "backwards_response" => {
             tracing::debug!("ignoring a backwards_response: this plugin never calls back into Dify");
@@ -119,13 +122,9 @@ async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Resu
     }
 }
 
-async fn report(
-    session_id: Option<String>,
-    message: String,
-    outbox: &Outbox,
-) -> Option<(String, Result<serde_json::Value, ToolError>)> {
+async fn report(session_id: Option<String>, message: String, outbox: &Outbox) -> Option<Accepted> {
     match session_id {
-        Some(sid) => Some((sid, Err(ToolError::param(format!("malformed input: {message}"))))),
+        Some(sid) => Some((sid, Caller::Unknown, Err(ToolError::param(format!("malformed input: {message}"))))),
         None => {
             tracing::warn!("dropped an input line that names no session: {message}");
             outbox.log("WARNING", &format!("dropped an input line that names no session: {message}")).await;

@@ -5,6 +5,8 @@ pub mod event_complete;
 pub mod event_ingest;
 pub mod event_status;
 pub mod params;
+pub mod pyrepr;
+mod sentence;
 pub mod settings;
 
 use serde_json::{Map, Value};
@@ -51,11 +53,30 @@ impl Tool {
         settings: &Settings,
         params: &Map<String, Value>,
     ) -> Result<Answer, ToolError> {
-        match self {
+        let answer = match self {
             Tool::EventIngest => event_ingest::run(store, settings, params).await,
             Tool::EventStatus => event_status::run(store, settings, params).await,
             Tool::EventComplete => event_complete::run(store, settings, params).await,
-        }
+        };
+        answer.map(|a| a.of_tool(self))
+    }
+
+    /// The names of the tool's declared outputs (`output_schema.properties` of its embedded
+    /// YAML): what a workflow tool node offers as its output variables.
+    pub fn outputs(self) -> &'static [String] {
+        static OUTPUTS: std::sync::OnceLock<Vec<Vec<String>>> = std::sync::OnceLock::new();
+        let all = OUTPUTS.get_or_init(|| {
+            Tool::ALL
+                .iter()
+                .map(|t| {
+                    let properties = crate::declarations::tool(t.name())
+                        .and_then(|d| d["output_schema"]["properties"].as_object())
+                        .expect("every tool declares output_schema.properties");
+                    properties.keys().cloned().collect()
+                })
+                .collect()
+        });
+        &all[Tool::ALL.iter().position(|t| *t == self).expect("every tool is in ALL")]
     }
 }
 
