@@ -24,7 +24,8 @@ mod kv_protocol;
 mod kv_ttl;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
-// and the Python shim the daemon starts.
+// and the Python shim the daemon starts; what Dify's callers make of our answers.
+mod dify_callers;
 mod protocol;
 mod protocol_vectors;
 mod remote;
