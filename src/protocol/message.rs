@@ -142,6 +142,7 @@ mod tests {
         let m = Inbound::parse(line).unwrap();
         assert_eq!(m.session_id.as_deref(), Some("s1"));
         assert_eq!(m.event, "request");
+        assert_eq!(m.caller(), crate::protocol::Caller::Workflow, "app_id without message_id");
         assert_eq!(m.data.unwrap()["action"], "x");
         assert!(serde_json::from_slice::<FastInbound>(line).is_ok(), "a daemon line takes the fast path");
     }

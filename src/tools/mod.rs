@@ -46,7 +46,8 @@ impl Tool {
         })
     }
 
-    /// Runs the tool; the answer is the JSON object both the `json` and `text` messages carry.
+    /// Runs the tool; the answer is the `json` message's object, and gives the `text`
+    /// sentence and the workflow outputs.
     pub async fn invoke<S: EventStore>(
         self,
         store: &S,
