@@ -153,7 +153,8 @@ fn step(tool: &'static str, params: Value, outcome: &'static str, attempt: Optio
     Step { tool, params, outcome, attempt }
 }
 
-/// Every outcome of every tool, and two conflicts; the payload arrives as Dify's `str()` of
+/// Every outcome of every tool, and the errors a fail branch tells apart by their stable
+/// first words; the payload arrives as Dify's `str()` of
 /// an object (a variable wired straight to the field) and as its JSON text.
 fn lifecycle(id: &str) -> Vec<Step> {
     let repr = json!({"event_id": id, "event_type": "created", "payload": "{'order': 42, 'paid': True, 'note': None}"});
@@ -173,6 +174,18 @@ fn lifecycle(id: &str) -> Vec<Step> {
         step("event_complete", fail, "error type: conflict, error details: stale completion: attempt 1", None),
         step("event_complete", done.clone(), "completed", Some(2)),
         step("event_complete", done, "already_completed", Some(2)),
+        step(
+            "event_complete",
+            json!({"event_id": id, "status": "failed", "attempt": 2}),
+            "error type: conflict, error details: event \"",
+            None,
+        ),
+        step(
+            "event_complete",
+            json!({"event_id": format!("{id}-never")}),
+            "error type: not_found, error details: no event with id ",
+            None,
+        ),
         step("event_ingest", repr, "duplicate", Some(2)),
         step("event_status", json!({"event_id": id}), "found", Some(2)),
         step("event_status", json!({"event_id": format!("{id}-never")}), "not_found", None),
