@@ -65,16 +65,19 @@ pub fn write_answer_end_lines<T: ToolAnswer + ?Sized>(
     let outputs = if variables { answer.output_names() } else { &[] };
     let envelope = 96 + session_id.len();
     out.reserve((3 + outputs.len()) * envelope + 2 * json.len() + text.len() + text.len() / 8);
+    // Every stream line starts alike: escape the session id once and copy that start.
+    let start = out.len();
     start_session_line(out, session_id, "stream");
+    let stream_start = start..out.len();
     out.extend_from_slice(b"{\"type\":\"text\",\"message\":{\"text\":");
     write_json_string(out, text);
     out.extend_from_slice(b"},\"meta\":null}}}\n");
-    start_session_line(out, session_id, "stream");
+    out.extend_from_within(stream_start.clone());
     out.extend_from_slice(b"{\"type\":\"json\",\"message\":{\"json_object\":");
     out.extend_from_slice(json);
     out.extend_from_slice(b"},\"meta\":null}}}\n");
     for name in outputs {
-        start_session_line(out, session_id, "stream");
+        out.extend_from_within(stream_start.clone());
         out.extend_from_slice(b"{\"type\":\"variable\",\"message\":{\"variable_name\":");
         write_json(out, name.as_str());
         out.extend_from_slice(b",\"variable_value\":");
