@@ -48,11 +48,11 @@ done
 id="EVT-$(date +%Y%m%d)-001"
 echo "KV container: $url (data in $data)"
 echo
-echo "== first delivery of $id"
+echo "== first delivery of $id (called as a workflow tool node would: text, json, one variable per output)"
 KV_URL=$url "$bin" call event_ingest --param "event_id=$id" --param event_type=created --param 'payload={"order":42}' || true
 echo
-echo "== the sender retries the same event"
-KV_URL=$url "$bin" call event_ingest --param "event_id=$id" --param event_type=created --param 'payload={ "order": 42 }' || true
+echo "== the sender retries the same event (called as an agent app would: no variables)"
+KV_URL=$url "$bin" call event_ingest --caller agent --param "event_id=$id" --param event_type=created --param 'payload={ "order": 42 }' || true
 echo
 if [ "$data" = "$work/data" ]; then
   echo "(this run's data was temporary; stop the other container to keep records in ${DATA_DIR:-./data})"

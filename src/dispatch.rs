@@ -7,7 +7,7 @@ use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
 use crate::error::{SessionError, ToolError};
-use crate::protocol::{Outbox, Session};
+use crate::protocol::{Caller, Outbox, Session};
 use crate::store::{Clock, EventStore, StoreCache, StoreOptions};
 use crate::tools::{self, Settings, Tool};
 
@@ -27,8 +27,14 @@ impl App {
 /// Answers one session whatever happens: the request's outcome, the error of a line that
 /// could not be taken as a request, or, should the handler panic, an error. The daemon waits
 /// for every session's `end`, so a bug in one handler must not leave its session open.
-pub async fn serve_session(app: &App, session_id: String, outbox: Outbox, request: Result<Value, ToolError>) {
-    let session = Session::new(session_id.clone(), outbox.clone());
+pub async fn serve_session(
+    app: &App,
+    session_id: String,
+    caller: Caller,
+    outbox: Outbox,
+    request: Result<Value, ToolError>,
+) {
+    let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
     let work = async move {
         match request {
             Ok(data) => handle_request(app, session, data).await,
@@ -41,7 +47,7 @@ pub async fn serve_session(app: &App, session_id: String, outbox: Outbox, reques
         let error = ToolError::upstream(
             "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe",
         );
-        respond(Session::new(session_id, outbox), Err(error.into())).await;
+        respond(Session::new(session_id, outbox).with_caller(caller), Err(error.into())).await;
     }
 }
 
@@ -49,7 +55,7 @@ pub async fn serve_session(app: &App, session_id: String, outbox: Outbox, reques
 /// between the handler and `respond`; boxing the answer would cost an allocation per call.
 #[allow(clippy::large_enum_variant)]
 enum Reply {
-    /// A tool's answer: its `text` and `json` messages.
+    /// A tool's answer: its `text`, `json` (and, for workflow nodes, `variable`) messages.
     Answer(tools::Answer),
     /// Other actions' `stream` chunks, as they go on the wire.
     Chunks(Vec<Value>),
@@ -59,7 +65,8 @@ enum Reply {
 /// optional `error`): the one place a handler's result or error meets the wire.
 async fn respond(session: Session, outcome: Result<Reply, SessionError>) {
     match outcome {
-        // The messages of `tool_messages(answer)` and the `end`, written without building them.
+        // Its text, json (and, for workflow nodes, variable) messages and the `end`, written
+        // straight into one buffer.
         Ok(Reply::Answer(answer)) => session.finish_with_answer(&answer).await,
         Ok(Reply::Chunks(chunks)) => {
             for chunk in &chunks {
@@ -121,14 +128,6 @@ async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError
     settings.call_timeout = app.stores.call_timeout();
     let store = app.stores.get(&settings.store).await?;
     tool.invoke(&*store, &settings, params).await
-}
-
-/// The `text` message (for agents) and the `json` message (for workflow nodes) of one answer.
-pub fn tool_messages(answer: Value) -> Vec<Value> {
-    vec![
-        json!({"type": "text", "message": {"text": answer.to_string()}, "meta": null}),
-        json!({"type": "json", "message": {"json_object": answer}, "meta": null}),
-    ]
 }
 
 async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, SessionError> {

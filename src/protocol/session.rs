@@ -6,7 +6,8 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::outbound::{log_line, session_line, write_answer_end_lines};
+use super::caller::Caller;
+use super::outbound::{log_line, session_line, write_answer_end_lines, ToolAnswer};
 
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
 /// that stops reading slows the plugin down instead of growing its memory.
@@ -119,23 +120,32 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 /// the handle, so a session cannot end twice.
 pub struct Session {
     pub id: String,
+    /// Who called; decides which messages an answer carries.
+    pub caller: Caller,
     out: Outbox,
 }
 
 impl Session {
+    /// A session of an unclassified caller (answers carry every message).
     pub fn new(id: String, out: Outbox) -> Self {
-        Session { id, out }
+        Session { id, caller: Caller::Unknown, out }
+    }
+
+    pub fn with_caller(mut self, caller: Caller) -> Self {
+        self.caller = caller;
+        self
     }
 
     pub async fn stream(&self, chunk: &Value) {
         self.out.send(session_line(&self.id, "stream", chunk)).await;
     }
 
-    /// Answers with a tool's result (its `text` and `json` messages) and ends the session,
-    /// as one write to the output queue.
-    pub async fn finish_with_answer<T: serde::Serialize + ?Sized>(self, answer: &T) {
+    /// Answers with a tool's result (its `text` and `json` messages, and its `variable`
+    /// messages when the caller reads them) and ends the session, as one write to the
+    /// output queue.
+    pub async fn finish_with_answer<T: ToolAnswer + ?Sized>(self, answer: &T) {
         let (mut lines, mut scratch) = (self.out.buffer(), self.out.buffer());
-        write_answer_end_lines(&mut lines, &mut scratch, &self.id, answer);
+        write_answer_end_lines(&mut lines, &mut scratch, &self.id, answer, self.caller.wants_variables());
         self.out.recycle(scratch);
         self.out.send(lines).await;
     }

@@ -36,7 +36,7 @@ impl IngestRequest {
                 settings.event_types.join(", ")
             )));
         }
-        let payload = params::optional_str(p, "payload")?;
+        let payload = params::optional_payload(p, "payload")?;
         if let Some(body) = &payload {
             if body.len() > MAX_PAYLOAD_BYTES {
                 return Err(ToolError::param(format!(

@@ -7,6 +7,8 @@ pub mod event_complete;
 pub mod event_ingest;
 pub mod event_status;
 pub mod params;
+pub mod pyrepr;
+mod sentence;
 pub mod settings;
 #[cfg(test)]
 mod sim;
@@ -50,18 +52,38 @@ impl Tool {
         })
     }
 
-    /// Runs the tool; the answer is the JSON object both the `json` and `text` messages carry.
+    /// Runs the tool; the answer is the `json` message's object, and gives the `text`
+    /// sentence and the workflow outputs.
     pub async fn invoke<S: EventStore>(
         self,
         store: &S,
         settings: &Settings,
         params: &Map<String, Value>,
     ) -> Result<Answer, ToolError> {
-        match self {
+        let answer = match self {
             Tool::EventIngest => event_ingest::run(store, settings, params).await,
             Tool::EventStatus => event_status::run(store, settings, params).await,
             Tool::EventComplete => event_complete::run(store, settings, params).await,
-        }
+        };
+        answer.map(|a| a.of_tool(self))
+    }
+
+    /// The names of the tool's declared outputs (`output_schema.properties` of its embedded
+    /// YAML): what a workflow tool node offers as its output variables.
+    pub fn outputs(self) -> &'static [String] {
+        static OUTPUTS: std::sync::OnceLock<Vec<Vec<String>>> = std::sync::OnceLock::new();
+        let all = OUTPUTS.get_or_init(|| {
+            Tool::ALL
+                .iter()
+                .map(|t| {
+                    let properties = crate::declarations::tool(t.name())
+                        .and_then(|d| d["output_schema"]["properties"].as_object())
+                        .expect("every tool declares output_schema.properties");
+                    properties.keys().cloned().collect()
+                })
+                .collect()
+        });
+        &all[Tool::ALL.iter().position(|t| *t == self).expect("every tool is in ALL")]
     }
 }
 

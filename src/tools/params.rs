@@ -30,6 +30,17 @@ pub fn optional_str(params: &Map<String, Value>, name: &str) -> Result<Option<St
     }
 }
 
+/// An optional payload: text as given, except Dify's `str()` of an object or array (a
+/// workflow variable wired straight to the field), which is read back as the JSON text it
+/// came from, so it gets the same fingerprint and stored form as that JSON.
+pub fn optional_payload(params: &Map<String, Value>, name: &str) -> Result<Option<String>, ToolError> {
+    Ok(optional_str(params, name)?.map(|text| match super::pyrepr::json_from_python_repr(&text) {
+        // Valid JSON stays as it is (e.g. `[1, 2]` reads the same in both languages).
+        Some(json) if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_err() => json,
+        _ => text,
+    }))
+}
+
 /// An optional whole number within `min..=max`; numeric strings are accepted.
 pub fn optional_int(params: &Map<String, Value>, name: &str, min: i64, max: i64) -> Result<Option<i64>, ToolError> {
     let bad = || ToolError::param(format!("{name} must be a whole number from {min} to {max}"));

@@ -87,7 +87,7 @@ fn the_units_command_line_is_one_the_binary_accepts() {
 #[test]
 fn compose_snippet_runs_the_container_with_a_healthcheck_that_works() {
     let text = std::fs::read_to_string(Path::new(DEPLOY).join("docker-compose.kv.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     let svc = &doc["services"]["stateful-kv"];
     assert!(svc["image"].as_str().is_some_and(|i| i.starts_with("debian:")), "glibc ≥ 2.34 base image");
     assert!(svc["environment"]["KV_TOKEN"].as_str().is_some_and(|v| v.contains("STATEFUL_KV_TOKEN")));

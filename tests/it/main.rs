@@ -32,7 +32,8 @@ mod kv_metrics;
 mod kv_ops;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
-// and the Python shim the daemon starts.
+// and the Python shim the daemon starts; what Dify's callers make of our answers.
+mod dify_callers;
 mod protocol;
 mod protocol_vectors;
 mod remote;

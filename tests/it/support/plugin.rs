@@ -189,13 +189,22 @@ impl Plugin {
     }
 }
 
-/// A request line as the Go daemon serialises it (envelope order, sorted data keys).
+/// A request line as the Go daemon serialises it (envelope order, sorted data keys), with
+/// no `app_id` and no `message_id` (how a backwards invocation arrives).
 pub fn request_line(sid: &str, data: &Value) -> String {
+    request_line_as(sid, data, None, None)
+}
+
+/// [`request_line`] with the envelope's `app_id` and `message_id`, which tell Dify's callers
+/// apart (workflow tool node: app only; agent app: both).
+pub fn request_line_as(sid: &str, data: &Value, app_id: Option<&str>, message_id: Option<&str>) -> String {
     let sorted: std::collections::BTreeMap<String, Value> =
         data.as_object().cloned().unwrap_or_default().into_iter().collect();
     format!(
-        "{{\"session_id\":{},\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{}}}\n",
+        "{{\"session_id\":{},\"conversation_id\":null,\"message_id\":{},\"app_id\":{},\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{}}}\n",
         json!(sid),
+        json!(message_id),
+        json!(app_id),
         serde_json::to_string(&sorted).unwrap()
     )
 }
