@@ -5,21 +5,27 @@
 //! transaction per batch). `auth` checks the bearer token, `ttl` purges expired keys,
 //! `record` is the on-disk layout, `inspect` reads a stopped store.
 //!
+//! Connections: `conn` runs hyper (HTTP/1.1 and h2c) over sockets `tracked` watches, under
+//! the caps and deadlines of `limits`.
+//!
 //! Limits: keys 1–1024 bytes of `[A-Za-z0-9._~-]`, values ≤ 1 MiB (refused before they are
-//! buffered). Header limits are hyper's HTTP/1.1 defaults (at most 100 headers, ~400 KB read
-//! buffer); requests hyper cannot parse are answered by hyper itself (plain 400/431, without
-//! our JSON body or `KV-Time-Ms`).
+//! buffered), request heads ≤ `--max-header-bytes` and at most 100 headers; requests hyper
+//! cannot parse are answered by hyper itself (plain 400/431, without our JSON body or
+//! `KV-Time-Ms`).
 
 mod auth;
 mod batch;
+mod conn;
 mod engine;
 #[cfg(test)]
 mod engine_tests;
 mod error;
 mod http;
 mod inspect;
+mod limits;
 mod record;
 mod request;
+mod tracked;
 mod ttl;
 mod writer;
 
@@ -30,7 +36,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 
 pub use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
@@ -63,6 +68,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub purge_interval_ms: u64,
+    #[command(flatten)]
+    pub conn: limits::ConnArgs,
 }
 
 pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
@@ -93,7 +100,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
     let state = Arc::new(http::AppState { engine, durability: args.durability });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
-    let result = runtime.block_on(serve_http(state, listen, token, purge_every));
+    let limits = runtime.block_on(async { limits::Limits::from_args(&args.conn) });
+    let result = runtime.block_on(serve_http(state, listen, token, purge_every, limits));
     // Dropping the runtime drops every task holding an engine handle; the writer then
     // commits whatever is still queued and exits, and the database closes cleanly.
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -106,23 +114,14 @@ async fn serve_http(
     listen: SocketAddr,
     token: Option<Arc<auth::Token>>,
     purge_every: Duration,
+    limits: limits::Limits,
 ) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
     let app = http::router(state, token);
-    let listener = listener.tap_io(|tcp| {
-        // Small request/response pairs: do not let Nagle's algorithm delay them.
-        let _ = tcp.set_nodelay(true);
-    });
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut server = tokio::spawn(conn::serve(listener, app, limits, stopped, SHUTDOWN_GRACE));
     announce(local);
     tokio::select! {
         () = shutdown_signal() => {}
@@ -132,9 +131,9 @@ async fn serve_http(
         }
     }
     tracing::info!("kv: shutting down");
-    let _ = stop.send(());
+    let _ = stop.send(true);
     purge.abort();
-    if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), server).await.is_err() {
         tracing::warn!("kv: requests still running after {SHUTDOWN_GRACE:?}; closing them");
     }
     Ok(ExitCode::SUCCESS)

@@ -17,6 +17,7 @@ mod chaos_store_crash;
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;
 mod kv_concurrency;
+mod kv_connections;
 mod kv_defences;
 mod kv_durability;
 mod kv_limits;
