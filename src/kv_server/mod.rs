@@ -57,9 +57,13 @@ pub struct ServeArgs {
     /// Data directory.
     #[arg(long, default_value = "./data")]
     pub data: std::path::PathBuf,
-    /// Bearer token required on every request (or env KV_TOKEN).
+    /// Bearer token required on every request. Prefer env KV_TOKEN or --token-file: a
+    /// command-line argument is visible to every user through `ps`.
     #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// File holding the bearer token (its first line); wins over --token / KV_TOKEN.
+    #[arg(long)]
+    pub token_file: Option<std::path::PathBuf>,
     /// `immediate`: every acknowledged write is fsync'd first. `none`: no fsync per write
     /// (benchmarks only; a crash can lose the last second or two of writes).
     #[arg(long, value_enum, default_value = "immediate")]
@@ -81,8 +85,8 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
-    let token = match args.token.as_deref() {
-        Some(t) => Some(Arc::new(auth::Token::new(t)?)),
+    let token = match token_text(&args)? {
+        Some(t) => Some(Arc::new(auth::Token::new(&t)?)),
         None => None,
     };
     if !listen.ip().is_loopback() && token.is_none() {
@@ -107,6 +111,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(Duration::from_secs(1));
     writer.join();
     result
+}
+
+/// The token from `--token-file` (first line, surrounding blanks trimmed), else `--token` /
+/// `KV_TOKEN`.
+fn token_text(args: &ServeArgs) -> anyhow::Result<Option<String>> {
+    let Some(path) = &args.token_file else {
+        return Ok(args.token.clone());
+    };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?;
+    let token = text.lines().next().unwrap_or_default().trim();
+    anyhow::ensure!(!token.is_empty(), "--token-file {}: the first line is empty", path.display());
+    Ok(Some(token.to_owned()))
 }
 
 async fn serve_http(
