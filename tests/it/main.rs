@@ -20,6 +20,7 @@ mod kv_concurrency;
 mod kv_connections;
 mod kv_defences;
 mod kv_durability;
+mod kv_files;
 mod kv_limits;
 mod kv_protocol;
 mod kv_ttl;
