@@ -31,7 +31,9 @@ impl Default for ServeOptions {
             .and_then(|v| v.parse().ok())
             .filter(|&v: &u64| v > 0)
             .unwrap_or(10_000);
-        ServeOptions { heartbeat: Duration::from_millis(ms), max_in_flight: 4096 }
+        // 1024 sessions in flight keep every store busy (the KV client sends at most 256
+        // requests at once per store); more would only wait, each holding its parsed request.
+        ServeOptions { heartbeat: Duration::from_millis(ms), max_in_flight: 1024 }
     }
 }
 

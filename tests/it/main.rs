@@ -32,6 +32,7 @@ mod protocol_vectors;
 mod remote;
 mod serverless;
 mod shim;
+mod store_client_limits;
 
 // The signed package: building, validating, signing, the spec's vectors, the marketplace check.
 mod marketplace;
