@@ -20,6 +20,12 @@ impl App {
     pub fn new(host: Clock) -> Arc<App> {
         Arc::new(App { stores: StoreCache::new(host) })
     }
+
+    /// Like [`App::new`], dialing only the stores whose host is in `allowed` (see
+    /// [`crate::store::cache::AllowedHosts`]).
+    pub fn with_allowed_store_hosts(host: Clock, allowed: crate::store::cache::AllowedHosts) -> Arc<App> {
+        Arc::new(App { stores: StoreCache::new(host).allowing(allowed) })
+    }
 }
 
 /// Handles one `request` and ends its session (exactly one `end`, after an optional `error`).

@@ -37,6 +37,9 @@ impl Default for ServeOptions {
     }
 }
 
+/// Comma-separated store hosts (`host` or `host:port`) the plugin may dial; unset: any.
+pub const STORE_HOSTS_VAR: &str = "STATEFUL_TOOL_STORE_HOSTS";
+
 /// The transports, by `INSTALL_METHOD` value.
 pub const INSTALL_METHODS: &str = "local (stdio, as the daemon starts plugins), remote (debugging over TCP), \
                                    serverless and aws_lambda (HTTP)";
@@ -51,7 +54,8 @@ pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
     // all sessions on one event loop a request costs no thread hand-off. Two workers plus
     // the main thread spent about a third of the plugin's CPU on waking each other.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let app = App::new(Clock::system());
+    let allowed = crate::store::cache::AllowedHosts::parse(settings.get(STORE_HOSTS_VAR).as_deref())?;
+    let app = App::with_allowed_store_hosts(Clock::system(), allowed);
     let result = match method.as_str() {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
         "remote" => remote::RemoteConfig::from_settings(get)

@@ -20,14 +20,62 @@ const MAX_STORES: usize = 64;
 
 type Slot = Arc<OnceCell<Arc<AnyStore>>>;
 
+/// The store hosts a plugin process may dial (`STATEFUL_TOOL_STORE_HOSTS`), for every
+/// runtime: a caller that can reach the plugin (e.g. the serverless port) must not make it
+/// dial arbitrary addresses through `kv_url`. Entries are `host` (any port) or `host:port`,
+/// compared case-insensitively with the URL's host as written (no DNS lookups).
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts(Option<Vec<String>>);
+
+impl AllowedHosts {
+    /// `None` or empty: every host is allowed.
+    pub fn parse(list: Option<&str>) -> anyhow::Result<AllowedHosts> {
+        let Some(list) = list.map(str::trim).filter(|l| !l.is_empty()) else {
+            return Ok(AllowedHosts(None));
+        };
+        let entries: Vec<String> = list.split(',').map(|e| e.trim().to_ascii_lowercase()).collect();
+        anyhow::ensure!(
+            entries.iter().all(|e| !e.is_empty() && !e.contains(['/', '@', ' '])),
+            "STATEFUL_TOOL_STORE_HOSTS must be a comma-separated list of host or host:port, got {list:?}"
+        );
+        Ok(AllowedHosts(Some(entries)))
+    }
+
+    fn check(&self, url: &str) -> Result<(), StoreError> {
+        let Some(entries) = &self.0 else { return Ok(()) };
+        let parsed = reqwest::Url::parse(url).ok();
+        let host = parsed.as_ref().and_then(|u| u.host_str()).map(|h| h.to_ascii_lowercase());
+        let port = parsed.as_ref().and_then(|u| u.port_or_known_default());
+        let allowed = host
+            .as_ref()
+            .is_some_and(|h| entries.iter().any(|e| e == h || port.is_some_and(|p| *e == format!("{h}:{p}"))));
+        if allowed {
+            Ok(())
+        } else {
+            Err(StoreError::Config(format!(
+                "kv_url {:?}: its host is not in the store hosts this plugin may use (STATEFUL_TOOL_STORE_HOSTS={})",
+                redact(url),
+                entries.join(",")
+            )))
+        }
+    }
+}
+
 pub struct StoreCache {
     host: Clock,
+    allowed: AllowedHosts,
     slots: Mutex<HashMap<StoreConfig, Slot>>,
 }
 
 impl StoreCache {
     pub fn new(host: Clock) -> Self {
-        StoreCache { host, slots: Mutex::new(HashMap::new()) }
+        StoreCache { host, allowed: AllowedHosts::default(), slots: Mutex::new(HashMap::new()) }
+    }
+
+    /// Restricts the stores this cache connects to.
+    pub fn allowing(mut self, allowed: AllowedHosts) -> Self {
+        self.allowed = allowed;
+        self
     }
 
     pub fn host_clock(&self) -> &Clock {
@@ -37,6 +85,9 @@ impl StoreCache {
     /// The shared client for `cfg`, connecting on first use. A failed connect is not
     /// cached, so the next call tries again.
     pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<AnyStore>, StoreError> {
+        if !cfg.url.starts_with("memory:") {
+            self.allowed.check(&cfg.url)?;
+        }
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(slot) = slots.get(cfg) {
@@ -91,6 +142,19 @@ mod tests {
     fn redact_hides_passwords() {
         assert_eq!(redact("redis://:s3cret@host:6379/0"), "redis://:***@host:6379/0");
         assert_eq!(redact("http://127.0.0.1:8123"), "http://127.0.0.1:8123/");
+    }
+
+    #[test]
+    fn allowed_hosts_match_host_or_host_and_port() {
+        let allowed = AllowedHosts::parse(Some("kv.internal, 10.0.0.5:6379")).unwrap();
+        assert!(allowed.check("http://KV.internal:8123").is_ok());
+        assert!(allowed.check("redis://:pw@10.0.0.5:6379/0").is_ok());
+        for refused in ["redis://10.0.0.5:6380/0", "http://169.254.169.254/", "http://kv.internal.evil:80", "nonsense"]
+        {
+            assert!(matches!(allowed.check(refused), Err(StoreError::Config(_))), "{refused}");
+        }
+        assert!(AllowedHosts::parse(Some("")).unwrap().check("http://anything").is_ok());
+        assert!(AllowedHosts::parse(Some("a,,b")).is_err());
     }
 
     #[tokio::test]

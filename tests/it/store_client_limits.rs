@@ -96,3 +96,19 @@ async fn endless_store_answers_are_cut_off_as_upstream_errors() {
     assert!(peak < 64_000, "plugin peak RSS {peak} KiB");
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+#[tokio::test]
+async fn stores_outside_the_allowed_hosts_are_never_dialed() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = KvServer::start(dir.path(), &[]);
+    let port = kv.addr().port();
+    let p = Plugin::spawn(&[("STATEFUL_TOOL_STORE_HOSTS", &format!("localhost,127.0.0.1:{port}"))]).await;
+    let params = json!({"event_id": "ALLOW-1", "event_type": "created"});
+    assert_eq!(p.invoke("event_ingest", &creds(&kv.url()), params.clone()).await.outcome(), "accepted");
+    // Same server, another name for it; and a metadata address: refused before any dial.
+    for url in [format!("http://127.0.0.2:{port}"), "http://169.254.169.254".to_owned()] {
+        let reply = p.invoke("event_ingest", &creds(&url), params.clone()).await;
+        assert!(reply.error.is_some(), "{url}: {reply:?}");
+        assert!(reply.message().contains("STATEFUL_TOOL_STORE_HOSTS"), "{url}: {}", reply.message());
+    }
+}
