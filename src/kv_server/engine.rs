@@ -11,14 +11,16 @@
 //! transaction, commits once (one fsync in `immediate` mode) and only then answers each
 //! request. N concurrent writers therefore cost about one fsync, not N.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{Outcome, WriteOp, DATA, EXPIRY, META};
+use super::batch::{Outcome, WriteOp, DATA};
+use super::health::Health;
 use super::metrics::Metrics;
+use super::open::DbSlot;
 use super::record::{Clock, Record};
 pub use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
 use super::writer::{Job, Writer};
@@ -31,7 +33,8 @@ pub const DB_FILE: &str = "kv.redb";
 /// Cheap-to-clone handle used by the HTTP handlers and the purge task.
 #[derive(Clone)]
 pub struct Engine {
-    db: Arc<Database>,
+    slot: Arc<DbSlot>,
+    health: Arc<Health>,
     queue: mpsc::Sender<Job>,
     clock: Clock,
     // Shared with the writer; only tests read it through the handle.
@@ -52,7 +55,8 @@ impl WriterHandle {
 }
 
 impl Engine {
-    /// Opens (creating if needed) `<dir>/kv.redb` and starts the writer thread.
+    /// Opens `<dir>/kv.redb` (creating it only when the directory has no data file; refusing
+    /// one that is not a complete, valid store) and starts the writer thread.
     pub fn open(dir: &Path, durability: DurabilityMode, clock: Clock) -> anyhow::Result<(Engine, WriterHandle)> {
         Self::open_gated(dir, durability, clock, None)
     }
@@ -65,12 +69,23 @@ impl Engine {
         clock: Clock,
         gate: Option<std::sync::mpsc::Receiver<()>>,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
-        let db = Arc::new(open_database(dir)?);
+        let (db, checked) = super::open::open(dir)?;
+        if !checked.created {
+            tracing::info!(
+                "kv: {} checked: {} records, every page intact",
+                dir.join(DB_FILE).display(),
+                checked.records
+            );
+        }
+        let slot = Arc::new(DbSlot::new(dir.join(DB_FILE), db));
+        let health = Arc::new(Health::default());
         let (queue, rx) = mpsc::channel(QUEUE_DEPTH);
         let stats = Arc::new(Stats::default());
         let metrics = Arc::new(Metrics::default());
         let writer = Writer {
-            db: db.clone(),
+            slot: slot.clone(),
+            health: health.clone(),
+            broken: None,
             rx,
             durability,
             clock: clock.clone(),
@@ -83,17 +98,32 @@ impl Engine {
             }
             writer.run();
         })?;
-        let engine = Engine { db, queue, clock, stats, metrics };
+        let engine = Engine { slot, health, queue, clock, stats, metrics };
         Ok((engine, WriterHandle(thread)))
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
     pub async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
-        let db = self.db.clone();
+        let db = self.slot.get().ok_or(EngineError::Unavailable)?;
         let clock = self.clock.clone();
-        tokio::task::spawn_blocking(move || read_live(&db, &key, clock.now_ms()))
-            .await
-            .map_err(|_| EngineError::Unavailable)?
+        let health = self.health.clone();
+        match tokio::task::spawn_blocking(move || read_live(&db, &key, clock.now_ms())).await {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(ReadError::Damaged(why))) => {
+                health.damaged(&why);
+                Err(EngineError::Storage(why))
+            }
+            Ok(Err(ReadError::Failed(why))) => Err(EngineError::Storage(why)),
+            Err(_) => {
+                health.damaged("the storage engine failed (panicked) reading a key");
+                Err(EngineError::Storage("the read failed".into()))
+            }
+        }
+    }
+
+    /// What `/healthz` reports besides a stopped writer.
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Queues one write and waits until its batch has committed (or failed).
@@ -114,9 +144,10 @@ impl Engine {
         &self.metrics
     }
 
-    /// The database, for read-only snapshots (listing, backups, key counts).
-    pub(super) fn db(&self) -> &Arc<Database> {
-        &self.db
+    /// The database, for read-only snapshots (listing, backups, key counts); unavailable
+    /// while the store is being reopened after a failed write.
+    pub(super) fn db(&self) -> Result<Arc<Database>, EngineError> {
+        self.slot.get().ok_or(EngineError::Unavailable)
     }
 
     /// False once the writer thread has stopped; health checks report it.
@@ -131,46 +162,29 @@ impl Engine {
     }
 }
 
-fn open_database(dir: &Path) -> anyhow::Result<Database> {
-    use anyhow::Context;
-    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
-        anyhow::bail!(
-            "--data {}: that path is a file, not a directory; give a directory (created if missing)",
-            dir.display()
-        );
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
-    let path: PathBuf = dir.join(DB_FILE);
-    let db = Database::builder()
-        .set_repair_callback(|session| {
-            // Called only after an unclean shutdown (e.g. kill -9); redb verifies checksums
-            // and rebuilds its allocator state, the committed data itself is intact.
-            tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", session.progress() * 100.0);
-        })
-        .create(&path)
-        .map_err(|e| match e {
-            // redb holds an exclusive lock on the file while a database is open.
-            redb::DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
-                "{} is already open in another process (a `stateful-tool kv serve` still running with \
-                 this --data?); stop that one, or give this one another --data directory",
-                path.display()
-            ),
-            e => anyhow::Error::new(e).context(format!("opening {}", path.display())),
-        })?;
-    // Create the tables up front so readers never see "table does not exist".
-    let txn = db.begin_write()?;
-    txn.open_table(DATA)?;
-    txn.open_table(EXPIRY)?;
-    txn.open_table(META)?;
-    txn.commit()?;
-    Ok(db)
+/// A failed read: damage is reported through `/healthz`, other failures only to the client.
+enum ReadError {
+    Damaged(String),
+    Failed(String),
 }
 
-fn read_live(db: &Database, key: &str, now: u64) -> Result<Option<Record>, EngineError> {
+impl<E: Into<redb::Error>> From<E> for ReadError {
+    fn from(e: E) -> Self {
+        match e.into() {
+            e @ redb::Error::Corrupted(_) => ReadError::Damaged(e.to_string()),
+            e => ReadError::Failed(e.to_string()),
+        }
+    }
+}
+
+fn read_live(db: &Database, key: &str, now: u64) -> Result<Option<Record>, ReadError> {
     let txn = db.begin_read()?;
     let table = txn.open_table(DATA)?;
     let stored = match table.get(key)? {
-        Some(guard) => Some(Record::decode(guard.value()).map_err(|e| EngineError::Storage(e.to_string()))?),
+        Some(guard) => Some(
+            Record::decode(guard.value())
+                .map_err(|e| ReadError::Damaged(format!("the record under key {key:?}: {e}")))?,
+        ),
         None => None,
     };
     Ok(stored.filter(|r| r.is_live(now)))

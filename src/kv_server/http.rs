@@ -13,6 +13,7 @@ use super::auth::{self, Token};
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::{DurabilityMode, Engine, EngineError};
 use super::error::ApiError;
+use super::health::Problem;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
 use super::{backup, listing, metrics};
@@ -73,10 +74,10 @@ async fn list_keys(
     Ok(Json(listing::list(&app.engine, query.0).await?).into_response())
 }
 
-async fn backup_snapshot(State(app): App) -> Response {
-    let mut resp = backup::stream(app.engine.db().clone()).into_response();
+async fn backup_snapshot(State(app): App) -> Result<Response, ApiError> {
+    let mut resp = backup::stream(app.engine.db()?).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
-    resp
+    Ok(resp)
 }
 
 async fn metrics_text(State(app): App) -> Result<Response, ApiError> {
@@ -93,14 +94,20 @@ async fn stamp_server_time(mut resp: Response) -> Response {
 }
 
 async fn healthz(State(app): App) -> Response {
-    let alive = app.engine.writer_alive();
-    let body = serde_json::json!({
-        "status": if alive { "ok" } else { "unavailable" },
+    let problem = match app.engine.writer_alive() {
+        true => app.engine.health().problem(),
+        false => Some(Problem { status: "unavailable", reason: "the storage writer stopped".into() }),
+    };
+    let mut body = serde_json::json!({
+        "status": problem.as_ref().map_or("ok", |p| p.status),
         "capabilities": CAPABILITIES,
         "version": env!("CARGO_PKG_VERSION"),
         "durability": app.durability.as_str(),
     });
-    let status = if alive { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    if let Some(p) = &problem {
+        body["reason"] = p.reason.clone().into();
+    }
+    let status = if problem.is_none() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
 }
 

@@ -53,7 +53,7 @@ pub async fn list(engine: &Engine, q: ListQuery) -> Result<Page, ApiError> {
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request("bad_limit", format!("limit must be 1..={MAX_LIMIT}")));
     }
-    let db = engine.db().clone();
+    let db = engine.db()?;
     let now = system_now_ms();
     let page = tokio::task::spawn_blocking(move || read_page(&db, &q.prefix, q.after.as_deref(), limit, now))
         .await
@@ -107,7 +107,7 @@ fn read_page(
 
 /// Keys in the data table (expired ones count until purged); O(1) in redb.
 pub async fn key_count(engine: &Engine) -> Result<u64, EngineError> {
-    let db = engine.db().clone();
+    let db = engine.db()?;
     tokio::task::spawn_blocking(move || -> Result<u64, EngineError> { Ok(db.begin_read()?.open_table(DATA)?.len()?) })
         .await
         .map_err(|_| EngineError::Unavailable)?

@@ -4,10 +4,7 @@
 //! purge loop, the listener) into one [`Metrics`] shared through the engine; the gauges that
 //! describe the store (keys, file size) are read when a scrape asks for them.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
@@ -20,7 +17,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -123,11 +119,19 @@ impl Metrics {
         self.purged.inc_by(keys as u64);
     }
 
-    /// For whatever turns a connection away before it is served (a connection cap); the
-    /// counter is exported from the start so dashboards need no change when it is wired.
-    #[allow(dead_code)]
+    /// A connection turned away by the connection cap.
     pub fn connection_refused(&self) {
         self.refused_connections.inc();
+    }
+
+    /// A client connection was accepted.
+    pub fn connection_opened(&self) {
+        self.open_connections.inc();
+    }
+
+    /// A client connection closed.
+    pub fn connection_closed(&self) {
+        self.open_connections.dec();
     }
 
     /// The text exposition, with the store gauges set to the given values first.
@@ -178,67 +182,6 @@ pub fn response(text: String) -> Response {
     let mut resp = text.into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(prometheus_text::CONTENT_TYPE));
     resp
-}
-
-/// A listener whose connections are counted in `kv_open_connections` while they are open.
-pub struct Counted<L> {
-    pub inner: L,
-    pub metrics: Arc<Metrics>,
-}
-
-impl<L: axum::serve::Listener> axum::serve::Listener for Counted<L> {
-    type Io = CountedIo<L::Io>;
-    type Addr = L::Addr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (io, addr) = self.inner.accept().await;
-        self.metrics.open_connections.inc();
-        (CountedIo { io, metrics: self.metrics.clone() }, addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-/// A connection that leaves the open-connections gauge when it is dropped.
-pub struct CountedIo<T> {
-    io: T,
-    metrics: Arc<Metrics>,
-}
-
-impl<T> Drop for CountedIo<T> {
-    fn drop(&mut self) {
-        self.metrics.open_connections.dec();
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for CountedIo<T> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for CountedIo<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]

@@ -47,7 +47,9 @@ pub struct ServeOptions {
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 4096, logs: LogRoute::Stderr }
+        // 1024 sessions in flight keep every store busy (the KV client sends at most 256
+        // requests at once per store); more would only wait, each holding its parsed request.
+        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 1024, logs: LogRoute::Stderr }
     }
 }
 
@@ -81,11 +83,15 @@ impl RuntimeOptions {
             store: StoreOptions {
                 call_timeout: millis("STATEFUL_TOOL_STORE_TIMEOUT_MS").unwrap_or(store.call_timeout),
                 allow_memory: get("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some(),
+                ..store
             },
             clock: Clock::with_offset(offset_ms),
         }
     }
 }
+
+/// Comma-separated store hosts (`host` or `host:port`) the plugin may dial; unset: any.
+pub const STORE_HOSTS_VAR: &str = "STATEFUL_TOOL_STORE_HOSTS";
 
 /// The transports, by `INSTALL_METHOD` value.
 pub const INSTALL_METHODS: &str = "local (stdio, as the daemon starts plugins), remote (debugging over TCP), \
@@ -98,11 +104,12 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let settings = env::EnvSettings::load();
     let method = settings.get("INSTALL_METHOD").unwrap_or_default().to_ascii_lowercase();
     let get = |name: &str| settings.get(name);
-    let options = RuntimeOptions::from_settings(get);
+    let mut options = RuntimeOptions::from_settings(get);
     // One thread: every session is I/O-bound, and with stdin/stdout, the store sockets and
     // all sessions on one event loop a request costs no thread hand-off. Two workers plus
     // the main thread spent about a third of the plugin's CPU on waking each other.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    options.store.allowed_hosts = crate::store::cache::AllowedHosts::parse(settings.get(STORE_HOSTS_VAR).as_deref())?;
     let app = App::new(options.clock, options.store);
     let result = match method.as_str() {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions { logs: LogRoute::Protocol, ..options.serve })),

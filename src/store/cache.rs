@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use super::url::{self, Scheme};
+use super::url::{self, redact, Scheme};
 use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, AnyStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
@@ -22,6 +22,47 @@ const MAX_STORES: usize = 64;
 
 type Slot = Arc<OnceCell<Arc<AnyStore>>>;
 
+/// The store hosts a plugin process may dial (`STATEFUL_TOOL_STORE_HOSTS`), for every
+/// runtime: a caller that can reach the plugin (e.g. the serverless port) must not make it
+/// dial arbitrary addresses through `kv_url`. Entries are `host` (any port) or `host:port`,
+/// compared case-insensitively with the URL's host as written (no DNS lookups).
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts(Option<Vec<String>>);
+
+impl AllowedHosts {
+    /// `None` or empty: every host is allowed.
+    pub fn parse(list: Option<&str>) -> anyhow::Result<AllowedHosts> {
+        let Some(list) = list.map(str::trim).filter(|l| !l.is_empty()) else {
+            return Ok(AllowedHosts(None));
+        };
+        let entries: Vec<String> = list.split(',').map(|e| e.trim().to_ascii_lowercase()).collect();
+        anyhow::ensure!(
+            entries.iter().all(|e| !e.is_empty() && !e.contains(['/', '@', ' '])),
+            "STATEFUL_TOOL_STORE_HOSTS must be a comma-separated list of host or host:port, got {list:?}"
+        );
+        Ok(AllowedHosts(Some(entries)))
+    }
+
+    fn check(&self, url: &str) -> Result<(), StoreError> {
+        let Some(entries) = &self.0 else { return Ok(()) };
+        let parsed = reqwest::Url::parse(url).ok();
+        let host = parsed.as_ref().and_then(|u| u.host_str()).map(|h| h.to_ascii_lowercase());
+        let port = parsed.as_ref().and_then(|u| u.port_or_known_default());
+        let allowed = host
+            .as_ref()
+            .is_some_and(|h| entries.iter().any(|e| e == h || port.is_some_and(|p| *e == format!("{h}:{p}"))));
+        if allowed {
+            Ok(())
+        } else {
+            Err(StoreError::Config(format!(
+                "kv_url {:?}: its host is not in the store hosts this plugin may use (STATEFUL_TOOL_STORE_HOSTS={})",
+                redact(url),
+                entries.join(",")
+            )))
+        }
+    }
+}
+
 /// How the runtime lets the store layer work, decided once at start-up.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -29,11 +70,17 @@ pub struct StoreOptions {
     pub call_timeout: Duration,
     /// Whether `memory://` (the in-process store, for tests and demos) is accepted.
     pub allow_memory: bool,
+    /// The store hosts `kv_url` may name (`STATEFUL_TOOL_STORE_HOSTS`; all when unset).
+    pub allowed_hosts: AllowedHosts,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { call_timeout: Duration::from_secs(5), allow_memory: false }
+        StoreOptions {
+            call_timeout: Duration::from_secs(5),
+            allow_memory: false,
+            allowed_hosts: AllowedHosts::default(),
+        }
     }
 }
 
@@ -56,6 +103,9 @@ impl StoreCache {
     /// The shared client for `cfg`, connecting on first use. A failed connect is not
     /// cached, so the next call tries again.
     pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<AnyStore>, StoreError> {
+        if !cfg.url.starts_with("memory:") {
+            self.options.allowed_hosts.check(&cfg.url)?;
+        }
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(slot) = slots.get(cfg) {
@@ -88,6 +138,19 @@ async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_hosts_match_host_or_host_and_port() {
+        let allowed = AllowedHosts::parse(Some("kv.internal, 10.0.0.5:6379")).unwrap();
+        assert!(allowed.check("http://KV.internal:8123").is_ok());
+        assert!(allowed.check("redis://:pw@10.0.0.5:6379/0").is_ok());
+        for refused in ["redis://10.0.0.5:6380/0", "http://169.254.169.254/", "http://kv.internal.evil:80", "nonsense"]
+        {
+            assert!(matches!(allowed.check(refused), Err(StoreError::Config(_))), "{refused}");
+        }
+        assert!(AllowedHosts::parse(Some("")).unwrap().check("http://anything").is_ok());
+        assert!(AllowedHosts::parse(Some("a,,b")).is_err());
+    }
 
     #[tokio::test]
     async fn unknown_scheme_is_a_bad_url() {

@@ -9,8 +9,17 @@ use super::record::Record;
 use super::url::redact;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
+/// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
+/// free connection instead of opening their own: sockets and memory do not grow with the
+/// number of sessions in flight.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Largest store answer read (records are at most 1 MiB); a larger one is an upstream error
+/// and is not buffered.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 pub struct KvClientStore {
     client: reqwest::Client,
+    slots: tokio::sync::Semaphore,
     base: String,
     auth: Option<String>,
     clock: StoreClock,
@@ -35,12 +44,13 @@ impl KvClientStore {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2).min(timeout))
             .timeout(timeout)
-            .pool_max_idle_per_host(256)
+            .pool_max_idle_per_host(MAX_CONNECTIONS)
             .tcp_nodelay(true)
             .build()
             .map_err(|e| StoreError::Config(format!("cannot build an HTTP client: {e}")))?;
         Ok(KvClientStore {
             client,
+            slots: tokio::sync::Semaphore::new(MAX_CONNECTIONS),
             base: url.trim_end_matches('/').to_owned(),
             auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
             clock: StoreClock::new(host),
@@ -49,6 +59,32 @@ impl KvClientStore {
     }
 
     async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Answer, StoreError> {
+        // Nothing has been sent while waiting for a connection: not ambiguous.
+        let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            _ => {
+                return Err(StoreError::Unreachable(
+                    redact(&self.base),
+                    format!(
+                        "all {MAX_CONNECTIONS} connections were busy for {} ms; the request was not sent",
+                        timeout.as_millis()
+                    ),
+                ))
+            }
+        };
+        // Boxed: the HTTP exchange's state is large, and a session waiting for a connection
+        // should not carry it; thousands of them may be waiting.
+        Box::pin(self.exchange(method, path, headers, body, timeout)).await
+    }
+
+    async fn exchange(
         &self,
         method: Method,
         path: &str,
@@ -69,7 +105,7 @@ impl KvClientStore {
         let resp = req.send().await.map_err(|e| self.classify(e, timeout))?;
         let status = resp.status();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(|e| self.classify(e, timeout))?;
+        let body = self.read_capped(resp, timeout).await?;
         let store_now_ms = match headers.get("kv-time-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
             Some(t) => {
                 self.clock.observe(t);
@@ -81,6 +117,27 @@ impl KvClientStore {
             return Err(StoreError::Unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
         }
         Ok(Answer { status, headers, body, store_now_ms })
+    }
+
+    /// The answer's body, refused (without buffering it) past [`MAX_ANSWER_BYTES`].
+    async fn read_capped(&self, mut resp: reqwest::Response, timeout: Duration) -> Result<bytes::Bytes, StoreError> {
+        let too_big = || {
+            StoreError::Bad(format!(
+                "an answer larger than {} MiB (records are at most 1 MiB); it was not read",
+                MAX_ANSWER_BYTES >> 20
+            ))
+        };
+        if resp.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
+            return Err(too_big());
+        }
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.classify(e, timeout))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
     }
 
     fn classify(&self, e: reqwest::Error, timeout: Duration) -> StoreError {

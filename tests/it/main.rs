@@ -18,8 +18,10 @@ mod exactly_once;
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;
 mod kv_concurrency;
+mod kv_connections;
 mod kv_defences;
 mod kv_durability;
+mod kv_files;
 mod kv_limits;
 mod kv_protocol;
 mod kv_ttl;
@@ -39,6 +41,7 @@ mod protocol_vectors;
 mod remote;
 mod serverless;
 mod shim;
+mod store_client_limits;
 
 // The signed package: building, validating, signing, the spec's vectors, the marketplace check.
 mod marketplace;
