@@ -16,6 +16,7 @@ mod engine;
 #[cfg(test)]
 mod engine_tests;
 mod error;
+mod gather;
 mod http;
 mod inspect;
 mod record;

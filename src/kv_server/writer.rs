@@ -9,6 +9,7 @@ use redb::{Database, Durability};
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{self, Outcome, WriteOp};
+use super::gather::Gather;
 use super::record::Clock;
 
 /// Most writes applied in one transaction; bounds commit latency and memory per batch.
@@ -72,10 +73,13 @@ pub struct Stats {
 /// (it only frees them on durable commits) and a crash loses a bounded window.
 const NONE_MODE_SYNC_EVERY: Duration = Duration::from_secs(1);
 
+/// Where the answer to one queued write goes.
+pub(super) type Reply = oneshot::Sender<Result<Outcome, EngineError>>;
+
 /// One queued write and where its answer goes.
 pub(super) struct Job {
     pub op: WriteOp,
-    pub reply: oneshot::Sender<Result<Outcome, EngineError>>,
+    pub reply: Reply,
 }
 
 pub(super) struct Writer {
@@ -92,6 +96,7 @@ impl Writer {
         let mut replies = Vec::with_capacity(MAX_BATCH);
         let mut last_sync = Instant::now();
         let mut unsynced = false;
+        let mut gather = Gather::default();
         while let Some(first) = self.rx.blocking_recv() {
             ops.push(first.op);
             replies.push(first.reply);
@@ -100,11 +105,15 @@ impl Writer {
                 ops.push(job.op);
                 replies.push(job.reply);
             }
+            if self.durability == DurabilityMode::Immediate {
+                gather.top_up(&mut self.rx, &mut ops, &mut replies);
+            }
             // In `none` mode, make one commit per interval durable, even an empty one.
             let flush_due =
                 self.durability == DurabilityMode::None && unsynced && last_sync.elapsed() >= NONE_MODE_SYNC_EVERY;
             let durable = self.durability == DurabilityMode::Immediate || flush_due;
             let level = if durable { Durability::Immediate } else { Durability::None };
+            let started = Instant::now();
             let result = self.apply(&ops, level, flush_due);
             self.stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
             match result {
@@ -113,6 +122,7 @@ impl Writer {
                         self.stats.commits.fetch_add(1, Ordering::Relaxed);
                         if durable {
                             last_sync = Instant::now();
+                            gather.committed(ops.len(), last_sync - started);
                         }
                         unsynced = !durable;
                     }
