@@ -99,7 +99,8 @@ fn stage_table(s: &mut String, r: &Results) {
     let _ = writeln!(
         s,
         "\nPlugin CPU per ingest by stage, µs (thread CPU time of each library stage in-process on the same \
-         request lines; the store client sequentially against the same store), and the whole plugin process \
+         request lines; the store client one call at a time against the same store, so it carries the wake-ups \
+         that C=16 shares out, and the rest can come out negative), and the whole plugin process \
          (user+sys from /proc, new ingests at C=16):\n"
     );
     let _ = writeln!(
