@@ -129,11 +129,12 @@ pub async fn measure(
             .field("retry", json!(false))
             .record(record(i), &key);
         out.clear();
-        write_answer_end_lines(&mut out, &mut scratch, "00000001-0000-4000-8000-000000000001", &answer);
+        // As the daemon relays an agent strategy's call: sentence and json, no variables.
+        write_answer_end_lines(&mut out, &mut scratch, "00000001-0000-4000-8000-000000000001", &answer, false);
         black_box(&out);
     }) - record_only;
 
-    let cache = StoreCache::new(Clock::system());
+    let cache = StoreCache::new(Clock::system(), stateful_tool::store::StoreOptions::default());
     let client = cache
         .get(&stateful_tool::store::StoreConfig { url: url.to_owned(), token: None })
         .await
@@ -142,11 +143,11 @@ pub async fn measure(
     let retention = Duration::from_secs(7 * 24 * 3600);
     let (warm, timed) = keys.split_at(keys.len() / 10);
     for k in warm {
-        client.create(k, &value, retention).await?;
+        client.create(k, &value, retention, Duration::from_secs(5)).await?;
     }
     let t0 = thread_cpu();
     for k in timed {
-        if !matches!(client.create(k, &value, retention).await?, Created::Created) {
+        if !matches!(client.create(k, &value, retention, Duration::from_secs(5)).await?, Created::Created) {
             anyhow::bail!("stage bench: {k} already existed");
         }
     }
