@@ -9,10 +9,10 @@ use redb::Durability;
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{self, BatchError, Outcome, WriteOp};
+use super::gather::Gather;
 use super::health::Health;
 use super::metrics::Metrics;
 use super::open::DbSlot;
-use super::gather::Gather;
 use super::record::Clock;
 
 /// Most writes applied in one transaction; bounds commit latency and memory per batch.
