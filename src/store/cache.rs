@@ -12,6 +12,8 @@ use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, An
 pub struct StoreConfig {
     pub url: String,
     pub token: Option<String>,
+    /// Redis replicas that must acknowledge every write (`WAIT`); 0 = none.
+    pub min_replicas: u32,
 }
 
 /// Different workspaces may configure different stores; a handful is normal, so the cache
@@ -57,13 +59,15 @@ async fn connect(cfg: &StoreConfig, host: Clock) -> Result<Arc<AnyStore>, StoreE
     let scheme = cfg.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
     let store = match scheme.as_str() {
         "http" | "https" => AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host)?),
-        "redis" | "rediss" => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host).await?)),
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
+            AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, cfg.min_replicas, host).await?))
+        }
         "memory" if std::env::var_os("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some() => {
             AnyStore::Memory(MemoryStore::new(host, 0))
         }
         _ => {
             return Err(StoreError::Config(format!(
-                "kv_url {:?} has no supported scheme: use http(s)://host:port for the KV container or redis(s)://host:port for Redis",
+                "kv_url {:?} has no supported scheme: use http(s)://host:port for the KV container or redis(s)://host:port, redis(s)+cluster://host:port,… or redis(s)+sentinel://host:port,…/master for Redis",
                 redact(&cfg.url)
             )))
         }
@@ -96,7 +100,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_scheme_is_a_config_error() {
         let cache = StoreCache::new(Clock::system());
-        let cfg = StoreConfig { url: "ftp://x".into(), token: None };
+        let cfg = StoreConfig { url: "ftp://x".into(), token: None, min_replicas: 0 };
         let err = cache.get(&cfg).await.err().unwrap();
         assert!(matches!(err, StoreError::Config(_)), "{err}");
     }
@@ -104,7 +108,7 @@ mod tests {
     #[tokio::test]
     async fn clients_are_shared_per_config() {
         let cache = StoreCache::new(Clock::system());
-        let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None };
+        let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None, min_replicas: 0 };
         let a = cache.get(&cfg).await.unwrap();
         let b = cache.get(&cfg).await.unwrap();
         assert!(Arc::ptr_eq(&a, &b));

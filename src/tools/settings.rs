@@ -11,6 +11,8 @@ use crate::store::StoreConfig;
 pub const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
 pub const DEFAULT_EVENT_TYPES: &str = "created,updated,closed";
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// More replicas than any sane deployment has: a typo, not a setting.
+const MAX_MIN_REPLICAS: u32 = 16;
 const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
 
 #[derive(Debug, Clone)]
@@ -58,7 +60,13 @@ impl Settings {
                 ))
             })?,
         };
-        Ok(Settings { store: StoreConfig { url, token }, namespace, event_types, retention })
+        let min_replicas = match credential(creds, "min_replicas") {
+            None => 0,
+            Some(n) => n.parse::<u32>().ok().filter(|&n| n <= MAX_MIN_REPLICAS).ok_or_else(|| {
+                ToolError::param(format!("min_replicas {n:?} is not a number of replicas from 0 to {MAX_MIN_REPLICAS}"))
+            })?,
+        };
+        Ok(Settings { store: StoreConfig { url, token, min_replicas }, namespace, event_types, retention })
     }
 }
 
@@ -103,6 +111,9 @@ mod tests {
         assert_eq!(s.event_types, ["a", "b", "c"]);
         assert_eq!(s.retention, Duration::from_secs(43200));
         assert_eq!(s.namespace.as_deref(), Some("acme"));
+        assert_eq!(s.store.min_replicas, 0);
+        let s = Settings::from_credentials(&json!({"min_replicas": "1"})).unwrap();
+        assert_eq!(s.store.min_replicas, 1);
     }
 
     #[test]
@@ -112,6 +123,8 @@ mod tests {
             json!({"retention": "soon"}),
             json!({"retention": "0s"}),
             json!({"event_types": ","}),
+            json!({"min_replicas": "-1"}),
+            json!({"min_replicas": "many"}),
         ] {
             let e = Settings::from_credentials(&creds).unwrap_err();
             assert_eq!(e.class, crate::error::ErrorClass::ParamInvalid, "{creds}");

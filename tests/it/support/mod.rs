@@ -12,4 +12,5 @@ pub mod package;
 pub mod plugin;
 pub mod proxy;
 pub mod redis;
+pub mod redis_ha;
 pub mod scenarios;
