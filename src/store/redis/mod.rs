@@ -130,8 +130,12 @@ impl RedisStore {
         Ok((reply, now, acks))
     }
 
-    /// Why a write does not count: fewer replicas than `min_replicas` confirmed it.
-    fn unreplicated(&self, acks: i64, undone: bool) -> StoreError {
+    /// Why a write does not count: fewer replicas than `min_replicas` confirmed it. Behind
+    /// Sentinel this may be a master that was just demoted or not yet reconfigured: ask again.
+    async fn unreplicated(&self, acks: i64, undone: bool) -> StoreError {
+        if self.connector.rediscovers() {
+            self.replace_link(self.link().0).await;
+        }
         let undone =
             if undone { "it was rolled back" } else { "rolling it back failed, so it stays until its lease ends" };
         StoreError::Bad(format!(
@@ -159,6 +163,11 @@ pub(crate) fn classify(addr: &str, e: RedisError) -> StoreError {
     } else if e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("NOAUTH") || e.code() == Some("WRONGPASS")
     {
         StoreError::Unauthorized(format!("{e} (put the password in kv_url: redis://:password@host:port)"))
+    } else if e.code() == Some("CLUSTERDOWN") {
+        StoreError::Bad(format!(
+            "the Redis Cluster is down ({e}): some hash slots have no reachable master (uncovered slots, or a \
+             failover in progress)"
+        ))
     } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
         StoreError::Interrupted(e.to_string())
     } else {
@@ -207,7 +216,7 @@ impl EventStore for RedisStore {
             _ => match acks {
                 Some(acks) if acks < self.min_replicas as i64 => {
                     let undone = self.undo_create(key, value).await == "rolled back";
-                    Err(self.unreplicated(acks, undone))
+                    Err(self.unreplicated(acks, undone).await)
                 }
                 _ => Ok(Created::Created),
             },
@@ -237,7 +246,7 @@ impl EventStore for RedisStore {
         if swapped || cur.as_deref() == Some(value) {
             if let Some(acks) = acks.filter(|&a| a < self.min_replicas as i64) {
                 let undone = self.undo_swap(key, expected, value, &ttl).await == "rolled back";
-                return Err(self.unreplicated(acks, undone));
+                return Err(self.unreplicated(acks, undone).await);
             }
             return Ok(Swapped::Swapped);
         }

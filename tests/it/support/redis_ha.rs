@@ -6,7 +6,41 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::load::{event, Call};
+use super::plugin::Plugin;
 use super::redis::RedisServer;
+
+/// Ingest goes on in the same plugin processes: each of them gets a new id accepted
+/// (retrying while the store settles; no restart).
+pub async fn ingest_resumes(plugins: &[Arc<Plugin>], creds: &Value, tag: &str) {
+    for (i, p) in plugins.iter().enumerate() {
+        let id = format!("{tag}-after-{i}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = p.invoke("event_ingest", creds, event(&id)).await;
+            if r.outcome() == "accepted" {
+                break;
+            }
+            assert_eq!(r.outcome(), "error:upstream_error", "{r:?}");
+            assert!(Instant::now() < deadline, "plugin {i} never accepted again after the failover: {r:?}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// Ids answered `accepted` more than once: each is an acknowledged claim that a failover lost.
+pub fn accepted_twice(calls: &[Call]) -> usize {
+    let mut n: HashMap<&str, usize> = HashMap::new();
+    for c in calls.iter().filter(|c| c.outcome == "accepted") {
+        *n.entry(&c.id).or_default() += 1;
+    }
+    n.values().filter(|&&k| k > 1).count()
+}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
