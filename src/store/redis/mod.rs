@@ -1,6 +1,6 @@
 //! Redis backend (`redis://`, `redis+cluster://`, `redis+sentinel://` and their TLS forms):
-//! every operation is one Lua script on one key, so it is atomic and valid on a Cluster, and
-//! it reads `TIME` on the node that owns the key (the lease clock is that node's clock).
+//! every operation is one atomic step on one key (valid on a Cluster) that also reads `TIME`
+//! on the node owning the key (the lease clock is that node's clock).
 
 mod link;
 mod probe;
@@ -110,7 +110,27 @@ impl RedisStore {
         wait: bool,
     ) -> Result<(Vec<RV>, i64, Option<i64>), StoreError> {
         let (generation, mut link) = self.link();
-        let (reply, acks) = if wait && self.min_replicas > 0 {
+        let plain = match &link {
+            Link::Node(_) => self.scripts.plain(which, key, args),
+            Link::Cluster(_) => None,
+        };
+        let (reply, acks) = if let Some(mut pipe) = plain {
+            // One node: the claim and the read are plain commands pipelined with `TIME` (one
+            // round trip, no script), in the same reply shape as the scripts.
+            let waits = wait && self.min_replicas > 0;
+            if waits {
+                pipe.cmd("WAIT").arg(self.min_replicas).arg(wait_ms());
+            }
+            let replies = self.run(generation, self.scripts.run_plain(&mut link, key, &pipe)).await?;
+            let mut replies = replies.into_iter();
+            let (value, time) = (replies.next().unwrap_or(RV::Nil), replies.next());
+            let mut reply = match time {
+                Some(RV::Array(t)) => t,
+                _ => vec![],
+            };
+            reply.push(value);
+            (reply, if waits { Some(replies.next().as_ref().and_then(int).unwrap_or(0)) } else { None })
+        } else if wait && self.min_replicas > 0 {
             let (reply, acks) =
                 self.run(generation, self.scripts.with_wait(&mut link, which, key, args, self.min_replicas)).await?;
             (reply, Some(acks))

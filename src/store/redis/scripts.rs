@@ -55,6 +55,24 @@ impl Scripts {
         }
     }
 
+    /// The claim or the read as plain commands followed by `TIME`, for a single node (the
+    /// same effect, one round trip, no script); `None` for the other scripts.
+    pub fn plain(&self, which: &Script, key: &str, args: &[&[u8]]) -> Option<redis::Pipeline> {
+        let mut pipe = redis::pipe();
+        match (which.get_hash() == self.create.get_hash(), which.get_hash() == self.read.get_hash(), args) {
+            (true, _, [value, ttl]) => pipe.cmd("SET").arg(key).arg(*value).arg("NX").arg("GET").arg("PX").arg(*ttl),
+            (_, true, []) => pipe.cmd("GET").arg(key),
+            _ => return None,
+        };
+        pipe.cmd("TIME");
+        Some(pipe)
+    }
+
+    /// Runs a [`Scripts::plain`] pipeline; any error reply fails the whole call.
+    pub async fn run_plain(&self, link: &mut Link, key: &str, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        link.on_key_owner(key, pipe).await?.into_iter().map(Value::extract_error).collect()
+    }
+
     fn source(&self, which: &Script) -> &'static str {
         match which.get_hash() {
             h if h == self.create.get_hash() => CREATE,
