@@ -13,7 +13,7 @@ help:
 	@echo "make bench    - benchmarks: plugin vs raw store, KV container durability"
 	@echo "make debug    - run the plugin against a running Dify (remote debugging; fill .env first)"
 	@echo "make fuzz     - coverage-guided fuzzing (needs nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60)"
-	@echo "make marketplace-check - reproduce the Dify marketplace pre-check on the built package"
+	@echo "make marketplace-check - reproduce the Dify marketplace pre-check on the package make package built"
 	@echo "make bump VERSION=x.y.z - set the version in Cargo.toml, Cargo.lock and manifest.yaml"
 
 build:
@@ -42,8 +42,13 @@ debug:
 	@test -f .env || { echo "copy .env.example to .env and set REMOTE_INSTALL_KEY (Dify -> Plugins -> Debug)"; exit 1; }
 	INSTALL_METHOD=remote $(CARGO) run --locked --quiet -- serve
 
-marketplace-check: package
-	python3 scripts/marketplace_check.py dist/stateful_tool-$(VERSION).difypkg --bin $(BIN)
+# Checks the package that is there (CI checks the one it just built and signed); building it
+# is `make package`'s job.
+PACKAGE := dist/stateful_tool-$(VERSION).difypkg
+marketplace-check:
+	@test -f $(PACKAGE) || { echo "$(PACKAGE) is missing: run make package first" >&2; exit 1; }
+	@test -x $(BIN) || { echo "$(BIN) is missing: run make build first" >&2; exit 1; }
+	python3 scripts/marketplace_check.py $(PACKAGE) --bin $(BIN)
 
 bump:
 	./scripts/bump.sh $(VERSION)

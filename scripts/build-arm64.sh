@@ -17,8 +17,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} ..." >&2
   export DEBIAN_FRONTEND=noninteractive
   dpkg --add-architecture arm64
-  apt-get update -qq
-  apt-get install -y -qq "${need[@]}" >/dev/null
+  # Wait for any other apt/dpkg run instead of failing on its lock (see wait-apt-lock.sh).
+  ./scripts/wait-apt-lock.sh
+  apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" update -qq
+  ./scripts/wait-apt-lock.sh
+  apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" install -y -qq "${need[@]}" >/dev/null
 fi
 # rustup's proxies come first on PATH; the cross build must use Debian's matching rustc/std.
 RUSTC=/usr/bin/rustc /usr/bin/cargo build --release --locked --target "$target" --bin stateful-tool >&2

@@ -13,8 +13,13 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "installing redis-server from Debian's packages..." >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq redis-server redis-tools openssl >/dev/null
+here=$(dirname "$0")
+# Another install (unattended-upgrades, a second terminal) may hold the lock: wait for it,
+# and let apt itself wait too, for the moment between our look and its own locking.
+"$here/wait-apt-lock.sh"
+apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" update -qq
+"$here/wait-apt-lock.sh"
+apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" install -y -qq redis-server redis-tools openssl >/dev/null
 # The package starts a system service on 6379; the tests never use it.
 (service redis-server stop || systemctl stop redis-server || true) >/dev/null 2>&1
 redis-server --version

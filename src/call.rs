@@ -24,6 +24,11 @@ pub struct CallArgs {
     /// Print every protocol line the plugin wrote, as received.
     #[arg(long)]
     pub raw: bool,
+    /// Which Dify caller to play: `workflow` (a workflow tool node: also gets one variable
+    /// message per declared output), `agent` (an agent app) or `backwards` (an Agent node
+    /// strategy calling back through Dify).
+    #[arg(long, default_value = "workflow", value_parser = ["workflow", "agent", "backwards"])]
+    pub caller: String,
 }
 
 fn pairs(items: &[String], what: &str) -> anyhow::Result<Map<String, Value>> {
@@ -36,15 +41,22 @@ fn pairs(items: &[String], what: &str) -> anyhow::Result<Map<String, Value>> {
 }
 
 /// The request line exactly as the Go daemon writes it: envelope fields in struct order,
-/// `data` keys sorted, compact.
+/// `data` keys sorted, compact; no `app_id` or `message_id` (a backwards invocation).
 pub fn request_line(session_id: &str, data: Value) -> String {
+    request_line_from(session_id, data, None, None)
+}
+
+/// [`request_line`] with the envelope's `app_id` and `message_id` (how Dify's callers differ).
+pub fn request_line_from(session_id: &str, data: Value, app_id: Option<&str>, message_id: Option<&str>) -> String {
     let sorted: std::collections::BTreeMap<String, Value> = match data {
         Value::Object(m) => m.into_iter().collect(),
         _ => Default::default(),
     };
     let mut line = format!(
-        r#"{{"session_id":{},"conversation_id":null,"message_id":null,"app_id":null,"endpoint_id":null,"context":null,"event":"request","data":{}}}"#,
+        r#"{{"session_id":{},"conversation_id":null,"message_id":{},"app_id":{},"endpoint_id":null,"context":null,"event":"request","data":{}}}"#,
         json!(session_id),
+        json!(message_id),
+        json!(app_id),
         serde_json::to_string(&sorted).expect("JSON map serialises")
     );
     line.push('\n');
@@ -80,7 +92,12 @@ pub fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
 
 async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
     let session_id = format!("cli-{:016x}", rand::random::<u64>());
-    let line = request_line(&session_id, request_data(&args)?);
+    let (app_id, message_id) = match args.caller.as_str() {
+        "agent" => (Some("cli-app"), Some("cli-message")),
+        "backwards" => (None, None),
+        _ => (Some("cli-app"), None),
+    };
+    let line = request_line_from(&session_id, request_data(&args)?, app_id, message_id);
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let mut child = tokio::process::Command::new(exe)
         .arg("serve")
@@ -99,7 +116,7 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     while let Some(l) = lines.next_line().await? {
         if args.raw {
-            println!("{l}");
+            emit(format_args!("{l}"))?;
         }
         let Ok(msg) = serde_json::from_str::<Value>(&l) else {
             continue;
@@ -109,7 +126,7 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
         }
         let data = &msg["data"]["data"];
         match msg["data"]["type"].as_str() {
-            Some("stream") if !args.raw => print_chunk(data),
+            Some("stream") if !args.raw => print_chunk(data)?,
             Some("error") => {
                 failed = true;
                 eprintln!(
@@ -129,15 +146,31 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// Shows each message by kind: the `json` one (what workflow nodes get) pretty-printed,
-/// the `text` one (what agents read) as it is.
-fn print_chunk(chunk: &Value) {
+/// Shows each message by kind: the `text` one (the sentence agents read) as it is, the
+/// `json` one pretty-printed, each `variable` one (a workflow node's output) as `name = value`.
+fn print_chunk(chunk: &Value) -> std::io::Result<()> {
+    let message = &chunk["message"];
     match chunk["type"].as_str() {
         Some("json") => {
-            println!("json: {}", serde_json::to_string_pretty(&chunk["message"]["json_object"]).unwrap_or_default())
+            emit(format_args!("json: {}", serde_json::to_string_pretty(&message["json_object"]).unwrap_or_default()))
         }
-        Some("text") => println!("text: {}", chunk["message"]["text"].as_str().unwrap_or_default()),
-        _ => println!("{chunk}"),
+        Some("text") => emit(format_args!("text: {}", message["text"].as_str().unwrap_or_default())),
+        Some("variable") => emit(format_args!(
+            "variable {} = {}",
+            message["variable_name"].as_str().unwrap_or("?"),
+            message["variable_value"]
+        )),
+        _ => emit(format_args!("{chunk}")),
+    }
+}
+
+/// Writes one line to stdout. A reader that went away (`call … | head`) ends the output
+/// quietly instead of panicking, as command-line tools do.
+fn emit(line: std::fmt::Arguments) -> std::io::Result<()> {
+    use std::io::Write;
+    match writeln!(std::io::stdout().lock(), "{line}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other,
     }
 }
 

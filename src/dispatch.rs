@@ -1,12 +1,14 @@
 //! Routes each request to its handler and turns every outcome into session messages.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
-use crate::error::{session_error, ToolError};
-use crate::protocol::Session;
-use crate::store::{Clock, EventStore, StoreCache};
+use crate::error::{SessionError, ToolError};
+use crate::protocol::{Caller, Outbox, Session};
+use crate::store::{Clock, EventStore, StoreCache, StoreOptions};
 use crate::tools::{self, Settings, Tool};
 
 pub const PROVIDER: &str = "stateful_tool";
@@ -17,41 +19,85 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(host: Clock) -> Arc<App> {
-        Arc::new(App { stores: StoreCache::new(host) })
+    pub fn new(host: Clock, store: StoreOptions) -> Arc<App> {
+        Arc::new(App { stores: StoreCache::new(host, store) })
     }
 }
 
-/// Handles one `request` and ends its session (exactly one `end`, after an optional `error`).
-pub async fn handle_request(app: &App, session: Session, data: Value) {
-    let kind = data.get("type").and_then(Value::as_str).unwrap_or("");
-    let action = data.get("action").and_then(Value::as_str).unwrap_or("");
-    let outcome = match (kind, action) {
-        ("tool", "invoke_tool") => {
-            return match invoke_tool(app, &data).await {
-                // The messages of `tool_messages(answer)` and the `end`, written without
-                // building them.
-                Ok(answer) => session.finish_with_answer(&answer).await,
-                Err(e) => session.finish(Some(e.to_session_error())).await,
-            };
+/// Answers one session whatever happens: the request's outcome, the error of a line that
+/// could not be taken as a request, or, should the handler panic, an error. The daemon waits
+/// for every session's `end`, so a bug in one handler must not leave its session open.
+pub async fn serve_session(
+    app: &App,
+    session_id: String,
+    caller: Caller,
+    outbox: Outbox,
+    request: Result<Value, ToolError>,
+) {
+    let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
+    let work = async move {
+        match request {
+            Ok(data) => handle_request(app, session, data).await,
+            Err(error) => respond(session, Err(error.into())).await,
         }
-        ("tool", "validate_tool_credentials") => validate_credentials(app, &data).await,
-        ("tool", "get_tool_runtime_parameters") => runtime_parameters(&data).map_err(|e| e.to_session_error()),
-        _ => Err(ToolError::param(format!(
-            "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \
-             validate_tool_credentials and get_tool_runtime_parameters"
-        ))
-        .to_session_error()),
     };
+    if let Err(panic) = AssertUnwindSafe(work).catch_unwind().await {
+        let what = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
+        tracing::error!(session_id, "a request handler panicked: {}", what.unwrap_or("(no message)"));
+        let error = ToolError::upstream(
+            "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe",
+        );
+        respond(Session::new(session_id, outbox).with_caller(caller), Err(error.into())).await;
+    }
+}
+
+/// What a request handler answers with, before it becomes session messages. It only lives
+/// between the handler and `respond`; boxing the answer would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
+enum Reply {
+    /// A tool's answer: its `text`, `json` (and, for workflow nodes, `variable`) messages.
+    Answer(tools::Answer),
+    /// Other actions' `stream` chunks, as they go on the wire.
+    Chunks(Vec<Value>),
+}
+
+/// Writes an outcome as session messages and ends the session (exactly one `end`, after an
+/// optional `error`): the one place a handler's result or error meets the wire.
+async fn respond(session: Session, outcome: Result<Reply, SessionError>) {
     match outcome {
-        Ok(chunks) => {
+        // Its text, json (and, for workflow nodes, variable) messages and the `end`, written
+        // straight into one buffer.
+        Ok(Reply::Answer(answer)) => session.finish_with_answer(&answer).await,
+        Ok(Reply::Chunks(chunks)) => {
             for chunk in &chunks {
                 session.stream(chunk).await;
             }
             session.finish(None).await;
         }
-        Err(error) => session.finish(Some(error)).await,
+        Err(error) => session.finish(Some(error.to_wire())).await,
     }
+}
+
+/// Handles one `request` and ends its session.
+pub async fn handle_request(app: &App, session: Session, data: Value) {
+    let kind = data.get("type").and_then(Value::as_str).unwrap_or("");
+    let action = data.get("action").and_then(Value::as_str).unwrap_or("");
+    let outcome = match (kind, action) {
+        ("tool", "invoke_tool") => invoke_tool(app, &data).await.map(Reply::Answer).map_err(SessionError::from),
+        ("tool", "validate_tool_credentials") => validate_credentials(app, &data).await.map(Reply::Chunks),
+        // Lets the session-loop tests prove a panicking handler still ends its session.
+        #[cfg(test)]
+        ("test", "panic") => panic!("the test-only panicking action"),
+        ("tool", "get_tool_runtime_parameters") => {
+            runtime_parameters(&data).map(Reply::Chunks).map_err(SessionError::from)
+        }
+        _ => Err(ToolError::param(format!(
+            "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \
+             validate_tool_credentials and get_tool_runtime_parameters"
+        ))
+        .into()),
+    };
+    respond(session, outcome).await
 }
 
 fn check_provider(data: &Value) -> Result<(), ToolError> {
@@ -78,21 +124,14 @@ async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError
         Some(Value::Object(m)) => m,
         Some(_) => return Err(ToolError::param("tool_parameters must be an object")),
     };
-    let settings = Settings::from_credentials(credentials(data))?;
+    let mut settings = Settings::from_credentials(credentials(data))?;
+    settings.call_timeout = app.stores.call_timeout();
     let store = app.stores.get(&settings.store).await?;
     tool.invoke(&*store, &settings, params).await
 }
 
-/// The `text` message (for agents) and the `json` message (for workflow nodes) of one answer.
-pub fn tool_messages(answer: Value) -> Vec<Value> {
-    vec![
-        json!({"type": "text", "message": {"text": answer.to_string()}, "meta": null}),
-        json!({"type": "json", "message": {"json_object": answer}, "meta": null}),
-    ]
-}
-
-async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, Value> {
-    let fail = |message: String| session_error("ToolProviderCredentialValidationError", &message, None);
+async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, SessionError> {
+    let fail = SessionError::CredentialValidation;
     check_provider(data).map_err(|e| fail(e.message))?;
     let settings = Settings::from_credentials(credentials(data)).map_err(|e| fail(e.message))?;
     let store = app.stores.get(&settings.store).await.map_err(|e| fail(e.to_string()))?;

@@ -56,23 +56,38 @@ impl ToolError {
         self.details = Some(details);
         self
     }
+}
 
-    /// The `data` of a session `error` message: `error_type` is the class, `message` is
-    /// what a workflow author reads, `args` carries details (an object, never > 10 keys).
-    pub fn to_session_error(&self) -> Value {
-        session_error(self.class.as_str(), &self.message, self.details.clone())
+/// Every error a session can end with: a tool's (its class is the `error_type`), or a failed
+/// credential validation, which the daemon shows on the provider form under its own type.
+#[derive(Debug, Clone)]
+pub enum SessionError {
+    Tool(ToolError),
+    CredentialValidation(String),
+}
+
+impl From<ToolError> for SessionError {
+    fn from(e: ToolError) -> Self {
+        SessionError::Tool(e)
     }
 }
 
-/// Builds session-error data for any error type string (also used for protocol-level errors
-/// such as an unknown action, and for credential validation failures).
-pub fn session_error(error_type: &str, message: &str, details: Option<Value>) -> Value {
-    let args = match details {
-        Some(Value::Object(map)) => Value::Object(map.into_iter().take(10).collect()),
-        Some(other) => json!({ "details": other }),
-        None => json!({}),
-    };
-    json!({ "error_type": error_type, "message": message, "args": args })
+impl SessionError {
+    /// The `data` of the session `error` message, the one place an error becomes protocol
+    /// JSON: `error_type`, `message` (what a workflow author reads), and `args` (details as an
+    /// object of at most 10 keys, the daemon's limit).
+    pub fn to_wire(&self) -> Value {
+        let (error_type, message, details) = match self {
+            SessionError::Tool(e) => (e.class.as_str(), e.message.as_str(), e.details.clone()),
+            SessionError::CredentialValidation(m) => ("ToolProviderCredentialValidationError", m.as_str(), None),
+        };
+        let args = match details {
+            Some(Value::Object(map)) => Value::Object(map.into_iter().take(10).collect()),
+            Some(other) => json!({ "details": other }),
+            None => json!({}),
+        };
+        json!({ "error_type": error_type, "message": message, "args": args })
+    }
 }
 
 impl From<crate::store::key::InvalidInput> for ToolError {
@@ -83,7 +98,10 @@ impl From<crate::store::key::InvalidInput> for ToolError {
 
 impl From<crate::store::StoreError> for ToolError {
     fn from(e: crate::store::StoreError) -> Self {
-        ToolError::upstream(e.to_string())
+        match e {
+            crate::store::StoreError::BadUrl(message) => ToolError::param(message),
+            e => ToolError::upstream(e.to_string()),
+        }
     }
 }
 
@@ -97,14 +115,14 @@ mod tests {
         for i in 0..20 {
             details.insert(format!("k{i}"), json!(i));
         }
-        let v = ToolError::conflict("x").with_details(Value::Object(details)).to_session_error();
+        let v = SessionError::from(ToolError::conflict("x").with_details(Value::Object(details))).to_wire();
         assert_eq!(v["error_type"], "conflict");
         assert_eq!(v["args"].as_object().unwrap().len(), 10);
     }
 
     #[test]
     fn non_object_details_are_wrapped() {
-        let v = session_error("upstream_error", "down", Some(json!("x")));
+        let v = SessionError::from(ToolError::upstream("down").with_details(json!("x"))).to_wire();
         assert_eq!(v["args"], json!({"details": "x"}));
     }
 }

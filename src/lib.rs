@@ -7,8 +7,11 @@ pub mod call;
 pub mod declarations;
 pub mod dispatch;
 pub mod error;
+pub mod kv_admin;
 pub mod kv_server;
 pub mod logging;
+#[doc(hidden)]
+pub mod oracle;
 pub mod package;
 pub mod protocol;
 pub mod runtime;

@@ -1,13 +1,147 @@
-//! Logs go to stderr only: stdout belongs to the protocol writer.
+//! Logs: on stderr until the protocol is up, then as protocol `log` events at their level.
+//!
+//! The daemon logs every stderr line of a plugin as `WARN plugin stderr`, whatever it says,
+//! but logs a `log` event at the level it carries. So while a session loop talks to the
+//! daemon, every log record becomes a `log` event queued to the one protocol writer; before
+//! (start-up failures) and after (exit reasons) it goes to stderr. The remote-debugging
+//! daemon drops `log` events ("logs stay on the client side"), so there they are also
+//! written to stderr, the developer's terminal. Secrets are kept out at the call sites:
+//! nothing here adds request data to a message.
 
-/// Installs a stderr logger; `RUST_LOG` (or `STATEFUL_TOOL_LOG`) sets the filter, default `info`.
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{filter, Layer};
+
+use crate::protocol::LogPort;
+
+/// Where a session loop's log records go while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogRoute {
+    /// stderr only (tests, the HTTP runtime, anything not driven by the daemon's stream).
+    Stderr,
+    /// `log` events only (stdio under the daemon).
+    Protocol,
+    /// `log` events, and stderr too (remote debugging: the daemon drops the events).
+    ProtocolAndStderr,
+}
+
+struct Attached {
+    port: LogPort,
+    tee: bool,
+    generation: u64,
+}
+
+static ATTACHED: RwLock<Option<Attached>> = RwLock::new(None);
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Installs the logger; `STATEFUL_TOOL_LOG` (or `RUST_LOG`) sets the filter, default `info`.
 pub fn init() {
     let filter =
         std::env::var("STATEFUL_TOOL_LOG").or_else(|_| std::env::var("RUST_LOG")).unwrap_or_else(|_| "info".to_owned());
-    let _ = tracing_subscriber::fmt()
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_target(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_filter(filter::filter_fn(|_| writes_stderr()));
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::EnvFilter::new(filter))
+        .with(stderr)
+        .with(ProtocolLayer)
         .try_init();
+}
+
+/// Sends log records to `port` (per `route`) until the guard is dropped.
+pub fn attach(port: LogPort, route: LogRoute) -> Option<AttachGuard> {
+    if route == LogRoute::Stderr {
+        return None;
+    }
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
+    let tee = route == LogRoute::ProtocolAndStderr;
+    *ATTACHED.write().unwrap_or_else(|p| p.into_inner()) = Some(Attached { port, tee, generation });
+    Some(AttachGuard { generation })
+}
+
+/// Detaches on drop (unless a later session loop attached since).
+pub struct AttachGuard {
+    generation: u64,
+}
+
+impl Drop for AttachGuard {
+    fn drop(&mut self) {
+        let mut slot = ATTACHED.write().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|a| a.generation == self.generation) {
+            *slot = None;
+        }
+    }
+}
+
+fn writes_stderr() -> bool {
+    ATTACHED.read().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(|a| a.tee)
+}
+
+/// The daemon's level names (it maps `debug`, `warn`/`warning`, `error`, else info).
+pub fn level_name(level: &Level) -> &'static str {
+    match *level {
+        Level::ERROR => "ERROR",
+        Level::WARN => "WARNING",
+        Level::INFO => "INFO",
+        Level::DEBUG | Level::TRACE => "DEBUG",
+    }
+}
+
+struct ProtocolLayer;
+
+impl<S: Subscriber> Layer<S> for ProtocolLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let slot = ATTACHED.read().unwrap_or_else(|p| p.into_inner());
+        let Some(attached) = slot.as_ref() else { return };
+        let mut text = Text::default();
+        event.record(&mut text);
+        let level = level_name(event.metadata().level());
+        if !attached.port.try_log(level, &text.0) && !attached.tee {
+            // The queue is full (the daemon is not reading) or the writer is gone: the record
+            // is not lost, it goes where logs go when the protocol is down.
+            eprintln!("{level} {}", text.0);
+        }
+    }
+}
+
+/// The message, then `name=value` for every other field (what the stderr format shows).
+#[derive(Default)]
+struct Text(String);
+
+impl Visit for Text {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.0.insert_str(0, value);
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0.insert_str(0, &format!("{value:?}"));
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_use_the_names_the_daemon_maps() {
+        assert_eq!(level_name(&Level::WARN), "WARNING");
+        assert_eq!(level_name(&Level::TRACE), "DEBUG");
+        assert_eq!(level_name(&Level::ERROR), "ERROR");
+    }
 }

@@ -14,7 +14,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the plugin runtime (INSTALL_METHOD=local: stdio; remote: TCP; serverless/aws_lambda: HTTP).
-    Serve(runtime::ServeArgs),
+    #[command(after_help = runtime::ENV_HELP)]
+    Serve,
     /// Play the daemon: start `serve` over pipes, send one request, print the answer.
     Call(call::CallArgs),
     /// The HTTP key-value container that stores events durably.
@@ -34,7 +35,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     stateful_tool::logging::init();
     let result = match cli.command {
-        Command::Serve(args) => runtime::run(args),
+        Command::Serve => runtime::run(),
         Command::Call(args) => call::run(args),
         Command::Kv(cmd) => kv_server::run(cmd),
         Command::Package(args) => package::run_package(args),

@@ -3,9 +3,9 @@
 //! The package's YAML files (`manifest.yaml`, `provider/stateful_tool.yaml`, `tools/*.yaml`)
 //! and icons (`_assets/*.svg`) are compiled into the binary, so the declarations the plugin
 //! reports (remote-debug registration) and the files the package ships are one source of
-//! truth. The JSON forms are built from the YAML in the shapes the Python SDK sends
-//! (`shared/spec/examples/12-remote-tcp-registration.plugin-to-daemon.jsonl`): i18n objects
-//! filled to all four locales, credentials as a list with `name`, tools inline.
+//! truth. The JSON forms are built from the YAML in the shapes the Python SDK sends during
+//! remote registration: i18n objects filled to all four locales, credentials as a list with
+//! `name`, tools inline.
 
 use std::sync::OnceLock;
 
@@ -118,7 +118,7 @@ fn parse_yaml(path: &str) -> Value {
         .find(|(p, _)| *p == path)
         .map(|(_, text)| *text)
         .unwrap_or_else(|| panic!("declaration file {path} is not embedded in the binary"));
-    serde_yaml::from_str(text).unwrap_or_else(|e| panic!("embedded {path} is not valid: {e}"))
+    yaml_serde::from_str(text).unwrap_or_else(|e| panic!("embedded {path} is not valid: {e}"))
 }
 
 /// An i18n object with all four locales (missing or empty ones take `en_US`); `null` when

@@ -106,7 +106,7 @@ fn asset_names() -> BTreeSet<&'static str> {
 fn every_yaml_file_parses_to_a_mapping() {
     assert_eq!(yaml_files().len(), 5);
     for (path, text) in yaml_files() {
-        let v: Value = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{path} does not parse: {e}"));
+        let v: Value = yaml_serde::from_str(text).unwrap_or_else(|e| panic!("{path} does not parse: {e}"));
         assert!(v.is_object(), "{path} is not a mapping");
     }
     // The embedded set is exactly what the package references.
@@ -202,7 +202,7 @@ fn files_the_manifest_and_shim_need_exist() {
 fn every_i18n_object_has_four_locales() {
     let mut found = 0;
     for (path, text) in yaml_files() {
-        let v: Value = serde_yaml::from_str(text).unwrap();
+        let v: Value = yaml_serde::from_str(text).unwrap();
         walk_i18n(&v, path, &mut found);
     }
     assert!(found >= 40, "only {found} i18n objects seen");
@@ -264,6 +264,7 @@ fn provider_follows_spec_section_2_1() {
         ("event_types", "text-input", false),
         ("retention", "text-input", false),
         ("min_replicas", "text-input", false),
+        ("default_lease_seconds", "text-input", false),
     ];
     let names: Vec<&str> = creds.keys().map(String::as_str).collect();
     assert_eq!(names, expected.map(|e| e.0));
@@ -417,7 +418,7 @@ fn tools_declare_the_agreed_contract() {
         ]
     );
     let lease = param(ingest, "lease_seconds");
-    assert_eq!((lease["min"].as_f64(), lease["max"].as_f64()), (Some(1.0), Some(86400.0)));
+    assert_eq!((lease["min"].as_f64(), lease["max"].as_f64()), (Some(0.0), Some(86400.0)));
     let id_llm = param(ingest, "event_id")["llm_description"].as_str().unwrap();
     assert!(id_llm.contains("SOURCE SYSTEM") && id_llm.contains("Never invent"));
     assert_eq!(
@@ -439,9 +440,11 @@ fn tools_declare_the_agreed_contract() {
             // Also returned by the tool (the record's other fields):
             "completed_at",
             "result",
+            "payload_compared_as",
         ])
     );
     let props = &ingest["output_schema"]["properties"];
+    assert_eq!(props["payload_compared_as"]["enum"], json!(["json", "text", "none"]));
     assert_eq!(props["outcome"]["enum"], json!(["accepted", "duplicate"]));
     assert_eq!(props["status"]["enum"], json!(["processing", "completed", "failed"]));
     assert_eq!(props["attempt"]["type"], "integer");
@@ -466,6 +469,7 @@ fn tools_declare_the_agreed_contract() {
             "result",
             // Also returned by the tool (beyond the agreed minimum):
             "lease_expired",
+            "stuck",
             "key",
         ])
     );
@@ -516,6 +520,7 @@ fn provider_accessors() {
     assert_eq!(credential_default("event_types").as_deref(), Some("created,updated,closed"));
     assert_eq!(credential_default("retention").as_deref(), Some("7d"));
     assert_eq!(credential_default("min_replicas").as_deref(), Some("0"));
+    assert_eq!(credential_default("default_lease_seconds").as_deref(), Some("1200"));
     assert_eq!(credential_default("kv_token"), None);
     assert_eq!(credential_default("namespace"), None);
     assert_eq!(credential_default("nope"), None);
@@ -526,7 +531,10 @@ fn json_forms_are_built_from_the_yaml() {
     let p = tool_provider();
     let creds = p["credentials_schema"].as_array().unwrap();
     let names: Vec<&str> = creds.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["kv_url", "kv_token", "namespace", "event_types", "retention", "min_replicas"]);
+    assert_eq!(
+        names,
+        ["kv_url", "kv_token", "namespace", "event_types", "retention", "min_replicas", "default_lease_seconds"]
+    );
     assert_eq!(creds[0]["type"], "text-input");
     assert_eq!(creds[0]["required"], true);
     assert_eq!(creds[1]["type"], "secret-input");

@@ -11,13 +11,16 @@
 //! transaction, commits once (one fsync in `immediate` mode) and only then answers each
 //! request. N concurrent writers therefore cost about one fsync, not N.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{Outcome, WriteOp, DATA, EXPIRY, META};
+use super::batch::{Outcome, WriteOp, DATA};
+use super::health::Health;
+use super::metrics::Metrics;
+use super::open::DbSlot;
 use super::record::{Clock, Record};
 pub use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
 use super::writer::{Job, Writer};
@@ -30,12 +33,14 @@ pub const DB_FILE: &str = "kv.redb";
 /// Cheap-to-clone handle used by the HTTP handlers and the purge task.
 #[derive(Clone)]
 pub struct Engine {
-    db: Arc<Database>,
+    slot: Arc<DbSlot>,
+    health: Arc<Health>,
     queue: mpsc::Sender<Job>,
     clock: Clock,
     // Shared with the writer; only tests read it through the handle.
     #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
 }
 
 /// Joins the writer thread; it exits once every [`Engine`] handle has been dropped.
@@ -50,7 +55,8 @@ impl WriterHandle {
 }
 
 impl Engine {
-    /// Opens (creating if needed) `<dir>/kv.redb` and starts the writer thread.
+    /// Opens `<dir>/kv.redb` (creating it only when the directory has no data file; refusing
+    /// one that is not a complete, valid store) and starts the writer thread.
     pub fn open(dir: &Path, durability: DurabilityMode, clock: Clock) -> anyhow::Result<(Engine, WriterHandle)> {
         Self::open_gated(dir, durability, clock, None)
     }
@@ -63,27 +69,61 @@ impl Engine {
         clock: Clock,
         gate: Option<std::sync::mpsc::Receiver<()>>,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
-        let db = Arc::new(open_database(dir)?);
+        let (db, checked) = super::open::open(dir)?;
+        if !checked.created {
+            tracing::info!(
+                "kv: {} checked: {} records, every page intact",
+                dir.join(DB_FILE).display(),
+                checked.records
+            );
+        }
+        let slot = Arc::new(DbSlot::new(dir.join(DB_FILE), db));
+        let health = Arc::new(Health::default());
         let (queue, rx) = mpsc::channel(QUEUE_DEPTH);
         let stats = Arc::new(Stats::default());
-        let writer = Writer { db: db.clone(), rx, durability, clock: clock.clone(), stats: stats.clone() };
+        let metrics = Arc::new(Metrics::default());
+        let writer = Writer {
+            slot: slot.clone(),
+            health: health.clone(),
+            broken: None,
+            rx,
+            durability,
+            clock: clock.clone(),
+            stats: stats.clone(),
+            metrics: metrics.clone(),
+        };
         let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || {
             if let Some(gate) = gate {
                 let _ = gate.recv();
             }
             writer.run();
         })?;
-        let engine = Engine { db, queue, clock, stats };
+        let engine = Engine { slot, health, queue, clock, stats, metrics };
         Ok((engine, WriterHandle(thread)))
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
     pub async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
-        let db = self.db.clone();
+        let db = self.slot.get().ok_or(EngineError::Unavailable)?;
         let clock = self.clock.clone();
-        tokio::task::spawn_blocking(move || read_live(&db, &key, clock.now_ms()))
-            .await
-            .map_err(|_| EngineError::Unavailable)?
+        let health = self.health.clone();
+        match tokio::task::spawn_blocking(move || read_live(&db, &key, clock.now_ms())).await {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(ReadError::Damaged(why))) => {
+                health.damaged(&why);
+                Err(EngineError::Storage(why))
+            }
+            Ok(Err(ReadError::Failed(why))) => Err(EngineError::Storage(why)),
+            Err(_) => {
+                health.damaged("the storage engine failed (panicked) reading a key");
+                Err(EngineError::Storage("the read failed".into()))
+            }
+        }
+    }
+
+    /// What `/healthz` reports besides a stopped writer.
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Queues one write and waits until its batch has committed (or failed).
@@ -99,6 +139,17 @@ impl Engine {
         &self.stats
     }
 
+    /// Where requests, commits and purges are counted.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The database, for read-only snapshots (listing, backups, key counts); unavailable
+    /// while the store is being reopened after a failed write.
+    pub(super) fn db(&self) -> Result<Arc<Database>, EngineError> {
+        self.slot.get().ok_or(EngineError::Unavailable)
+    }
+
     /// False once the writer thread has stopped; health checks report it.
     pub fn writer_alive(&self) -> bool {
         !self.queue.is_closed()
@@ -111,32 +162,29 @@ impl Engine {
     }
 }
 
-fn open_database(dir: &Path) -> anyhow::Result<Database> {
-    use anyhow::Context;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
-    let path: PathBuf = dir.join(DB_FILE);
-    let db = Database::builder()
-        .set_repair_callback(|session| {
-            // Called only after an unclean shutdown (e.g. kill -9); redb verifies checksums
-            // and rebuilds its allocator state, the committed data itself is intact.
-            tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", session.progress() * 100.0);
-        })
-        .create(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    // Create the tables up front so readers never see "table does not exist".
-    let txn = db.begin_write()?;
-    txn.open_table(DATA)?;
-    txn.open_table(EXPIRY)?;
-    txn.open_table(META)?;
-    txn.commit()?;
-    Ok(db)
+/// A failed read: damage is reported through `/healthz`, other failures only to the client.
+enum ReadError {
+    Damaged(String),
+    Failed(String),
 }
 
-fn read_live(db: &Database, key: &str, now: u64) -> Result<Option<Record>, EngineError> {
+impl<E: Into<redb::Error>> From<E> for ReadError {
+    fn from(e: E) -> Self {
+        match e.into() {
+            e @ redb::Error::Corrupted(_) => ReadError::Damaged(e.to_string()),
+            e => ReadError::Failed(e.to_string()),
+        }
+    }
+}
+
+fn read_live(db: &Database, key: &str, now: u64) -> Result<Option<Record>, ReadError> {
     let txn = db.begin_read()?;
     let table = txn.open_table(DATA)?;
     let stored = match table.get(key)? {
-        Some(guard) => Some(Record::decode(guard.value()).map_err(|e| EngineError::Storage(e.to_string()))?),
+        Some(guard) => Some(
+            Record::decode(guard.value())
+                .map_err(|e| ReadError::Damaged(format!("the record under key {key:?}: {e}")))?,
+        ),
         None => None,
     };
     Ok(stored.filter(|r| r.is_live(now)))

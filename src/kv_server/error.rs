@@ -38,6 +38,19 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
     }
 
+    /// A request head carrying both `Content-Length` and `Transfer-Encoding`: a proxy in
+    /// front may have framed it differently (request smuggling), so it is refused.
+    pub fn ambiguous_framing() -> Self {
+        Self::bad_request("bad_framing", "a request must not carry both Content-Length and Transfer-Encoding")
+    }
+
+    /// The answer, and the connection closed after it: its framing cannot be trusted.
+    pub fn into_close_response(self) -> Response {
+        let mut resp = self.into_response();
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        resp
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this path")
     }

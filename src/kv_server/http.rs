@@ -13,8 +13,10 @@ use super::auth::{self, Token};
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::{DurabilityMode, Engine, EngineError};
 use super::error::ApiError;
+use super::health::Problem;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
+use super::{backup, listing, metrics};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
@@ -25,26 +27,63 @@ const CAPABILITIES: [&str; 4] = ["conditional-put", "ttl", "server-time", "cas"]
 pub struct AppState {
     pub engine: Engine,
     pub durability: DurabilityMode,
+    /// `<data>/kv.redb`, whose size `/metrics` reports.
+    pub data_file: std::path::PathBuf,
+    /// `--metrics-public`: `/metrics` needs no token.
+    pub metrics_public: bool,
 }
 
 type App = State<Arc<AppState>>;
 
-/// The whole HTTP surface. Layers run outside-in: time stamp, then auth (only when a token
-/// is configured), then the body limit, then the route — so a 401 is sent before any body
-/// byte is read.
+/// The whole HTTP surface. Layers run outside-in: request metrics, time stamp, then auth
+/// (only when a token is configured), then the body limit, then the route — so a 401 is
+/// sent before any body byte is read. `/metrics` sits outside auth with `--metrics-public`.
 pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
-    let routes = Router::new()
+    let metrics = state.engine.metrics().clone();
+    let public = state.metrics_public;
+    let mut routes = Router::new()
         .route("/healthz", get(healthz))
+        .route("/state", get(list_keys))
         .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
+        .route("/backup", get(backup_snapshot));
+    if !public {
+        routes = routes.route("/metrics", get(metrics_text));
+    }
+    let routes = routes
         .fallback(unknown_route)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .with_state(state)
+        .with_state(state.clone())
         .layer(DefaultBodyLimit::max(MAX_VALUE_LEN));
-    let routes = match token {
+    let mut routes = match token {
         Some(token) => routes.layer(middleware::from_fn_with_state(token, auth::require_token)),
         None => routes,
     };
-    routes.layer(middleware::map_response(stamp_server_time))
+    if public {
+        routes = routes.merge(Router::new().route("/metrics", get(metrics_text)).with_state(state));
+    }
+    routes
+        .layer(middleware::map_response(stamp_server_time))
+        .layer(middleware::from_fn_with_state(metrics, metrics::track))
+}
+
+async fn list_keys(
+    State(app): App,
+    query: Result<axum::extract::Query<listing::ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    Ok(Json(listing::list(&app.engine, query.0).await?).into_response())
+}
+
+async fn backup_snapshot(State(app): App) -> Result<Response, ApiError> {
+    let mut resp = backup::stream(app.engine.db()?).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    Ok(resp)
+}
+
+async fn metrics_text(State(app): App) -> Result<Response, ApiError> {
+    let keys = listing::key_count(&app.engine).await?;
+    let bytes = std::fs::metadata(&app.data_file).map_or(0, |m| m.len());
+    Ok(metrics::response(app.engine.metrics().render(keys, bytes)))
 }
 
 /// Every response, errors included, tells the client the store's clock: the plugin judges
@@ -55,14 +94,20 @@ async fn stamp_server_time(mut resp: Response) -> Response {
 }
 
 async fn healthz(State(app): App) -> Response {
-    let alive = app.engine.writer_alive();
-    let body = serde_json::json!({
-        "status": if alive { "ok" } else { "unavailable" },
+    let problem = match app.engine.writer_alive() {
+        true => app.engine.health().problem(),
+        false => Some(Problem { status: "unavailable", reason: "the storage writer stopped".into() }),
+    };
+    let mut body = serde_json::json!({
+        "status": problem.as_ref().map_or("ok", |p| p.status),
         "capabilities": CAPABILITIES,
         "version": env!("CARGO_PKG_VERSION"),
         "durability": app.durability.as_str(),
     });
-    let status = if alive { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    if let Some(p) = &problem {
+        body["reason"] = p.reason.clone().into();
+    }
+    let status = if problem.is_none() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
 }
 
@@ -77,8 +122,13 @@ async fn unknown_route(uri: Uri) -> ApiError {
     }
 }
 
-/// The key from the raw path (axum's `Path` would percent-decode it; we must not).
+/// The key from the raw path (axum's `Path` would percent-decode it; we must not). A query
+/// string is refused, not ignored: a client that put an unescaped `?` into a key would
+/// otherwise read or write the shorter key in front of it.
 fn key_of(uri: &Uri) -> Result<String, ApiError> {
+    if uri.query().is_some() {
+        return Err(ApiError::bad_key("a key is the whole path: '?' (a query string) is not allowed"));
+    }
     let raw = uri.path().strip_prefix("/state/").unwrap_or_default();
     request::validate_key(raw).map(str::to_owned)
 }

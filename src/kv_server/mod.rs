@@ -5,21 +5,32 @@
 //! transaction per batch). `auth` checks the bearer token, `ttl` purges expired keys,
 //! `record` is the on-disk layout, `inspect` reads a stopped store.
 //!
+//! Connections: `conn` runs hyper (HTTP/1.1 and h2c) over sockets `tracked` watches, under
+//! the caps and deadlines of `limits`.
+//!
 //! Limits: keys 1–1024 bytes of `[A-Za-z0-9._~-]`, values ≤ 1 MiB (refused before they are
-//! buffered). Header limits are hyper's HTTP/1.1 defaults (at most 100 headers, ~400 KB read
-//! buffer); requests hyper cannot parse are answered by hyper itself (plain 400/431, without
-//! our JSON body or `KV-Time-Ms`).
+//! buffered), request heads ≤ `--max-header-bytes` and at most 100 headers; requests hyper
+//! cannot parse are answered by hyper itself (plain 400/431, without our JSON body or
+//! `KV-Time-Ms`).
 
 mod auth;
+mod backup;
 mod batch;
+mod conn;
 mod engine;
 #[cfg(test)]
 mod engine_tests;
 mod error;
+mod health;
 mod http;
 mod inspect;
+mod limits;
+mod listing;
+mod metrics;
+mod open;
 mod record;
 mod request;
+mod tracked;
 mod ttl;
 mod writer;
 
@@ -30,8 +41,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 
+pub use backup::{backup_dir, read_snapshot, restore, Summary};
 pub use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 
@@ -42,9 +53,27 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub enum KvCommand {
     /// Serve the v1 KV protocol.
     Serve(ServeArgs),
+    /// List keys (event records decoded) of a KV container or a Redis.
+    Ls(crate::kv_admin::LsArgs),
+    /// Show one key: every field of its event record, lease and TTL left.
+    Get(crate::kv_admin::GetArgs),
+    /// Write a consistent snapshot: online (--url) or from a stopped server's --data.
+    Backup(crate::kv_admin::BackupArgs),
+    /// Restore a snapshot into an empty data directory.
+    Restore(crate::kv_admin::RestoreArgs),
+    /// Verify a stopped store's data file offline: every page checksum and every record.
+    Check(CheckArgs),
 }
 
 #[derive(clap::Args)]
+pub struct CheckArgs {
+    /// Data directory (the server must not be running on it).
+    #[arg(long, default_value = "./data")]
+    pub data: std::path::PathBuf,
+}
+
+#[derive(clap::Args)]
+#[command(after_help = ENV_HELP)]
 pub struct ServeArgs {
     /// Address to bind (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1:8123")]
@@ -52,9 +81,13 @@ pub struct ServeArgs {
     /// Data directory.
     #[arg(long, default_value = "./data")]
     pub data: std::path::PathBuf,
-    /// Bearer token required on every request (or env KV_TOKEN).
+    /// Bearer token required on every request. Prefer env KV_TOKEN or --token-file: a
+    /// command-line argument is visible to every user through `ps`.
     #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// File holding the bearer token (its first line); wins over --token / KV_TOKEN.
+    #[arg(long)]
+    pub token_file: Option<std::path::PathBuf>,
     /// `immediate`: every acknowledged write is fsync'd first. `none`: no fsync per write
     /// (benchmarks only; a crash can lose the last second or two of writes).
     #[arg(long, value_enum, default_value = "immediate")]
@@ -63,19 +96,56 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub purge_interval_ms: u64,
+    /// Serve `GET /metrics` without the token (for a scraper on a trusted network).
+    #[arg(long)]
+    pub metrics_public: bool,
+    #[command(flatten)]
+    pub conn: limits::ConnArgs,
 }
+
+/// `kv serve --help`: the environment variables it reads, with defaults.
+const ENV_HELP: &str = "\
+Environment:
+  KV_TOKEN                        the bearer token, instead of --token (default: none, no auth)
+  STATEFUL_TOOL_LOG (or RUST_LOG) log filter: error, warn, info, debug (default info); logs go to
+                                  stderr, the one `listening on http://ip:port` line to stdout";
 
 pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         KvCommand::Serve(args) => serve(args),
+        KvCommand::Ls(args) => crate::kv_admin::ls(args),
+        KvCommand::Get(args) => crate::kv_admin::get(args),
+        KvCommand::Backup(args) => crate::kv_admin::backup(args),
+        KvCommand::Restore(args) => crate::kv_admin::restore(args),
+        KvCommand::Check(args) => check(&args.data),
+    }
+}
+
+/// `kv check`: exit 0 and a summary when the store is valid, 1 and what is wrong otherwise.
+fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let path = dir.join(DB_FILE);
+    if !path.exists() {
+        eprintln!("kv check: {} does not exist (no store in {})", path.display(), dir.display());
+        return Ok(ExitCode::FAILURE);
+    }
+    match open::check(&path) {
+        Ok((_, records)) => {
+            println!("ok: {} is a complete, valid store ({records} records, every page intact)", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(why) => {
+            let dir = dir.display().to_string();
+            eprintln!("kv check: {}", open::Damaged { path: path.display().to_string(), dir, why });
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
-    let token = match args.token.as_deref() {
-        Some(t) => Some(Arc::new(auth::Token::new(t)?)),
+    let token = match token_text(&args)? {
+        Some(t) => Some(Arc::new(auth::Token::new(&t)?)),
         None => None,
     };
     if !listen.ip().is_loopback() && token.is_none() {
@@ -83,6 +153,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "kv: listening on a non-loopback address without a token; anyone who can reach it can read and write"
         );
     }
+    // Bind first: a port already in use must fail before the data directory is created or
+    // opened, so a mistaken second start leaves no trace on disk.
+    let listener = std::net::TcpListener::bind(listen).with_context(|| {
+        format!("cannot listen on {listen} (another `kv serve` on this port? choose another --listen)")
+    })?;
+    listener.set_nonblocking(true)?;
     let (engine, writer) = engine::Engine::open(&args.data, args.durability, record::Clock::system())?;
     tracing::info!(
         "kv: data in {} (durability {}, auth {})",
@@ -91,9 +167,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if token.is_some() { "on" } else { "off" }
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
-    let state = Arc::new(http::AppState { engine, durability: args.durability });
+    let state = Arc::new(http::AppState {
+        engine,
+        durability: args.durability,
+        data_file: args.data.join(DB_FILE),
+        metrics_public: args.metrics_public,
+    });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
-    let result = runtime.block_on(serve_http(state, listen, token, purge_every));
+    let limits = runtime.block_on(async { limits::Limits::from_args(&args.conn) });
+    let result = runtime.block_on(serve_http(state, listener, token, purge_every, limits));
     // Dropping the runtime drops every task holding an engine handle; the writer then
     // commits whatever is still queued and exits, and the database closes cleanly.
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -101,28 +183,32 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     result
 }
 
+/// The token from `--token-file` (first line, surrounding blanks trimmed), else `--token` /
+/// `KV_TOKEN`.
+fn token_text(args: &ServeArgs) -> anyhow::Result<Option<String>> {
+    let Some(path) = &args.token_file else {
+        return Ok(args.token.clone());
+    };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?;
+    let token = text.lines().next().unwrap_or_default().trim();
+    anyhow::ensure!(!token.is_empty(), "--token-file {}: the first line is empty", path.display());
+    Ok(Some(token.to_owned()))
+}
+
 async fn serve_http(
     state: Arc<http::AppState>,
-    listen: SocketAddr,
+    listener: std::net::TcpListener,
     token: Option<Arc<auth::Token>>,
     purge_every: Duration,
+    limits: limits::Limits,
 ) -> anyhow::Result<ExitCode> {
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
+    let metrics = state.engine.metrics().clone();
     let app = http::router(state, token);
-    let listener = listener.tap_io(|tcp| {
-        // Small request/response pairs: do not let Nagle's algorithm delay them.
-        let _ = tcp.set_nodelay(true);
-    });
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut server = tokio::spawn(conn::serve(listener, app, limits, stopped, SHUTDOWN_GRACE, metrics));
     announce(local);
     tokio::select! {
         () = shutdown_signal() => {}
@@ -132,9 +218,9 @@ async fn serve_http(
         }
     }
     tracing::info!("kv: shutting down");
-    let _ = stop.send(());
+    let _ = stop.send(true);
     purge.abort();
-    if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), server).await.is_err() {
         tracing::warn!("kv: requests still running after {SHUTDOWN_GRACE:?}; closing them");
     }
     Ok(ExitCode::SUCCESS)

@@ -106,9 +106,13 @@ pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     Ok(Some(ttl_ms))
 }
 
-/// The body must be one JSON value; checked without building it (no allocation per node).
+/// The body must be one JSON value in UTF-8; checked without building it (no allocation per
+/// node). UTF-8 is checked first: skipping over a string, serde_json does not validate it.
 pub fn validate_json(body: &[u8]) -> Result<(), ApiError> {
-    serde_json::from_slice::<serde::de::IgnoredAny>(body)
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("body is not valid UTF-8 (byte {})", e.valid_up_to()))
+    })?;
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
         .map(|_| ())
         .map_err(|e| ApiError::bad_request("invalid_json", format!("body is not valid JSON: {e}")))
 }
@@ -173,7 +177,7 @@ mod tests {
     fn json_bodies() {
         assert!(validate_json(br#"{"a":[1,2,{"b":null}]}"#).is_ok());
         assert!(validate_json(b"\"s\"").is_ok());
-        for bad in [&b""[..], b"{", b"abc", b"{} {}", b"\xff"] {
+        for bad in [&b""[..], b"{", b"abc", b"{} {}", b"\xff", b"\"\xff\"", b"{\"a\":\"\xc3\x28\"}"] {
             assert!(validate_json(bad).is_err());
         }
     }

@@ -22,6 +22,7 @@ pub async fn purge_loop(engine: Engine, every: Duration) {
             match engine.write(WriteOp::Purge { limit: PURGE_BATCH }).await {
                 Ok(Outcome::Purged(n)) => {
                     if n > 0 {
+                        engine.metrics().purged(n);
                         tracing::debug!("kv: purged {n} expired keys");
                     }
                     if n < PURGE_BATCH {

@@ -5,10 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redb::{Database, Durability};
+use redb::Durability;
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{self, Outcome, WriteOp};
+use super::batch::{self, BatchError, Outcome, WriteOp};
+use super::health::Health;
+use super::metrics::Metrics;
+use super::open::DbSlot;
 use super::record::Clock;
 
 /// Most writes applied in one transaction; bounds commit latency and memory per batch.
@@ -71,6 +74,9 @@ pub struct Stats {
 /// In `none` mode, how often a commit is still made durable so redb can reuse freed pages
 /// (it only frees them on durable commits) and a crash loses a bounded window.
 const NONE_MODE_SYNC_EVERY: Duration = Duration::from_secs(1);
+/// While writes fail (disk full, I/O errors), how often the database is reopened to see
+/// whether they can succeed again; batches in between fail at once.
+const REOPEN_EVERY: Duration = Duration::from_millis(500);
 
 /// One queued write and where its answer goes.
 pub(super) struct Job {
@@ -79,11 +85,15 @@ pub(super) struct Job {
 }
 
 pub(super) struct Writer {
-    pub db: Arc<Database>,
+    pub slot: Arc<DbSlot>,
+    pub health: Arc<Health>,
+    /// Set after a failed commit: (when the database was last (re)opened, why writes fail).
+    pub broken: Option<(Instant, String)>,
     pub rx: mpsc::Receiver<Job>,
     pub durability: DurabilityMode,
     pub clock: Clock,
     pub stats: Arc<Stats>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Writer {
@@ -105,11 +115,13 @@ impl Writer {
                 self.durability == DurabilityMode::None && unsynced && last_sync.elapsed() >= NONE_MODE_SYNC_EVERY;
             let durable = self.durability == DurabilityMode::Immediate || flush_due;
             let level = if durable { Durability::Immediate } else { Durability::None };
+            let started = Instant::now();
             let result = self.apply(&ops, level, flush_due);
             self.stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
             match result {
                 Ok((outcomes, committed)) => {
                     if committed {
+                        self.metrics.committed(ops.len(), started.elapsed());
                         self.stats.commits.fetch_add(1, Ordering::Relaxed);
                         if durable {
                             last_sync = Instant::now();
@@ -122,8 +134,9 @@ impl Writer {
                     }
                 }
                 Err(e) => {
-                    tracing::error!("kv: batch of {} writes failed, none acknowledged: {e}", ops.len());
-                    let err = EngineError::Storage(e.to_string());
+                    tracing::warn!("kv: batch of {} writes failed, none acknowledged: {e}", ops.len());
+                    self.metrics.writer_failed();
+                    let err = EngineError::Storage(e);
                     for reply in replies.drain(..) {
                         let _ = reply.send(Err(err.clone()));
                     }
@@ -143,16 +156,60 @@ impl Writer {
         tracing::info!("kv writer stopped: {total} operations in {commits} commits");
     }
 
+    /// Applies a batch. After a failed commit redb refuses every later write until it is
+    /// reopened: the database is reopened (at most every [`REOPEN_EVERY`]) and the next batch
+    /// is committed even if it changes nothing, so a purge tick proves the disk writable again.
     fn apply(
-        &self,
+        &mut self,
         ops: &[WriteOp],
         durability: Durability,
         force_commit: bool,
-    ) -> Result<(Vec<Outcome>, bool), batch::BatchError> {
+    ) -> Result<(Vec<Outcome>, bool), String> {
         #[cfg(test)]
         if self.stats.fail_next_batch.swap(false, Ordering::SeqCst) {
-            return Err(batch::BatchError::RevisionOverflow);
+            return Err(BatchError::RevisionOverflow.to_string());
         }
-        batch::apply(&self.db, ops, self.clock.now_ms(), durability, force_commit)
+        let recovering = self.broken.is_some();
+        if let Some((opened, why)) = &mut self.broken {
+            if opened.elapsed() < REOPEN_EVERY {
+                return Err(why.clone());
+            }
+            let attempt = self.slot.reopen();
+            *opened = Instant::now();
+            if let Err(e) = attempt {
+                tracing::debug!("kv: reopen failed: {e}");
+                return Err(why.clone());
+            }
+        }
+        let db = self.slot.get().ok_or("the database is closed")?;
+        let now = self.clock.now_ms();
+        let (durability, force) = if recovering { (Durability::Immediate, true) } else { (durability, force_commit) };
+        let applied =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batch::apply(&db, ops, now, durability, force)));
+        match applied {
+            Ok(Ok(done)) => {
+                if self.broken.take().is_some() {
+                    tracing::warn!("kv: the database was reopened and commits succeed again");
+                }
+                self.health.write_succeeded();
+                Ok(done)
+            }
+            Ok(Err(BatchError::Corrupt(e))) => {
+                self.health.damaged(&e.to_string());
+                Err(e.to_string())
+            }
+            Ok(Err(e)) => {
+                let why = e.to_string();
+                self.health.write_failed(&why);
+                self.broken.get_or_insert((Instant::now(), why.clone()));
+                Err(why)
+            }
+            Err(_) => {
+                let why = "the storage engine failed (panicked) applying a batch".to_owned();
+                self.health.damaged(&why);
+                self.broken.get_or_insert((Instant::now(), why.clone()));
+                Err(why)
+            }
+        }
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 /// The two architectures the daemon knows (`constants/arch.go`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -144,9 +144,9 @@ pub fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, String> {
 }
 
 fn confirm_rewrite(before: &str, after: &str, arches: &[Arch]) -> Result<(), String> {
-    let mut want: Value = serde_yaml::from_str(before).map_err(|e| format!("manifest is not valid YAML: {e}"))?;
+    let mut want: Value = yaml_serde::from_str(before).map_err(|e| format!("manifest is not valid YAML: {e}"))?;
     let got: Value =
-        serde_yaml::from_str(after).map_err(|e| format!("the rewritten manifest is not valid YAML: {e}"))?;
+        yaml_serde::from_str(after).map_err(|e| format!("the rewritten manifest is not valid YAML: {e}"))?;
     let list = arches.iter().map(|a| Value::from(a.as_str())).collect();
     match want.get_mut("meta").and_then(Value::as_mapping_mut) {
         Some(meta) => meta.insert("arch".into(), Value::Sequence(list)),

@@ -1,6 +1,6 @@
 //! Field rules shared by the manifest, runtime and tool checks: versions and icon names.
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::patterns;
 use super::yamlcheck::Checker;

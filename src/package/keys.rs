@@ -2,7 +2,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use base64::alphabet::STANDARD;
@@ -162,14 +162,47 @@ fn create_new(path: &Path, mode: u32, text: &str) -> Result<(), String> {
     file.set_permissions(fs::Permissions::from_mode(mode))
         .and_then(|()| file.write_all(text.as_bytes()))
         .and_then(|()| file.sync_all())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| {
+            // A half-written key file is worse than none.
+            let _ = fs::remove_file(path);
+            format!("cannot write {}: {e}", path.display())
+        })
+}
+
+/// Makes sure `dir` exists (creating it, and missing parents, mode 0700: it will hold a
+/// private key) and that a file can be created in it, so that a bad destination fails
+/// before the slow key generation and before anything is written.
+fn prepare_dir(dir: &Path) -> Result<(), String> {
+    match fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(format!("--out-dir {}: that path is a file, not a directory", dir.display()))
+        }
+        Ok(_) => {}
+        Err(_) => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?,
+    }
+    let probe = dir.join(format!(".keygen-probe-{}", std::process::id()));
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&probe)
+        .map_err(|e| format!("cannot write into {}: {e}", dir.display()))?;
+    fs::remove_file(&probe).map_err(|e| format!("cannot remove {}: {e}", probe.display()))
 }
 
 /// Writes `NAME.private.pem` (0600) and `NAME.public.pem` (0644) into `dir`; refuses to
-/// overwrite either file, checking before spending time on key generation.
+/// overwrite either file, checking before spending time on key generation. Either both
+/// files are written or neither is left behind.
 pub fn write_key_pair(dir: &Path, name: &str, bits: usize) -> Result<(PathBuf, PathBuf), String> {
     if name.is_empty() || name.contains('/') {
         return Err(format!("--name `{name}`: must be a plain file name prefix"));
+    }
+    if !(1024..=16384).contains(&bits) {
+        return Err(format!("--bits {bits}: choose 1024 to 16384 (4096 recommended)"));
     }
     let private = dir.join(format!("{name}.private.pem"));
     let public = dir.join(format!("{name}.public.pem"));
@@ -178,8 +211,13 @@ pub fn write_key_pair(dir: &Path, name: &str, bits: usize) -> Result<(PathBuf, P
             return Err(format!("{} already exists; refusing to overwrite it", path.display()));
         }
     }
+    prepare_dir(dir)?;
     let (private_pem, public_pem) = generate_pem_pair(bits)?;
     create_new(&private, 0o600, &private_pem)?;
-    create_new(&public, 0o644, &public_pem)?;
+    if let Err(e) = create_new(&public, 0o644, &public_pem) {
+        // A private key without its public half is useless and a secret left lying around.
+        let _ = fs::remove_file(&private);
+        return Err(e);
+    }
     Ok((private, public))
 }

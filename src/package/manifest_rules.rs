@@ -1,6 +1,6 @@
 //! Rules for `manifest.yaml` (spec §1.2, §1.3): the intersection of daemon, CLI and SDK checks.
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::arch::Arch;
 use super::field_rules::{check_version, icon_entry};

@@ -1,8 +1,7 @@
 //! Building, signing and verifying the .difypkg.
 //!
 //! `package` validates an allow-listed source tree and writes a deterministic zip;
-//! `keygen`/`sign`/`verify` implement the daemon's signature scheme byte for byte
-//! (see `shared/spec/package-and-signature.md`).
+//! `keygen`/`sign`/`verify` implement the daemon's signature scheme byte for byte.
 //!
 //! Package contents: `manifest.yaml`, `README.md`, `PRIVACY.md`, `requirements.txt`,
 //! `main.py`, the provider YAML named in `plugins.tools`, the tool YAML it lists, the

@@ -1,6 +1,6 @@
 //! Rules for the manifest's `resource` and `meta` blocks: memory, permissions, arch, runner.
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::arch::Arch;
 use super::field_rules::check_version;

@@ -2,8 +2,7 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use rsa::pkcs1v15::SigningKey;
-use rsa::signature::{SignatureEncoding, Signer};
+use rsa::pkcs1::EncodeRsaPrivateKey;
 use rsa::RsaPrivateKey;
 use sha2::{Digest, Sha256};
 
@@ -58,15 +57,27 @@ pub struct Signed {
 
 /// Signs `entries` in their order. RSASSA-PKCS1-v1_5 with SHA-256 is deterministic, so
 /// the same key, entries, category and time always give the same comment.
-pub fn sign_entries(entries: Vec<Entry>, key: &RsaPrivateKey, category: Category, time: i64) -> Signed {
+pub fn sign_entries(entries: Vec<Entry>, key: &RsaPrivateKey, category: Category, time: i64) -> Result<Signed, String> {
     // A second verification file would make the daemon read the first copy twice.
     let mut entries: Vec<Entry> = entries.into_iter().filter(|e| e.name != VERIFICATION_FILE).collect();
     entries.push(Entry::new(VERIFICATION_FILE, verification_json(category)));
     let data = signed_data(entries.iter().map(|e| e.data.as_slice()), time);
-    // `SigningKey<Sha256>` hashes D itself; do not pre-hash.
-    let signature = SigningKey::<Sha256>::new(key.clone()).sign(&data).to_vec();
+    let signature = rsa_pkcs1_sha256(key, &data)?;
     let comment = comment_json(&signature, time);
-    Signed { entries, signature, comment }
+    Ok(Signed { entries, signature, comment })
+}
+
+/// RSASSA-PKCS1-v1_5 over SHA-256(`data`), computed by `ring`, whose private-key operations
+/// are constant-time (the `rsa` crate's are not: RUSTSEC-2023-0071, the Marvin attack).
+/// The signature is deterministic, so it is byte-identical to any correct signer's.
+fn rsa_pkcs1_sha256(key: &RsaPrivateKey, data: &[u8]) -> Result<Vec<u8>, String> {
+    let der = key.to_pkcs1_der().map_err(|e| format!("cannot encode the private key: {e}"))?;
+    let pair = ring::signature::RsaKeyPair::from_der(der.as_bytes())
+        .map_err(|e| format!("this key cannot sign ({e}); signing needs a 2048- to 4096-bit RSA key"))?;
+    let mut signature = vec![0; pair.public().modulus_len()];
+    pair.sign(&ring::signature::RSA_PKCS1_SHA256, &ring::rand::SystemRandom::new(), data, &mut signature)
+        .map_err(|_| "RSA signing failed".to_owned())?;
+    Ok(signature)
 }
 
 /// Signs a package: reads it strictly (no directory entries, duplicates or unsafe names),
@@ -81,7 +92,7 @@ pub fn sign_package(
     if !package.entries.iter().any(|e| e.name == "manifest.yaml") {
         return Err("refusing to sign: the package has no manifest.yaml".into());
     }
-    let signed = sign_entries(package.entries, key, category, time);
+    let signed = sign_entries(package.entries, key, category, time)?;
     let zip = write_zip(&signed.entries, signed.comment.as_bytes())?;
     Ok((zip, signed))
 }

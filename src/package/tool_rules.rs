@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::field_rules::icon_entry;
 use super::patterns;

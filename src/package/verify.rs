@@ -121,8 +121,8 @@ fn category_of(view: &DaemonView) -> CategoryInfo {
 }
 
 fn identifier_of(view: &DaemonView, checksum: &str) -> Option<String> {
-    let manifest: serde_yaml::Value = serde_yaml::from_slice(&view.read("manifest.yaml").ok()?).ok()?;
-    let field = |k: &str| manifest.get(k).and_then(serde_yaml::Value::as_str).map(str::to_string);
+    let manifest: yaml_serde::Value = yaml_serde::from_slice(&view.read("manifest.yaml").ok()?).ok()?;
+    let field = |k: &str| manifest.get(k).and_then(yaml_serde::Value::as_str).map(str::to_string);
     Some(unique_identifier(&field("author")?, &field("name")?, &field("version")?, checksum))
 }
 

@@ -1,6 +1,6 @@
 //! Typed look-ups into parsed YAML that record a [`Problem`] instead of failing fast.
 
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 use std::fmt;
 
@@ -79,7 +79,7 @@ impl<'p> Checker<'p> {
 
     /// Parses `text` as a YAML mapping; records why not.
     pub fn parse(&mut self, text: &[u8]) -> Option<Value> {
-        match serde_yaml::from_slice::<Value>(text) {
+        match yaml_serde::from_slice::<Value>(text) {
             Ok(v @ Value::Mapping(_)) => Some(v),
             Ok(other) => {
                 self.problem("", format!("must be a YAML mapping, found {}", kind(&other)));

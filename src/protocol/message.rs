@@ -3,6 +3,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::caller::{Caller, Presence};
+
 /// A daemon → plugin line (`pluginInStreamMessage`): only the fields we act on.
 #[derive(Debug, Deserialize)]
 pub struct Inbound {
@@ -10,7 +12,9 @@ pub struct Inbound {
     pub event: String,
     pub data: Option<Value>,
     #[serde(default)]
-    pub app_id: Option<String>,
+    pub app_id: Presence,
+    #[serde(default)]
+    pub message_id: Presence,
 }
 
 /// Why an input line could not be taken as a request; `session_id` is set when it was
@@ -22,6 +26,11 @@ pub struct InboundError {
 }
 
 impl Inbound {
+    /// Who made this call (which Dify code path), from `app_id` and `message_id`.
+    pub fn caller(&self) -> Caller {
+        Caller::from_envelope(self.app_id, self.message_id)
+    }
+
     pub fn parse(line: &[u8]) -> Result<Inbound, InboundError> {
         // Fast path: straight into the struct, building the `data` tree once, from `str`
         // (checking the line for UTF-8 once is cheaper than serde_json checking every stretch
@@ -54,6 +63,7 @@ enum Member {
     Event,
     Data,
     AppId,
+    MessageId,
     #[serde(other)]
     Other,
 }
@@ -68,7 +78,8 @@ impl<'de> Deserialize<'de> for FastInbound {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<FastInbound, A::Error> {
                 use serde::de::Error;
-                let (mut session_id, mut event, mut data, mut app_id) = (None, None, None, None);
+                let (mut session_id, mut event, mut data) = (None, None, None);
+                let (mut app_id, mut message_id) = (None, None);
                 fn once<T, E: Error>(slot: &mut Option<T>, value: T) -> Result<(), E> {
                     match slot.replace(value) {
                         None => Ok(()),
@@ -80,7 +91,8 @@ impl<'de> Deserialize<'de> for FastInbound {
                         Member::SessionId => once(&mut session_id, map.next_value::<Option<String>>()?)?,
                         Member::Event => once(&mut event, map.next_value::<String>()?)?,
                         Member::Data => once(&mut data, map.next_value::<Option<Value>>()?)?,
-                        Member::AppId => once(&mut app_id, map.next_value::<Option<String>>()?)?,
+                        Member::AppId => once(&mut app_id, map.next_value::<Presence>()?)?,
+                        Member::MessageId => once(&mut message_id, map.next_value::<Presence>()?)?,
                         Member::Other => drop(map.next_value::<Value>()?),
                     }
                 }
@@ -88,7 +100,8 @@ impl<'de> Deserialize<'de> for FastInbound {
                     session_id: session_id.flatten(),
                     event: event.ok_or_else(|| A::Error::missing_field("event"))?,
                     data: data.flatten(),
-                    app_id: app_id.flatten(),
+                    app_id: app_id.unwrap_or_default(),
+                    message_id: message_id.unwrap_or_default(),
                 }))
             }
         }
@@ -129,6 +142,7 @@ mod tests {
         let m = Inbound::parse(line).unwrap();
         assert_eq!(m.session_id.as_deref(), Some("s1"));
         assert_eq!(m.event, "request");
+        assert_eq!(m.caller(), crate::protocol::Caller::Workflow, "app_id without message_id");
         assert_eq!(m.data.unwrap()["action"], "x");
         assert!(serde_json::from_slice::<FastInbound>(line).is_ok(), "a daemon line takes the fast path");
     }

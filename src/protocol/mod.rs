@@ -1,11 +1,13 @@
 //! The daemon's line protocol: framing (`wire`), message shapes (`message`), and the session
 //! handle tools answer through (`session`).
 
+pub mod caller;
 pub mod message;
 pub mod outbound;
 pub mod session;
 pub mod wire;
 
+pub use caller::Caller;
 pub use message::{Inbound, InboundError};
-pub use session::{Outbox, Session};
+pub use session::{LogPort, Outbox, Session};
 pub use wire::{Line, LineReader};

@@ -24,47 +24,74 @@ fn start_session_line(out: &mut Vec<u8>, session_id: &str, kind: &str) {
     out.extend_from_slice(b",\"data\":");
 }
 
-/// The lines that answer a tool call, in one buffer: the `text` message carrying the answer
-/// as a JSON string (what agents read), the `json` message carrying it as an object (what
-/// workflow nodes get), then the session's `end`. Byte for byte what [`session_line`] writes
-/// for `{"type":"text","message":{"text":…},"meta":null}`,
-/// `{"type":"json","message":{"json_object":…},"meta":null}` and `{}`, with the answer
-/// serialised once instead of three times and one buffer instead of three.
-pub fn answer_end_lines<T: Serialize + ?Sized>(session_id: &str, answer: &T) -> Vec<u8> {
+/// What the writer needs of a tool's answer, without this module knowing the tools.
+pub trait ToolAnswer: Serialize {
+    /// Appends the `text` message's text (one plain sentence, UTF-8) to `out`.
+    fn write_text(&self, out: &mut Vec<u8>);
+    /// The names of the tool's declared outputs, one `variable` message each.
+    fn output_names(&self) -> &'static [String];
+    /// Appends the JSON value of output `name` to `out` (`null` when the answer has none).
+    fn write_output(&self, name: &str, out: &mut Vec<u8>);
+}
+
+/// The lines that answer a tool call, in one buffer: the `text` message (a sentence for
+/// people and agents), the `json` message (the answer object), for callers that read them
+/// one `variable` message per declared output (what a workflow tool node turns into its
+/// named outputs), then the session's `end`. Byte for byte what [`session_line`] writes for
+/// `{"type":"text","message":{"text":…},"meta":null}`,
+/// `{"type":"json","message":{"json_object":…},"meta":null}`,
+/// `{"type":"variable","message":{"variable_name":…,"variable_value":…,"stream":false},"meta":null}`
+/// and `{}`, with the answer serialised once into one buffer.
+pub fn answer_end_lines<T: ToolAnswer + ?Sized>(session_id: &str, answer: &T, variables: bool) -> Vec<u8> {
     let mut out = Vec::new();
-    write_answer_end_lines(&mut out, &mut Vec::new(), session_id, answer);
+    write_answer_end_lines(&mut out, &mut Vec::new(), session_id, answer, variables);
     out
 }
 
-/// [`answer_end_lines`] appended to `out`, serialising the answer in `scratch` (both are
-/// reused buffers on the hot path).
-pub fn write_answer_end_lines<T: Serialize + ?Sized>(
+/// [`answer_end_lines`] appended to `out`, serialising the answer and its sentence in
+/// `scratch` (both are reused buffers on the hot path).
+pub fn write_answer_end_lines<T: ToolAnswer + ?Sized>(
     out: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
     session_id: &str,
     answer: &T,
+    variables: bool,
 ) {
     scratch.clear();
     write_json(scratch, answer);
-    let json = &scratch[..];
-    out.reserve(3 * (96 + session_id.len()) + 2 * json.len() + json.len() / 4);
+    let json_len = scratch.len();
+    answer.write_text(scratch);
+    let (json, text) = scratch.split_at(json_len);
+    let outputs = if variables { answer.output_names() } else { &[] };
+    let envelope = 96 + session_id.len();
+    out.reserve((3 + outputs.len()) * envelope + 2 * json.len() + text.len() + text.len() / 8);
+    // Every stream line starts alike: escape the session id once and copy that start.
+    let start = out.len();
     start_session_line(out, session_id, "stream");
+    let stream_start = start..out.len();
     out.extend_from_slice(b"{\"type\":\"text\",\"message\":{\"text\":");
-    write_serialized_as_string(out, json);
+    write_json_string(out, text);
     out.extend_from_slice(b"},\"meta\":null}}}\n");
-    start_session_line(out, session_id, "stream");
+    out.extend_from_within(stream_start.clone());
     out.extend_from_slice(b"{\"type\":\"json\",\"message\":{\"json_object\":");
     out.extend_from_slice(json);
     out.extend_from_slice(b"},\"meta\":null}}}\n");
+    for name in outputs {
+        out.extend_from_within(stream_start.clone());
+        out.extend_from_slice(b"{\"type\":\"variable\",\"message\":{\"variable_name\":");
+        write_json(out, name.as_str());
+        out.extend_from_slice(b",\"variable_value\":");
+        answer.write_output(name, out);
+        out.extend_from_slice(b",\"stream\":false},\"meta\":null}}}\n");
+    }
     start_session_line(out, session_id, "end");
     out.extend_from_slice(b"{}}}\n");
 }
 
-/// Writes `json` (compact serde_json output) as a JSON string. Such text has no control
-/// characters (serde_json escapes them inside strings), so only `"` and `\` need escaping,
-/// which is all serde_json's escaper would do here; text with a control character is handed
-/// to that escaper instead.
-fn write_serialized_as_string(out: &mut Vec<u8>, bytes: &[u8]) {
+/// Writes UTF-8 `bytes` as a JSON string. Text without control characters (compact
+/// serde_json output, our sentences) only needs `"` and `\` escaped, which is all
+/// serde_json's escaper would do; text with a control character is handed to that escaper.
+fn write_json_string(out: &mut Vec<u8>, bytes: &[u8]) {
     let start = out.len();
     out.reserve(bytes.len() + bytes.len() / 4 + 2);
     out.push(b'"');
@@ -79,7 +106,7 @@ fn write_serialized_as_string(out: &mut Vec<u8>, bytes: &[u8]) {
             }
             _ => {
                 out.truncate(start);
-                return write_json(out, std::str::from_utf8(bytes).expect("serde_json writes UTF-8"));
+                return write_json(out, &String::from_utf8_lossy(bytes));
             }
         }
     }
@@ -136,31 +163,72 @@ mod tests {
         }
     }
 
+    /// An answer with a given object, sentence and outputs (the tools' own is tested there).
+    struct Fixed(Value, &'static str, Vec<String>);
+
+    impl Serialize for Fixed {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.0.serialize(s)
+        }
+    }
+
+    impl ToolAnswer for Fixed {
+        fn write_text(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(self.1.as_bytes());
+        }
+        fn output_names(&self) -> &'static [String] {
+            Vec::leak(self.2.clone())
+        }
+        fn write_output(&self, name: &str, out: &mut Vec<u8>) {
+            write_json(out, self.0.get(name).unwrap_or(&Value::Null));
+        }
+    }
+
     #[test]
-    fn answer_end_lines_are_the_three_session_lines() {
+    fn answer_end_lines_are_session_lines_of_the_documented_messages() {
         let answers = [
             json!({"outcome": "accepted", "event_id": "E\"1\\\n\u{7f}é🎉\u{0}", "attempt": 1, "n": 1.50, "x": null}),
             json!({"outcome": "found", "payload": "{\"a\":\"b\\\\c\"}", "list": [1, "two", {"3": false}]}),
             json!({}),
         ];
-        for answer in answers {
-            let [text, object]: [Value; 2] = crate::dispatch::tool_messages(answer.clone()).try_into().unwrap();
-            let expected = reference_line("sid-1", "stream", &text)
-                + &reference_line("sid-1", "stream", &object)
-                + &reference_line("sid-1", "end", &json!({}));
-            assert_eq!(String::from_utf8(answer_end_lines("sid-1", &answer)).unwrap(), expected);
+        let outputs: Vec<String> = ["outcome", "attempt", "x", "missing", "list"].map(String::from).into();
+        for (answer, text) in answers.into_iter().zip(["Event \"E\" is new: \\ é🎉.", "", "tab\there"]) {
+            let fixed = Fixed(answer.clone(), text, outputs.clone());
+            for variables in [false, true] {
+                let mut expected = reference_line(
+                    "sid-1",
+                    "stream",
+                    &json!({"type": "text", "message": {"text": text}, "meta": null}),
+                ) + &reference_line(
+                    "sid-1",
+                    "stream",
+                    &json!({"type": "json", "message": {"json_object": answer}, "meta": null}),
+                );
+                for name in outputs.iter().filter(|_| variables) {
+                    let value = answer.get(name.as_str()).cloned().unwrap_or(Value::Null);
+                    let message = json!({"variable_name": name, "variable_value": value, "stream": false});
+                    expected += &reference_line(
+                        "sid-1",
+                        "stream",
+                        &json!({"type": "variable", "message": message, "meta": null}),
+                    );
+                }
+                expected += &reference_line("sid-1", "end", &json!({}));
+                let ours = String::from_utf8(answer_end_lines("sid-1", &fixed, variables)).unwrap();
+                assert_eq!(ours, expected);
+            }
         }
     }
 
     #[test]
-    fn serialized_json_escapes_like_serde_json_for_every_character() {
+    fn json_strings_escape_like_serde_json_for_every_character() {
         let mut all = String::new();
         for c in (0u32..0x800).chain([0xfffd, 0x1f389]).filter_map(char::from_u32) {
             all.push(c);
         }
         for text in [serde_json::to_string(&all).unwrap(), all.clone(), "plain".to_owned(), String::new()] {
             let mut ours = Vec::new();
-            write_serialized_as_string(&mut ours, text.as_bytes());
+            write_json_string(&mut ours, text.as_bytes());
             assert_eq!(ours, serde_json::to_vec(&text).unwrap(), "{text:?}");
         }
     }

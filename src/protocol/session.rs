@@ -6,7 +6,8 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::outbound::{log_line, session_line, write_answer_end_lines};
+use super::caller::Caller;
+use super::outbound::{log_line, session_line, write_answer_end_lines, ToolAnswer};
 
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
 /// that stops reading slows the plugin down instead of growing its memory.
@@ -55,8 +56,22 @@ impl Outbox {
         self.send(log_line(level, message)).await;
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+    /// A port for `log` events that does not keep the writer alive (the writer ends when
+    /// the last `Outbox` is dropped, and a logger lives longer than any session loop).
+    pub fn log_port(&self) -> LogPort {
+        LogPort(self.tx.downgrade())
+    }
+}
+
+/// Queues `log` events without waiting: a logging call must never block (the writer may be
+/// on the same thread), so a full queue or a finished writer refuses the line instead.
+#[derive(Clone)]
+pub struct LogPort(mpsc::WeakSender<Vec<u8>>);
+
+impl LogPort {
+    /// True when the line was queued.
+    pub fn try_log(&self, level: &str, message: &str) -> bool {
+        self.0.upgrade().is_some_and(|tx| tx.try_send(log_line(level, message)).is_ok())
     }
 }
 
@@ -105,23 +120,32 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 /// the handle, so a session cannot end twice.
 pub struct Session {
     pub id: String,
+    /// Who called; decides which messages an answer carries.
+    pub caller: Caller,
     out: Outbox,
 }
 
 impl Session {
+    /// A session of an unclassified caller (answers carry every message).
     pub fn new(id: String, out: Outbox) -> Self {
-        Session { id, out }
+        Session { id, caller: Caller::Unknown, out }
+    }
+
+    pub fn with_caller(mut self, caller: Caller) -> Self {
+        self.caller = caller;
+        self
     }
 
     pub async fn stream(&self, chunk: &Value) {
         self.out.send(session_line(&self.id, "stream", chunk)).await;
     }
 
-    /// Answers with a tool's result (its `text` and `json` messages) and ends the session,
-    /// as one write to the output queue.
-    pub async fn finish_with_answer<T: serde::Serialize + ?Sized>(self, answer: &T) {
+    /// Answers with a tool's result (its `text` and `json` messages, and its `variable`
+    /// messages when the caller reads them) and ends the session, as one write to the
+    /// output queue.
+    pub async fn finish_with_answer<T: ToolAnswer + ?Sized>(self, answer: &T) {
         let (mut lines, mut scratch) = (self.out.buffer(), self.out.buffer());
-        write_answer_end_lines(&mut lines, &mut scratch, &self.id, answer);
+        write_answer_end_lines(&mut lines, &mut scratch, &self.id, answer, self.caller.wants_variables());
         self.out.recycle(scratch);
         self.out.send(lines).await;
     }

@@ -81,7 +81,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 }
                 break;
             }
-            let (take, done) = match memchr(chunk) {
+            let (take, done) = match memchr::memchr(b'\n', chunk) {
                 Some(i) => (i, true),
                 None => (chunk.len(), false),
             };
@@ -109,10 +109,6 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
         }
         Ok(Some(Read::Complete))
     }
-}
-
-fn memchr(hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&b| b == b'\n')
 }
 
 #[cfg(test)]

@@ -42,7 +42,10 @@ impl EnvSettings {
     }
 }
 
-/// Parses `KEY=value` lines: blank lines and `#` comments skipped, an optional `export `
+/// Parses `KEY=value` lines. Not `dotenvy`: it expands `$VAR` in values (a debugging key with
+/// a `$` would change) and its parse errors carry the line, which may hold that key.
+///
+/// Blank lines and `#` comments skipped, an optional `export `
 /// prefix, values optionally in single quotes (literal) or double quotes (`\n`, `\"`, `\\`
 /// escapes); an unquoted value ends at ` #`. Bad lines are skipped with a warning that names
 /// the line number only: the line may hold a secret.

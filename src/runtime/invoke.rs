@@ -14,9 +14,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use crate::dispatch::{handle_request, App};
+use crate::dispatch::{serve_session, App};
 use crate::error::ToolError;
-use crate::protocol::{Inbound, Outbox, Session};
+use crate::protocol::{Caller, Inbound, Outbox};
 
 /// What the `/invoke` handler needs: the shared app and the runtime's name (serverless / aws_lambda).
 #[derive(Clone)]
@@ -73,10 +73,11 @@ pub async fn invoke(
             return error_line(StatusCode::BAD_REQUEST, header_sid, format!("reading the body: {e}"))
         }
     };
-    let (sid, data) = match parse_request(&bytes, header_sid) {
+    let (sid, caller, data) = match parse_request(&bytes, header_sid) {
         Ok(ok) => ok,
         Err((Some(sid), msg)) => {
-            return stream_session(&state, sid, Err(ToolError::param(format!("malformed input: {msg}"))))
+            let refused = Err(ToolError::param(format!("malformed input: {msg}")));
+            return stream_session(&state, sid, Caller::Unknown, refused);
         }
         Err((None, msg)) => return error_line(StatusCode::BAD_REQUEST, None, format!("malformed input: {msg}")),
     };
@@ -86,7 +87,7 @@ pub async fn invoke(
         let msg = format!("the action query {wanted:?} does not match the request's data.action {action:?}");
         return error_line(StatusCode::BAD_REQUEST, Some(sid), msg);
     }
-    stream_session(&state, sid, Ok(data))
+    stream_session(&state, sid, caller, Ok(data))
 }
 
 enum BodyError {
@@ -117,16 +118,20 @@ async fn read_limited(body: Body) -> Result<Bytes, BodyError> {
     Ok(buf.freeze())
 }
 
-/// The request's session id and `data`, or what is wrong with it and whose session it was
-/// (from the body, else the `Dify-Plugin-Session-ID` header) when that can be told.
-fn parse_request(bytes: &[u8], header_sid: Option<String>) -> Result<(String, Value), (Option<String>, String)> {
+/// The request's session id, caller and `data`, or what is wrong with it and whose session it
+/// was (from the body, else the `Dify-Plugin-Session-ID` header) when that can be told.
+fn parse_request(
+    bytes: &[u8],
+    header_sid: Option<String>,
+) -> Result<(String, Caller, Value), (Option<String>, String)> {
     let msg = Inbound::parse(bytes).map_err(|e| (e.session_id.or(header_sid.clone()), e.message))?;
+    let caller = msg.caller();
     let sid = msg.session_id.or(header_sid);
     if msg.event != "request" {
         return Err((sid, format!("expected event \"request\", got {:?}", msg.event)));
     }
     match (sid, msg.data) {
-        (Some(sid), Some(data)) if data.is_object() => Ok((sid, data)),
+        (Some(sid), Some(data)) if data.is_object() => Ok((sid, caller, data)),
         (None, _) => Err((None, "no session_id in the body or the Dify-Plugin-Session-ID header".into())),
         (sid, _) => Err((sid, "request without a data object".into())),
     }
@@ -135,18 +140,12 @@ fn parse_request(bytes: &[u8], header_sid: Option<String>) -> Result<(String, Va
 /// Runs the session on its own task and streams its lines (stream…, optional error, end) as the
 /// response body, which ends after `end`. If the client goes away the session still completes
 /// (its store effects must not be cut in half); only its answer is lost.
-fn stream_session(state: &HttpState, sid: String, data: Result<Value, ToolError>) -> Response {
+fn stream_session(state: &HttpState, sid: String, caller: Caller, data: Result<Value, ToolError>) -> Response {
     let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let (outbox, write) = Outbox::new(writer, 64);
-    let session = Session::new(sid, outbox);
     let app = state.app.clone();
     tokio::spawn(async move {
-        let work = async move {
-            match data {
-                Ok(data) => handle_request(&app, session, data).await,
-                Err(error) => session.finish(Some(error.to_session_error())).await,
-            }
-        };
+        let work = async move { serve_session(&app, sid, caller, outbox, data).await };
         let (written, ()) = tokio::join!(write, work);
         if let Err(e) = written {
             tracing::debug!("the HTTP client left before reading the whole answer: {e}");

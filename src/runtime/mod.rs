@@ -12,48 +12,111 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::dispatch::App;
-use crate::store::Clock;
+use crate::logging::LogRoute;
+use crate::store::{Clock, StoreOptions};
 
-#[derive(clap::Args)]
-pub struct ServeArgs {}
+/// `serve --help`: every environment variable that changes what `serve` does, with defaults.
+/// The daemon sets INSTALL_METHOD; the others are for debugging, serverless hosts and tests.
+pub const ENV_HELP: &str = "\
+Environment (read once at start; for INSTALL_METHOD, REMOTE_*, SERVERLESS_*, AWS_LAMBDA_* and
+STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves unset):
+  INSTALL_METHOD                     transport: local (stdio, as the daemon starts plugins; the
+                                     default), remote, serverless or aws_lambda
+  REMOTE_INSTALL_URL                 remote: the daemon's debugging address, host:port
+  REMOTE_INSTALL_HOST, _PORT         remote: the same in two parts (default localhost, 5003)
+  REMOTE_INSTALL_KEY                 remote: the debugging key shown by Dify (required)
+  STATEFUL_TOOL_RECONNECT_MS         remote: first reconnect delay, doubling up to 30 s (default 1000)
+  STATEFUL_TOOL_RECONNECT_ATTEMPTS   remote: failed attempts in a row before giving up (default 10)
+  SERVERLESS_HOST, SERVERLESS_PORT   serverless: HTTP address (default 0.0.0.0, 8080)
+  AWS_LAMBDA_HOST, AWS_LAMBDA_PORT   aws_lambda: HTTP address (default 0.0.0.0, 8080)
+  STATEFUL_TOOL_STORE_TIMEOUT_MS     how long a store call may take, in ms (default 5000)
+  STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
+  STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); under
+                                     the daemon, logs are protocol `log` events (stderr before)
+  STATEFUL_TOOL_ALLOW_MEMORY_STORE   tests only: allow kv_url=memory:// (lost when the process ends)
+  STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS tests only: shift this host's clock by N ms (default 0)";
 
 /// Knobs of the session loop (tests shorten the heartbeat).
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub heartbeat: Duration,
     pub max_in_flight: usize,
+    /// Where log records go while the loop runs.
+    pub logs: LogRoute,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        let ms = std::env::var("STATEFUL_TOOL_HEARTBEAT_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&v: &u64| v > 0)
-            .unwrap_or(10_000);
-        ServeOptions { heartbeat: Duration::from_millis(ms), max_in_flight: 4096 }
+        // 1024 sessions in flight keep every store busy (the KV client sends at most 256
+        // requests at once per store); more would only wait, each holding its parsed request.
+        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 1024, logs: LogRoute::Stderr }
     }
 }
+
+/// Everything the plugin reads from its environment, read once at start-up and passed down.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    pub serve: ServeOptions,
+    pub store: StoreOptions,
+    /// The host clock the plugin stamps times with.
+    pub clock: Clock,
+}
+
+impl RuntimeOptions {
+    /// From the environment (or `.env`): `STATEFUL_TOOL_STORE_TIMEOUT_MS`,
+    /// `STATEFUL_TOOL_HEARTBEAT_MS` (positive numbers; anything else keeps the default),
+    /// `STATEFUL_TOOL_ALLOW_MEMORY_STORE` (set: `memory://` is accepted, for tests and demos)
+    /// and `STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS` (tests skew the host clock with it).
+    pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> Self {
+        let millis = |name: &str| {
+            let value = get(name)?;
+            let ms = value.parse::<u64>().ok().filter(|&ms| ms > 0);
+            if ms.is_none() {
+                tracing::warn!("{name}={value:?} is not a positive number of milliseconds; using the default");
+            }
+            ms.map(Duration::from_millis)
+        };
+        let (serve, store) = (ServeOptions::default(), StoreOptions::default());
+        let offset_ms = get("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS").and_then(|v| v.parse().ok()).unwrap_or(0);
+        RuntimeOptions {
+            serve: ServeOptions { heartbeat: millis("STATEFUL_TOOL_HEARTBEAT_MS").unwrap_or(serve.heartbeat), ..serve },
+            store: StoreOptions {
+                call_timeout: millis("STATEFUL_TOOL_STORE_TIMEOUT_MS").unwrap_or(store.call_timeout),
+                allow_memory: get("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some(),
+                ..store
+            },
+            clock: Clock::with_offset(offset_ms),
+        }
+    }
+}
+
+/// Comma-separated store hosts (`host` or `host:port`) the plugin may dial; unset: any.
+pub const STORE_HOSTS_VAR: &str = "STATEFUL_TOOL_STORE_HOSTS";
 
 /// The transports, by `INSTALL_METHOD` value.
 pub const INSTALL_METHODS: &str = "local (stdio, as the daemon starts plugins), remote (debugging over TCP), \
                                    serverless and aws_lambda (HTTP)";
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// `stateful-tool serve`: the one place the plugin reads its environment.
+pub fn run() -> anyhow::Result<ExitCode> {
     // As with the SDK, `.env` may choose the transport (`.env.example` sets remote); the daemon
     // always sets INSTALL_METHOD=local in the environment, which wins.
     let settings = env::EnvSettings::load();
     let method = settings.get("INSTALL_METHOD").unwrap_or_default().to_ascii_lowercase();
     let get = |name: &str| settings.get(name);
+    let mut options = RuntimeOptions::from_settings(get);
     // One thread: every session is I/O-bound, and with stdin/stdout, the store sockets and
     // all sessions on one event loop a request costs no thread hand-off. Two workers plus
     // the main thread spent about a third of the plugin's CPU on waking each other.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let app = App::new(Clock::system());
+    options.store.allowed_hosts = crate::store::cache::AllowedHosts::parse(settings.get(STORE_HOSTS_VAR).as_deref())?;
+    let app = App::new(options.clock, options.store);
     let result = match method.as_str() {
-        "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions::default())),
-        "remote" => remote::RemoteConfig::from_settings(get)
-            .and_then(|cfg| rt.block_on(remote::run_remote(app, ServeOptions::default(), cfg))),
+        "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions { logs: LogRoute::Protocol, ..options.serve })),
+        "remote" => remote::RemoteConfig::from_settings(get).and_then(|cfg| {
+            let opts = ServeOptions { logs: LogRoute::ProtocolAndStderr, ..options.serve };
+            rt.block_on(remote::run_remote(app, opts, cfg))
+        }),
         "serverless" => serverless::HttpConfig::from_settings("serverless", "SERVERLESS", get)
             .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
         "aws_lambda" => serverless::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)

@@ -9,10 +9,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
-use crate::dispatch::{handle_request, App};
+use crate::dispatch::{serve_session, App};
 use crate::error::ToolError;
 use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
-use crate::protocol::{Inbound, Line, LineReader, Outbox, Session};
+use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox};
 
 /// Depth of the outbound line queue: enough for bursts, small enough to bound memory when
 /// the daemon stops reading.
@@ -26,6 +26,8 @@ where
     W: AsyncWrite + Unpin,
 {
     let (outbox, writer) = Outbox::new(output, OUTBOX_DEPTH);
+    // Until this loop ends, log records become `log` events on this stream (per `opts.logs`).
+    let _logs = crate::logging::attach(outbox.log_port(), opts.logs);
     let work = drive(input, outbox, app, opts);
     tokio::pin!(writer, work);
     tokio::select! {
@@ -55,17 +57,14 @@ async fn drive<R: AsyncBufRead + Unpin>(input: R, outbox: Outbox, app: Arc<App>,
             Err(e) => break Err(e),
         };
         while sessions.try_join_next().is_some() {}
-        let Some((session_id, data)) = accept_line(line, &outbox).await else {
+        let Some((session_id, caller, data)) = accept_line(line) else {
             continue;
         };
         let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
-        let (app, session) = (app.clone(), Session::new(session_id, outbox.clone()));
+        let (app, outbox) = (app.clone(), outbox.clone());
         sessions.spawn(async move {
             let _permit = permit;
-            match data {
-                Ok(data) => handle_request(&app, session, data).await,
-                Err(error) => session.finish(Some(error.to_session_error())).await,
-            }
+            serve_session(&app, session_id, caller, outbox, data).await;
         });
     };
     // End of input: let every in-flight session answer before the writer is released.
@@ -85,10 +84,13 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
     }
 }
 
-/// Turns one input line into work: a request's (session id, data), or an error answer for
-/// an identifiable session. Lines that name no session are logged (never echoed: they may
+/// One accepted line: the session, who called, and the request's data or why it was refused.
+type Accepted = (String, Caller, Result<serde_json::Value, ToolError>);
+
+/// Turns one input line into work: a request's (session id, caller, data), or an error
+/// answer for an identifiable session. Lines that name no session are logged (never echoed: they may
 /// carry credentials) and dropped.
-async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Result<serde_json::Value, ToolError>)> {
+fn accept_line(line: Line<&[u8]>) -> Option<Accepted> {
     let (bytes, oversize) = match line {
         Line::Complete(b) => (b, None),
         Line::Oversize { prefix, len } => (prefix, Some(len)),
@@ -96,12 +98,12 @@ async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Resu
     if let Some(len) = oversize {
         let message =
             format!("request line of {len} bytes exceeds the {} byte limit", crate::protocol::wire::MAX_INPUT_LINE);
-        return report(session_id_from_prefix(bytes), message, outbox).await;
+        return report(session_id_from_prefix(bytes), message);
     }
     match Inbound::parse(bytes) {
-        Ok(msg) if msg.event == "request" => match (msg.session_id, msg.data) {
-            (Some(sid), Some(data)) if data.is_object() => Some((sid, Ok(data))),
-            (sid, _) => report(sid, "request without a data object".to_owned(), outbox).await,
+        Ok(msg) if msg.event == "request" => match (msg.caller(), msg.session_id, msg.data) {
+            (caller, Some(sid), Some(data)) if data.is_object() => Some((sid, caller, Ok(data))),
+            (_, sid, _) => report(sid, "request without a data object".to_owned()),
         },
         Ok(msg) if msg.event == "backwards_response" => {
             tracing::debug!("ignoring a backwards_response: this plugin never calls back into Dify");
@@ -113,22 +115,18 @@ async fn accept_line(line: Line<&[u8]>, outbox: &Outbox) -> Option<(String, Resu
                 Some(_) => format!("unknown event {:?}", msg.event),
                 None => "unknown event".to_owned(),
             };
-            report(msg.session_id, message, outbox).await
+            report(msg.session_id, message)
         }
-        Err(e) => report(e.session_id, e.message, outbox).await,
+        Err(e) => report(e.session_id, e.message),
     }
 }
 
-async fn report(
-    session_id: Option<String>,
-    message: String,
-    outbox: &Outbox,
-) -> Option<(String, Result<serde_json::Value, ToolError>)> {
+fn report(session_id: Option<String>, message: String) -> Option<Accepted> {
     match session_id {
-        Some(sid) => Some((sid, Err(ToolError::param(format!("malformed input: {message}"))))),
+        Some(sid) => Some((sid, Caller::Unknown, Err(ToolError::param(format!("malformed input: {message}"))))),
         None => {
+            // Under the daemon this record reaches it as a `log` event (see `logging`).
             tracing::warn!("dropped an input line that names no session: {message}");
-            outbox.log("WARNING", &format!("dropped an input line that names no session: {message}")).await;
             None
         }
     }

@@ -18,7 +18,7 @@ type Output = Box<dyn AsyncWrite + Unpin + Send>;
 /// or writing an answer costs no round trip through a blocking thread (those round trips
 /// were most of the plugin's CPU per request). The pipe ends are ours alone: the daemon
 /// holds the other ends, and the shim exec'd us. Anything else (a file, a terminal) goes
-/// through tokio's blocking wrappers as before.
+/// through tokio's blocking wrappers.
 fn protocol_streams() -> (Input, Output) {
     use std::os::fd::AsFd;
     use tokio::net::unix::pipe;

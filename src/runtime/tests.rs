@@ -7,10 +7,11 @@ use serde_json::{json, Value};
 use super::session_loop::serve;
 use super::ServeOptions;
 use crate::dispatch::App;
-use crate::store::Clock;
+use crate::logging::LogRoute;
+use crate::store::{Clock, StoreOptions};
 
 fn opts() -> ServeOptions {
-    ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64 }
+    ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64, logs: LogRoute::Stderr }
 }
 
 fn request(sid: &str, data: Value) -> String {
@@ -26,9 +27,15 @@ fn ingest(sid: &str, id: &str) -> String {
 }
 
 async fn run(input: &[u8]) -> Vec<Value> {
-    std::env::set_var("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
     let mut out = Vec::new();
-    serve(tokio::io::BufReader::new(input), &mut out, App::new(Clock::system()), opts()).await.unwrap();
+    serve(
+        tokio::io::BufReader::new(input),
+        &mut out,
+        App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
+        opts(),
+    )
+    .await
+    .unwrap();
     out.split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("non-JSON output line: {e}")))
@@ -154,6 +161,47 @@ async fn output_error_stops_the_loop() {
     }
     // An input that never ends: only the broken output can stop the loop.
     let (_keep_open, reader) = tokio::io::duplex(64);
-    let r = serve(tokio::io::BufReader::new(reader), Broken, App::new(Clock::system()), opts()).await;
+    let r = serve(
+        tokio::io::BufReader::new(reader),
+        Broken,
+        App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
+        opts(),
+    )
+    .await;
     assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+}
+
+#[tokio::test]
+async fn a_panicking_handler_still_ends_its_session() {
+    let mut input = request("p", json!({"type": "test", "action": "panic"}));
+    input += &ingest("s-after", "P");
+    let out = run(input.as_bytes()).await;
+    assert_eq!(session_types(&out, "p"), ["error", "end"]);
+    let err = out.iter().find(|v| v["session_id"] == "p" && v["data"]["type"] == "error").unwrap();
+    assert_eq!(err["data"]["data"]["error_type"], "upstream_error");
+    assert_eq!(session_types(&out, "s-after"), ["stream", "stream", "end"]);
+}
+
+#[tokio::test]
+async fn a_kv_url_we_cannot_use_is_the_callers_mistake() {
+    let data = |action: &str, url: &str| {
+        json!({"action": action, "type": "tool", "provider": "stateful_tool", "tool": "event_status",
+               "credentials": {"kv_url": url}, "tool_parameters": {"event_id": "A"}, "user_id": "u"})
+    };
+    let mut input = request("ftp", data("invoke_tool", "ftp://user:s3cret@h"));
+    input += &request("bare", data("invoke_tool", "localhost:8123"));
+    input += &request("validate", data("validate_tool_credentials", "gopher://h"));
+    let out = run(input.as_bytes()).await;
+    let error = |sid: &str| {
+        out.iter().find(|v| v["session_id"] == sid && v["data"]["type"] == "error").unwrap()["data"]["data"].clone()
+    };
+    for (sid, error_type) in
+        [("ftp", "param_invalid"), ("bare", "param_invalid"), ("validate", "ToolProviderCredentialValidationError")]
+    {
+        let e = error(sid);
+        assert_eq!(e["error_type"], error_type, "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.contains("http(s)://") && message.contains("redis(s)://"), "{message}");
+        assert!(!message.contains("s3cret") && !message.contains("user"), "{message}");
+    }
 }

@@ -2,9 +2,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
+use super::url::{self, redact, Scheme};
 use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, AnyStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
@@ -22,23 +24,109 @@ const MAX_STORES: usize = 64;
 
 type Slot = Arc<OnceCell<Arc<AnyStore>>>;
 
+/// The store hosts a plugin process may dial (`STATEFUL_TOOL_STORE_HOSTS`), for every
+/// runtime: a caller that can reach the plugin (e.g. the serverless port) must not make it
+/// dial arbitrary addresses through `kv_url`. Entries are `host` (any port) or `host:port`,
+/// compared case-insensitively with the URL's host as written (no DNS lookups).
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts(Option<Vec<String>>);
+
+impl AllowedHosts {
+    /// `None` or empty: every host is allowed.
+    pub fn parse(list: Option<&str>) -> anyhow::Result<AllowedHosts> {
+        let Some(list) = list.map(str::trim).filter(|l| !l.is_empty()) else {
+            return Ok(AllowedHosts(None));
+        };
+        let entries: Vec<String> = list.split(',').map(|e| e.trim().to_ascii_lowercase()).collect();
+        anyhow::ensure!(
+            entries.iter().all(|e| !e.is_empty() && !e.contains(['/', '@', ' '])),
+            "STATEFUL_TOOL_STORE_HOSTS must be a comma-separated list of host or host:port, got {list:?}"
+        );
+        Ok(AllowedHosts(Some(entries)))
+    }
+
+    fn check(&self, url: &str) -> Result<(), StoreError> {
+        let Some(entries) = &self.0 else { return Ok(()) };
+        // A Cluster or Sentinel kv_url lists several hosts, and each is dialled: all must be allowed.
+        if let Some(seeds) =
+            super::redis::url::seed_hosts(url).ok().filter(|_| matches!(Scheme::of(url), Ok(Scheme::Redis))).flatten()
+        {
+            let allowed = |seed: &String| {
+                let seed = seed.to_ascii_lowercase();
+                let host = seed.rsplit_once(':').map_or(seed.as_str(), |(h, _)| h);
+                entries.iter().any(|e| *e == seed || e == host)
+            };
+            return match seeds.iter().find(|s| !allowed(s)) {
+                None => Ok(()),
+                Some(denied) => Err(StoreError::Config(format!(
+                    "kv_url {:?}: its host {denied} is not in the store hosts this plugin may use \
+                     (STATEFUL_TOOL_STORE_HOSTS={})",
+                    redact(url),
+                    entries.join(",")
+                ))),
+            };
+        }
+        let parsed = reqwest::Url::parse(url).ok();
+        let host = parsed.as_ref().and_then(|u| u.host_str()).map(|h| h.to_ascii_lowercase());
+        let port = parsed.as_ref().and_then(|u| u.port_or_known_default());
+        let allowed = host
+            .as_ref()
+            .is_some_and(|h| entries.iter().any(|e| e == h || port.is_some_and(|p| *e == format!("{h}:{p}"))));
+        if allowed {
+            Ok(())
+        } else {
+            Err(StoreError::Config(format!(
+                "kv_url {:?}: its host is not in the store hosts this plugin may use (STATEFUL_TOOL_STORE_HOSTS={})",
+                redact(url),
+                entries.join(",")
+            )))
+        }
+    }
+}
+
+/// How the runtime lets the store layer work, decided once at start-up.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Bound of each store call (connect, command, HTTP request).
+    pub call_timeout: Duration,
+    /// Whether `memory://` (the in-process store, for tests and demos) is accepted.
+    pub allow_memory: bool,
+    /// The store hosts `kv_url` may name (`STATEFUL_TOOL_STORE_HOSTS`; all when unset).
+    pub allowed_hosts: AllowedHosts,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            call_timeout: Duration::from_secs(5),
+            allow_memory: false,
+            allowed_hosts: AllowedHosts::default(),
+        }
+    }
+}
+
 pub struct StoreCache {
     host: Clock,
+    options: StoreOptions,
     slots: Mutex<HashMap<StoreConfig, Slot>>,
 }
 
 impl StoreCache {
-    pub fn new(host: Clock) -> Self {
-        StoreCache { host, slots: Mutex::new(HashMap::new()) }
+    pub fn new(host: Clock, options: StoreOptions) -> Self {
+        StoreCache { host, options, slots: Mutex::new(HashMap::new()) }
     }
 
-    pub fn host_clock(&self) -> &Clock {
-        &self.host
+    /// How long one tool call may spend on its store round trips together.
+    pub fn call_timeout(&self) -> std::time::Duration {
+        self.options.call_timeout
     }
 
     /// The shared client for `cfg`, connecting on first use. A failed connect is not
     /// cached, so the next call tries again.
     pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<AnyStore>, StoreError> {
+        if !cfg.url.starts_with("memory:") {
+            self.options.allowed_hosts.check(&cfg.url)?;
+        }
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(slot) = slots.get(cfg) {
@@ -50,41 +138,24 @@ impl StoreCache {
                 slots.entry(cfg.clone()).or_default().clone()
             }
         };
-        let store = slot.get_or_try_init(|| connect(cfg, self.host.clone())).await?;
+        let store = slot.get_or_try_init(|| connect(cfg, self.host.clone(), &self.options)).await?;
         Ok(store.clone())
     }
 }
 
-async fn connect(cfg: &StoreConfig, host: Clock) -> Result<Arc<AnyStore>, StoreError> {
-    let scheme = cfg.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
-    let store = match scheme.as_str() {
-        "http" | "https" => AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host)?),
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
-            AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, cfg.min_replicas, host).await?))
+async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Result<Arc<AnyStore>, StoreError> {
+    let timeout = options.call_timeout;
+    let store = match Scheme::of(&cfg.url)? {
+        Scheme::KvContainer => {
+            AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host, timeout)?)
         }
-        "memory" if std::env::var_os("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some() => {
-            AnyStore::Memory(MemoryStore::new(host, 0))
+        Scheme::Redis => {
+            AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, cfg.min_replicas, host, timeout).await?))
         }
-        _ => {
-            return Err(StoreError::Config(format!(
-                "kv_url {:?} has no supported scheme: use http(s)://host:port for the KV container or redis(s)://host:port, redis(s)+cluster://host:port,… or redis(s)+sentinel://host:port,…/master for Redis",
-                redact(&cfg.url)
-            )))
-        }
+        Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
+        Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
     Ok(Arc::new(store))
-}
-
-/// The URL with any password replaced, for messages and logs.
-pub fn redact(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => url.chars().take(80).collect(),
-    }
 }
 
 #[cfg(test)]
@@ -92,22 +163,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redact_hides_passwords() {
-        assert_eq!(redact("redis://:s3cret@host:6379/0"), "redis://:***@host:6379/0");
-        assert_eq!(redact("http://127.0.0.1:8123"), "http://127.0.0.1:8123/");
+    fn allowed_hosts_match_host_or_host_and_port() {
+        let allowed = AllowedHosts::parse(Some("kv.internal, 10.0.0.5:6379")).unwrap();
+        assert!(allowed.check("http://KV.internal:8123").is_ok());
+        assert!(allowed.check("redis://:pw@10.0.0.5:6379/0").is_ok());
+        for refused in ["redis://10.0.0.5:6380/0", "http://169.254.169.254/", "http://kv.internal.evil:80", "nonsense"]
+        {
+            assert!(matches!(allowed.check(refused), Err(StoreError::Config(_))), "{refused}");
+        }
+        let seeds = AllowedHosts::parse(Some("r1,r2:7001,[::1]")).unwrap();
+        assert!(seeds.check("rediss+cluster://:pw@R1:7000,r2:7001,[::1]:7002").is_ok());
+        assert!(seeds.check("redis+sentinel://r1,[::1]:26380/m?sentinel_password=x").is_ok());
+        for refused in ["redis+cluster://r1:7000,r2:7002", "redis+sentinel://r1,evil:26379/m", "redis+cluster://r1,r3"]
+        {
+            let e = seeds.check(refused).unwrap_err();
+            assert!(matches!(&e, StoreError::Config(m) if m.contains("not in the store hosts")), "{refused}: {e}");
+        }
+        assert!(AllowedHosts::parse(Some("")).unwrap().check("http://anything").is_ok());
+        assert!(AllowedHosts::parse(Some("a,,b")).is_err());
     }
 
     #[tokio::test]
-    async fn unknown_scheme_is_a_config_error() {
-        let cache = StoreCache::new(Clock::system());
+    async fn unknown_scheme_is_a_bad_url() {
+        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "ftp://x".into(), token: None, min_replicas: 0 };
         let err = cache.get(&cfg).await.err().unwrap();
-        assert!(matches!(err, StoreError::Config(_)), "{err}");
+        assert!(matches!(err, StoreError::BadUrl(_)), "{err}");
     }
 
     #[tokio::test]
     async fn clients_are_shared_per_config() {
-        let cache = StoreCache::new(Clock::system());
+        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None, min_replicas: 0 };
         let a = cache.get(&cfg).await.unwrap();
         let b = cache.get(&cfg).await.unwrap();

@@ -28,10 +28,15 @@ enum Node<'a> {
 
 /// The canonical text of `payload`, or None when it is not JSON (then it is hashed as text).
 pub fn canonical_json(payload: &str) -> Option<Vec<u8>> {
-    let node: Node = serde_json::from_str(payload).ok()?;
+    canonical_json_or_error(payload).ok()
+}
+
+/// [`canonical_json`], with the parser's error when `payload` is not JSON.
+pub fn canonical_json_or_error(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
+    let node: Node = serde_json::from_str(payload)?;
     let mut out = Vec::with_capacity(payload.len());
     write(&node, &mut out);
-    Some(out)
+    Ok(out)
 }
 
 /// A string or number exactly as `serde_json::to_writer` writes it.

@@ -134,3 +134,19 @@ fn same_canonical_text_for_generated_documents() {
         assert_eq!(canonical_json(&doc), reference(&doc), "document {doc}");
     }
 }
+
+/// The README's list of which number spellings are the same event: the exponent marker is
+/// normalised (`e`, `E`, `e+`, `E+`), every digit is kept as written.
+#[test]
+fn number_spellings_are_the_same_event_only_as_documented() {
+    let c = |s: &str| String::from_utf8(canonical_json(&format!("[{s}]")).unwrap()).unwrap();
+    for same in [["1e2", "1E2"], ["1e2", "1e+2"], ["1E+2", "1e2"], ["1.5E-3", "1.5e-3"]] {
+        assert_eq!(c(same[0]), c(same[1]), "{same:?}");
+    }
+    for differ in
+        [["1e2", "100"], ["1.0", "1"], ["-0", "0"], ["0.10", "0.1"], ["10e1", "1e2"], ["1e02", "1e2"], ["1.0e2", "1e2"]]
+    {
+        assert_ne!(c(differ[0]), c(differ[1]), "{differ:?}");
+    }
+    assert_eq!(c("1e2"), "[1e+2]");
+}

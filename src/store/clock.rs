@@ -3,23 +3,30 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
-/// The plugin host's wall clock in unix ms, with an optional offset injected by tests
-/// (`STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS`) to prove outcomes never depend on it.
+/// The plugin host's wall clock in unix ms, with an optional offset (tests skew it to prove
+/// outcomes never depend on it; the runtime takes it from `STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS`).
 #[derive(Debug, Clone)]
 pub struct Clock {
     offset_ms: i64,
+    /// A virtual time the owner moves by hand (deterministic simulations); None = wall clock.
+    manual: Option<Arc<AtomicI64>>,
 }
 
 impl Clock {
     pub fn system() -> Self {
-        let offset_ms =
-            std::env::var("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        Clock { offset_ms }
+        Clock { offset_ms: 0, manual: None }
     }
     pub fn with_offset(offset_ms: i64) -> Self {
-        Clock { offset_ms }
+        Clock { offset_ms, manual: None }
+    }
+    /// A clock that reads `now_ms` and moves only when its owner changes it.
+    pub fn manual(now_ms: Arc<AtomicI64>) -> Self {
+        Clock { offset_ms: 0, manual: Some(now_ms) }
     }
     pub fn now_ms(&self) -> i64 {
+        if let Some(t) = &self.manual {
+            return t.load(Ordering::SeqCst) + self.offset_ms;
+        }
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         d.as_millis() as i64 + self.offset_ms
     }
@@ -32,11 +39,23 @@ impl Clock {
 pub struct StoreClock {
     host: Clock,
     inner: Arc<(AtomicI64, AtomicBool)>,
+    /// Held by the one call that learns the store's time; concurrent first calls wait for it
+    /// instead of all reading the store at once.
+    syncing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StoreClock {
     pub fn new(host: Clock) -> Self {
-        StoreClock { host, inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))) }
+        StoreClock {
+            host,
+            inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))),
+            syncing: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+    /// Taken before reading the store only to learn its time (then check [`Self::is_synced`]
+    /// again: another call may have learnt it meanwhile).
+    pub async fn syncing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.syncing.lock().await
     }
     /// Records the store's time as reported in an answer.
     pub fn observe(&self, store_now_ms: i64) {
@@ -50,9 +69,6 @@ impl StoreClock {
     /// Estimated current store time in unix ms.
     pub fn now_ms(&self) -> i64 {
         self.host.now_ms() + self.inner.0.load(Ordering::Relaxed)
-    }
-    pub fn host(&self) -> &Clock {
-        &self.host
     }
 }
 

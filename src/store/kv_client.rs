@@ -5,13 +5,26 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 
-use super::{call_timeout, Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::record::Record;
+use super::url::redact;
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+
+/// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
+/// free connection instead of opening their own: sockets and memory do not grow with the
+/// number of sessions in flight.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Largest store answer read (records are at most 1 MiB); a larger one is an upstream error
+/// and is not buffered.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 
 pub struct KvClientStore {
     client: reqwest::Client,
+    slots: tokio::sync::Semaphore,
     base: String,
     auth: Option<String>,
     clock: StoreClock,
+    /// Bound of every call.
+    timeout: Duration,
 }
 
 struct Answer {
@@ -22,24 +35,26 @@ struct Answer {
 }
 
 impl KvClientStore {
-    pub fn new(url: &str, token: Option<&str>, host: Clock) -> Result<Self, StoreError> {
+    pub fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| StoreError::Config(format!("kv_url {:?} is not a URL: {e}", shown(url))))?;
+            .map_err(|e| StoreError::BadUrl(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
         if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(StoreError::Config("kv_url must not carry a query or fragment".into()));
+            return Err(StoreError::BadUrl("kv_url must not carry a query or fragment".into()));
         }
         let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2).min(call_timeout()))
-            .timeout(call_timeout())
-            .pool_max_idle_per_host(256)
+            .connect_timeout(Duration::from_secs(2).min(timeout))
+            .timeout(timeout)
+            .pool_max_idle_per_host(MAX_CONNECTIONS)
             .tcp_nodelay(true)
             .build()
             .map_err(|e| StoreError::Config(format!("cannot build an HTTP client: {e}")))?;
         Ok(KvClientStore {
             client,
+            slots: tokio::sync::Semaphore::new(MAX_CONNECTIONS),
             base: url.trim_end_matches('/').to_owned(),
             auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
             clock: StoreClock::new(host),
+            timeout,
         })
     }
 
@@ -49,8 +64,35 @@ impl KvClientStore {
         path: &str,
         headers: &[(&str, String)],
         body: Option<&[u8]>,
+        timeout: Duration,
     ) -> Result<Answer, StoreError> {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        // Nothing has been sent while waiting for a connection: not ambiguous.
+        let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            _ => {
+                return Err(StoreError::Unreachable(
+                    redact(&self.base),
+                    format!(
+                        "all {MAX_CONNECTIONS} connections were busy for {} ms; the request was not sent",
+                        timeout.as_millis()
+                    ),
+                ))
+            }
+        };
+        // Boxed: the HTTP exchange's state is large, and a session waiting for a connection
+        // should not carry it; thousands of them may be waiting.
+        Box::pin(self.exchange(method, path, headers, body, timeout)).await
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Answer, StoreError> {
+        let mut req = self.client.request(method, format!("{}{path}", self.base)).timeout(timeout);
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth);
         }
@@ -60,10 +102,10 @@ impl KvClientStore {
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body.to_vec());
         }
-        let resp = req.send().await.map_err(|e| self.classify(e))?;
+        let resp = req.send().await.map_err(|e| self.classify(e, timeout))?;
         let status = resp.status();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(|e| self.classify(e))?;
+        let body = self.read_capped(resp, timeout).await?;
         let store_now_ms = match headers.get("kv-time-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
             Some(t) => {
                 self.clock.observe(t);
@@ -77,11 +119,32 @@ impl KvClientStore {
         Ok(Answer { status, headers, body, store_now_ms })
     }
 
-    fn classify(&self, e: reqwest::Error) -> StoreError {
+    /// The answer's body, refused (without buffering it) past [`MAX_ANSWER_BYTES`].
+    async fn read_capped(&self, mut resp: reqwest::Response, timeout: Duration) -> Result<bytes::Bytes, StoreError> {
+        let too_big = || {
+            StoreError::Bad(format!(
+                "an answer larger than {} MiB (records are at most 1 MiB); it was not read",
+                MAX_ANSWER_BYTES >> 20
+            ))
+        };
+        if resp.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
+            return Err(too_big());
+        }
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.classify(e, timeout))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
+    }
+
+    fn classify(&self, e: reqwest::Error, timeout: Duration) -> StoreError {
         if e.is_timeout() {
-            StoreError::Timeout(call_timeout().as_millis() as u64)
+            StoreError::Timeout(timeout.as_millis() as u64)
         } else if e.is_connect() {
-            StoreError::Unreachable(shown(&self.base), root_cause(&e))
+            StoreError::Unreachable(redact(&self.base), root_cause(&e))
         } else {
             StoreError::Interrupted(root_cause(&e))
         }
@@ -98,19 +161,6 @@ impl KvClientStore {
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| StoreError::Bad("a value without an ETag".into()))?;
         Ok(Current { value: a.body.to_vec(), version: Version::Etag(etag.to_owned()), store_now_ms: a.store_now_ms })
-    }
-}
-
-/// The URL as messages show it: a `user:password@` part is masked (messages reach logs and
-/// the Dify UI; the token belongs in `kv_token`, but a URL may carry one anyway).
-fn shown(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
     }
 }
 
@@ -136,9 +186,9 @@ fn error_text(status: StatusCode, body: &[u8]) -> String {
 }
 
 impl EventStore for KvClientStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
         let headers = [(IF_NONE_MATCH.as_str(), "*".to_owned()), ttl_header(ttl)];
-        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value)).await?;
+        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
         match a.status {
             StatusCode::CREATED => Ok(Created::Created),
             StatusCode::PRECONDITION_FAILED => Ok(Created::Exists(Self::current(a)?)),
@@ -147,8 +197,8 @@ impl EventStore for KvClientStore {
         }
     }
 
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        let a = self.send(Method::GET, &Self::path(key), &[], None).await?;
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        let a = self.send(Method::GET, &Self::path(key), &[], None, timeout).await?;
         match a.status {
             StatusCode::OK => Ok(Some(Self::current(a)?)),
             StatusCode::NOT_FOUND => Ok(None),
@@ -156,12 +206,19 @@ impl EventStore for KvClientStore {
         }
     }
 
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
         let Version::Etag(etag) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
         let headers = [(IF_MATCH.as_str(), etag.clone()), ttl_header(ttl)];
-        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value)).await?;
+        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
         match a.status {
             StatusCode::OK | StatusCode::CREATED => Ok(Swapped::Swapped),
             StatusCode::PRECONDITION_FAILED if a.headers.contains_key(ETAG) => {
@@ -172,13 +229,46 @@ impl EventStore for KvClientStore {
         }
     }
 
+    /// Read, then `DELETE` (or `PUT`) with `If-Match` on the revision that carried the claim:
+    /// the ETag makes the second step a compare-and-delete of exactly that record.
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        let started = std::time::Instant::now();
+        let Some(cur) = self.read(key, timeout).await? else { return Ok(false) };
+        let ours = Record::from_bytes(&cur.value).is_ok_and(|r| r.claim_id == claim_id);
+        let Version::Etag(etag) = cur.version else { return Ok(false) };
+        if !ours {
+            return Ok(false);
+        }
+        let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+        let a = match restore {
+            None => self.send(Method::DELETE, &Self::path(key), &[(IF_MATCH.as_str(), etag)], None, left).await?,
+            Some(value) => {
+                let headers = [(IF_MATCH.as_str(), etag), ttl_header(ttl)];
+                self.send(Method::PUT, &Self::path(key), &headers, Some(value), left).await?
+            }
+        };
+        match a.status {
+            StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::CREATED => Ok(true),
+            // Changed or gone since the read: it is no longer this claim.
+            StatusCode::PRECONDITION_FAILED | StatusCode::NOT_FOUND => Ok(false),
+            s => Err(StoreError::Bad(error_text(s, &a.body))),
+        }
+    }
+
     async fn probe(&self) -> Result<Probe, StoreError> {
-        let a = self.send(Method::GET, "/healthz", &[], None).await?;
+        let a = self.send(Method::GET, "/healthz", &[], None, self.timeout).await?;
         let not_v1 = |why: String| {
             StoreError::Config(format!(
                 "{} does not speak our KV protocol v1 ({why}). A plain key-value server cannot create a key atomically, \
                  so two copies of one event could both be accepted; point kv_url at `stateful-tool kv serve` or at Redis ≥ 7",
-                shown(&self.base)
+                redact(&self.base)
             ))
         };
         if a.status != StatusCode::OK {
@@ -196,7 +286,7 @@ impl EventStore for KvClientStore {
             }
         }
         // Authentication is only checked on data routes: read a key that never exists.
-        let probe = self.send(Method::GET, "/state/stateful-tool-credential-probe", &[], None).await?;
+        let probe = self.send(Method::GET, "/state/stateful-tool-credential-probe", &[], None, self.timeout).await?;
         if !matches!(probe.status, StatusCode::OK | StatusCode::NOT_FOUND) {
             return Err(StoreError::Bad(error_text(probe.status, &probe.body)));
         }
@@ -212,19 +302,5 @@ impl EventStore for KvClientStore {
 
     fn clock(&self) -> &StoreClock {
         &self.clock
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shown;
-
-    #[test]
-    fn shown_masks_userinfo_only() {
-        assert_eq!(shown("http://127.0.0.1:8123"), "http://127.0.0.1:8123");
-        assert_eq!(shown("http://u:pw@h:1/x@y"), "http://***@h:1/x@y");
-        assert_eq!(shown("https://pw@h"), "https://***@h");
-        assert_eq!(shown("http://u:p@w@h:notaport"), "http://***@h:notaport");
-        assert_eq!(shown("no scheme"), "no scheme");
     }
 }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::record::Record;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 #[derive(Default)]
@@ -54,7 +55,7 @@ impl MemoryStore {
 }
 
 impl EventStore for MemoryStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, _: Duration) -> Result<Created, StoreError> {
         let now = self.store_now();
         let mut g = self.map.lock().unwrap();
         if let Some(e) = Self::live(&g.0, key, now) {
@@ -66,13 +67,20 @@ impl EventStore for MemoryStore {
         Ok(Created::Created)
     }
 
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
+    async fn read(&self, key: &str, _: Duration) -> Result<Option<Current>, StoreError> {
         let now = self.store_now();
         let g = self.map.lock().unwrap();
         Ok(Self::live(&g.0, key, now).map(|e| Self::current(e, now)))
     }
 
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        _: Duration,
+    ) -> Result<Swapped, StoreError> {
         let now = self.store_now();
         let mut g = self.map.lock().unwrap();
         match Self::live(&g.0, key, now) {
@@ -83,6 +91,35 @@ impl EventStore for MemoryStore {
         let rev = g.1;
         g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
         Ok(Swapped::Swapped)
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        _: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = self.store_now();
+        let mut g = self.map.lock().unwrap();
+        let ours = Self::live(&g.0, key, now)
+            .and_then(|e| Record::from_bytes(&e.value).ok())
+            .is_some_and(|r| r.claim_id == claim_id);
+        if ours {
+            match restore {
+                Some(value) => {
+                    g.1 += 1;
+                    let rev = g.1;
+                    let expires_ms = now + ttl.as_millis() as i64;
+                    g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms });
+                }
+                None => {
+                    g.0.remove(key);
+                }
+            }
+        }
+        Ok(ours)
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {

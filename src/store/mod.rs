@@ -12,14 +12,16 @@ pub mod kv_client;
 pub mod memory;
 pub mod record;
 pub mod redis;
+pub mod url;
 
 use std::future::Future;
 use std::time::Duration;
 
-pub use cache::{StoreCache, StoreConfig};
+pub use cache::{StoreCache, StoreConfig, StoreOptions};
 pub use clock::{Clock, StoreClock};
 
-/// Why a store call failed. Every variant is reported as `upstream_error`, never as success.
+/// Why a store call failed. Every variant but `BadUrl` (the user's input, `param_invalid`) is
+/// reported as `upstream_error`, never as success.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("the store at {0} is unreachable: {1}")]
@@ -34,6 +36,9 @@ pub enum StoreError {
     Bad(String),
     #[error("the store configuration is invalid: {0}")]
     Config(String),
+    /// `kv_url` cannot be used as written (scheme, syntax); the message says what to write.
+    #[error("{0}")]
+    BadUrl(String),
 }
 
 impl StoreError {
@@ -87,7 +92,8 @@ pub struct Probe {
     pub warnings: Vec<String>,
 }
 
-/// The atomic operations the tools need, and nothing else.
+/// The atomic operations the tools need, and nothing else. Every call takes the timeout of
+/// its one round trip: the tools split one deadline over all round trips of a tool call.
 pub trait EventStore: Send + Sync {
     /// Creates `key` only if it is absent, in one atomic operation; otherwise returns the
     /// current value. `ttl` is the store-side retention.
@@ -96,9 +102,10 @@ pub trait EventStore: Send + Sync {
         key: &str,
         value: &[u8],
         ttl: Duration,
+        timeout: Duration,
     ) -> impl Future<Output = Result<Created, StoreError>> + Send;
     /// Reads `key`.
-    fn read(&self, key: &str) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send;
+    fn read(&self, key: &str, timeout: Duration) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send;
     /// Replaces `key` only if it still holds `expected`, in one atomic operation.
     fn swap(
         &self,
@@ -106,7 +113,19 @@ pub trait EventStore: Send + Sync {
         expected: &Version,
         value: &[u8],
         ttl: Duration,
+        timeout: Duration,
     ) -> impl Future<Output = Result<Swapped, StoreError>> + Send;
+    /// Rolls back a claim whose outcome is unknown: only while the record under `key` still
+    /// carries `claim_id`, deletes it (`restore` = None) or puts `restore` back (the record
+    /// the claim replaced). True when the claim was there and was rolled back.
+    fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Checks reachability, authentication, and that atomic creates are supported.
     fn probe(&self) -> impl Future<Output = Result<Probe, StoreError>> + Send;
     /// The store's clock, as last observed (used to stamp lease deadlines).
@@ -131,14 +150,31 @@ macro_rules! each_backend {
 }
 
 impl EventStore for AnyStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
-        each_backend!(self, s => s.create(key, value, ttl).await)
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
+        each_backend!(self, s => s.create(key, value, ttl, timeout).await)
     }
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        each_backend!(self, s => s.read(key).await)
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        each_backend!(self, s => s.read(key, timeout).await)
     }
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
-        each_backend!(self, s => s.swap(key, expected, value, ttl).await)
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
+        each_backend!(self, s => s.swap(key, expected, value, ttl, timeout).await)
+    }
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        each_backend!(self, s => s.release(key, claim_id, restore, ttl, timeout).await)
     }
     async fn probe(&self) -> Result<Probe, StoreError> {
         each_backend!(self, s => s.probe().await)
@@ -146,17 +182,4 @@ impl EventStore for AnyStore {
     fn clock(&self) -> &StoreClock {
         each_backend!(self, s => s.clock())
     }
-}
-
-/// Per-call timeout for store operations: `STATEFUL_TOOL_STORE_TIMEOUT_MS`, default 5 s.
-pub fn call_timeout() -> Duration {
-    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        let ms = std::env::var("STATEFUL_TOOL_STORE_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(5000);
-        Duration::from_millis(ms)
-    })
 }

@@ -21,7 +21,8 @@ impl Status {
     }
 }
 
-/// The value under `evt_…` keys (`v` = 1). Field names are the contract in architecture.md.
+/// The value under `evt_…` keys (`v` = 1). Field names are a stored format: records written
+/// by one version are read by the next, so they never change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub v: u32,
@@ -83,24 +84,56 @@ pub fn new_claim_id() -> String {
 /// canonicalised first (sorted keys, no insignificant whitespace; numbers keep their exact
 /// text), so key order and spacing never make a "different" payload.
 pub fn fingerprint(event_type: &str, payload: Option<&str>) -> String {
+    fingerprint_and_kind(event_type, payload).0
+}
+
+/// The fingerprint and how the payload was compared: `json` (canonical form), `text` (byte
+/// for byte) or `none`.
+pub fn fingerprint_and_kind(event_type: &str, payload: Option<&str>) -> (String, &'static str) {
     let mut h = Sha256::new();
     h.update(b"stateful_tool/v1\0");
     h.update(event_type.as_bytes());
     h.update(b"\0");
-    match payload {
-        None => h.update(b"none"),
+    let kind = match payload {
+        None => {
+            h.update(b"none");
+            "none"
+        }
         Some(p) => match super::canonical::canonical_json(p) {
             Some(canonical) => {
                 h.update(b"json\0");
                 h.update(&canonical);
+                "json"
             }
             None => {
                 h.update(b"text\0");
                 h.update(p.as_bytes());
+                "text"
             }
         },
+    };
+    (format!("sha256:{}", hex::encode(h.finalize())), kind)
+}
+
+/// Refuses JSON nested deeper than the parser accepts: compared as text, its spacing would
+/// matter again. Called only for payloads that did not parse as JSON.
+pub fn check_depth(payload: &str) -> Result<(), String> {
+    match super::canonical::canonical_json_or_error(payload) {
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(format!(
+            "payload is JSON nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects; flatten it, or send \
+             it as text that is not JSON"
+        )),
+        _ => Ok(()),
     }
-    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+/// serde_json's nesting limit (arrays and objects), which the canonical form inherits.
+pub const MAX_JSON_DEPTH: usize = 127;
+
+/// Reads [`format_time`] back (unix ms); None for anything else.
+pub fn parse_time(text: &str) -> Option<i64> {
+    let t = chrono::NaiveDateTime::parse_from_str(text.strip_suffix(" UTC")?, "%Y-%m-%d %H:%M:%S").ok()?;
+    Some(t.and_utc().timestamp_millis())
 }
 
 /// `2026-08-05 10:00:00 UTC`, the record's human time format.

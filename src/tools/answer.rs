@@ -1,28 +1,66 @@
 //! A tool's answer: a JSON object in a fixed field order, serialised straight from its record.
 //
 // Building a `serde_json::Map` for each answer cost an allocation per key and per value plus
-// hashing, more than the rest of the answer; `to_value` still builds that map (tests, callers).
+// hashing, more than the rest of the answer; only `to_value` (for tests) builds one.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use super::Tool;
+use crate::protocol::outbound::ToolAnswer;
 use crate::store::record::{format_time, Record};
 
 /// Fields before the record's, the record (with its storage key), and fields after it.
 #[derive(Debug, Clone)]
 pub struct Answer {
+    tool: Option<Tool>,
     head: Vec<(&'static str, Value)>,
     record: Option<(Record, String)>,
     tail: Vec<(&'static str, Value)>,
 }
 
-/// Room for every field of an answer (four before the record, eleven of it, two after).
-const FIELDS: usize = 18;
+/// The record's fields as answers show them, in order (the payload only `event_status` adds).
+const RECORD_FIELDS: [&str; 11] = [
+    "event_id",
+    "event_type",
+    "status",
+    "received_at",
+    "updated_at",
+    "attempt",
+    "fingerprint",
+    "lease_until",
+    "completed_at",
+    "result",
+    "key",
+];
+
+/// Field `RECORD_FIELDS[index]` of a record, serialised directly (one place maps a field
+/// to its value, for the answer object and for the workflow outputs alike).
+struct RecordField<'a>(&'a Record, &'a str, usize);
+
+impl Serialize for RecordField<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let RecordField(rec, key, index) = *self;
+        match index {
+            0 => rec.event_id.serialize(s),
+            1 => rec.event_type.serialize(s),
+            2 => rec.status.as_str().serialize(s),
+            3 => rec.received_at.serialize(s),
+            4 => rec.updated_at.serialize(s),
+            5 => rec.attempt.serialize(s),
+            6 => rec.fingerprint.serialize(s),
+            7 => rec.lease_until_ms.map(format_time).serialize(s),
+            8 => rec.completed_at.serialize(s),
+            9 => rec.result.serialize(s),
+            _ => key.serialize(s),
+        }
+    }
+}
 
 impl Answer {
     /// An answer whose first field is `outcome`.
     pub fn new(outcome: &str) -> Answer {
-        Answer { head: vec![("outcome", json!(outcome))], record: None, tail: Vec::new() }
+        Answer { tool: None, head: vec![("outcome", json!(outcome))], record: None, tail: Vec::new() }
     }
 
     /// Appends a field (after the record's fields once a record is set).
@@ -35,10 +73,25 @@ impl Answer {
         self
     }
 
-    /// Shows `rec` (all but its payload) and its storage key, as [`record_fields`] does.
+    /// Shows `rec` (all but its payload, which only `event_status` returns) and its storage key.
     pub fn record(mut self, rec: Record, key: &str) -> Answer {
         self.record = Some((rec, key.to_owned()));
         self
+    }
+
+    /// Marks the answer as `tool`'s: its sentence and declared outputs follow from that.
+    pub fn of_tool(mut self, tool: Tool) -> Answer {
+        self.tool = Some(tool);
+        self
+    }
+
+    pub fn tool(&self) -> Option<Tool> {
+        self.tool
+    }
+
+    /// The record shown, if any.
+    pub fn shown_record(&self) -> Option<&Record> {
+        self.record.as_ref().map(|(rec, _)| rec)
     }
 
     /// A field set with [`Answer::field`] (not the record's fields).
@@ -46,63 +99,75 @@ impl Answer {
         self.head.iter().chain(&self.tail).find(|(k, _)| *k == name).map(|(_, v)| v)
     }
 
+    /// The `outcome` field.
+    pub fn outcome(&self) -> &str {
+        self.get("outcome").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// The one-sentence summary the `text` message carries.
+    pub fn sentence(&self) -> String {
+        let mut out = Vec::new();
+        super::sentence::write(self, &mut out);
+        String::from_utf8(out).expect("sentences are written from str")
+    }
+
+    /// Writes field `name` (set with [`Answer::field`] or the record's) as JSON; false
+    /// (nothing written) when the answer has no such field.
+    pub fn write_field(&self, name: &str, out: &mut Vec<u8>) -> bool {
+        if let Some(v) = self.get(name) {
+            write(out, v);
+            return true;
+        }
+        let Some((rec, key)) = &self.record else { return false };
+        match RECORD_FIELDS.iter().position(|f| *f == name) {
+            Some(index) => write(out, &RecordField(rec, key, index)),
+            None => return false,
+        }
+        true
+    }
+
     /// The answer as a JSON value (what it serialises to).
     pub fn to_value(&self) -> Value {
-        let mut m = Map::with_capacity(FIELDS);
-        for (k, v) in &self.head {
-            m.insert((*k).to_owned(), v.clone());
-        }
-        if let Some((rec, key)) = &self.record {
-            m.extend(record_fields(rec, key));
-        }
-        for (k, v) in &self.tail {
-            m.insert((*k).to_owned(), v.clone());
-        }
-        Value::Object(m)
+        serde_json::to_value(self).expect("an answer serialises to JSON")
     }
 }
 
-/// The record as tools show it (without the payload, which only `event_status` returns).
-pub fn record_fields(rec: &Record, key: &str) -> Map<String, Value> {
-    let mut m = Map::with_capacity(FIELDS);
-    m.insert("event_id".into(), json!(rec.event_id));
-    m.insert("event_type".into(), json!(rec.event_type));
-    m.insert("status".into(), json!(rec.status.as_str()));
-    m.insert("received_at".into(), json!(rec.received_at));
-    m.insert("updated_at".into(), json!(rec.updated_at));
-    m.insert("attempt".into(), json!(rec.attempt));
-    m.insert("fingerprint".into(), json!(rec.fingerprint));
-    m.insert("lease_until".into(), json!(rec.lease_until_ms.map(format_time)));
-    m.insert("completed_at".into(), json!(rec.completed_at));
-    m.insert("result".into(), json!(rec.result));
-    m.insert("key".into(), json!(key));
-    m
+fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    serde_json::to_writer(out, value).expect("serialising an answer field into memory cannot fail");
 }
 
 impl Serialize for Answer {
-    /// The same fields in the same order as [`Answer::to_value`], written directly.
+    /// The head fields, the record's (all but its payload) and storage key, the tail fields.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         for (k, v) in &self.head {
             m.serialize_entry(k, v)?;
         }
         if let Some((rec, key)) = &self.record {
-            m.serialize_entry("event_id", &rec.event_id)?;
-            m.serialize_entry("event_type", &rec.event_type)?;
-            m.serialize_entry("status", rec.status.as_str())?;
-            m.serialize_entry("received_at", &rec.received_at)?;
-            m.serialize_entry("updated_at", &rec.updated_at)?;
-            m.serialize_entry("attempt", &rec.attempt)?;
-            m.serialize_entry("fingerprint", &rec.fingerprint)?;
-            m.serialize_entry("lease_until", &rec.lease_until_ms.map(format_time))?;
-            m.serialize_entry("completed_at", &rec.completed_at)?;
-            m.serialize_entry("result", &rec.result)?;
-            m.serialize_entry("key", key)?;
+            for (index, name) in RECORD_FIELDS.iter().enumerate() {
+                m.serialize_entry(name, &RecordField(rec, key, index))?;
+            }
         }
         for (k, v) in &self.tail {
             m.serialize_entry(k, v)?;
         }
         m.end()
+    }
+}
+
+impl ToolAnswer for Answer {
+    fn write_text(&self, out: &mut Vec<u8>) {
+        super::sentence::write(self, out);
+    }
+
+    fn output_names(&self) -> &'static [String] {
+        self.tool.map_or(&[], Tool::outputs)
+    }
+
+    fn write_output(&self, name: &str, out: &mut Vec<u8>) {
+        if !self.write_field(name, out) {
+            out.extend_from_slice(b"null");
+        }
     }
 }
 
@@ -160,6 +225,16 @@ mod tests {
             ];
             for a in answers {
                 assert_eq!(serde_json::to_string(&a).unwrap(), a.to_value().to_string());
+                // Each field written alone is the value's field; an unknown one writes nothing.
+                for (name, value) in a.to_value().as_object().unwrap() {
+                    let mut out = Vec::new();
+                    assert!(a.write_field(name, &mut out), "{name}");
+                    assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), *value, "{name}");
+                }
+                let mut out = Vec::new();
+                assert!(!a.write_field("no_such_field", &mut out) && out.is_empty());
+                a.write_output("no_such_field", &mut out);
+                assert_eq!(out, b"null");
             }
         }
     }

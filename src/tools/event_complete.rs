@@ -3,7 +3,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{decode, params, swap_or_read_back, Answer, Settings, MAX_ROUNDS};
+use super::claims::old_settle;
+use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{format_time, new_claim_id, Record, Status};
@@ -27,16 +28,31 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
         )));
     }
     let key = storage_key(settings.namespace.as_deref(), &event_id);
+    let deadline = Deadline::start(settings.call_timeout);
+    let fail = |e| deadline.error(e);
     let not_found = || {
         ToolError::not_found(format!(
             "no event with id {event_id:?} was ingested (or its record expired); nothing to complete"
         ))
     };
-    let mut cur = store.read(&key).await?.ok_or_else(not_found)?;
+    let mut claims = Claims::default();
+    let mut cur = store.read(&key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
     for _ in 0..MAX_ROUNDS {
         let rec = decode(&cur.value, &key)?;
+        if claims.owns(&rec.claim_id) && !old_settle() {
+            // This call's own completion landed (its answer was lost or came late).
+            return Ok(answer(target.as_str(), rec, &key));
+        }
         if let Some(a) = attempt {
-            if a != rec.attempt {
+            if a > rec.attempt {
+                return Err(ToolError::conflict(format!(
+                    "attempt {a} of event {event_id:?} does not exist yet: the current attempt is {}; pass the attempt \
+                     number event_ingest returned",
+                    rec.attempt
+                ))
+                .with_details(json!({"event_id": event_id, "attempt": a, "current_attempt": rec.attempt, "status": rec.status.as_str()})));
+            }
+            if a < rec.attempt {
                 return Err(ToolError::conflict(format!("stale completion: attempt {a}, current attempt {}", rec.attempt))
                     .with_details(json!({"event_id": event_id, "attempt": a, "current_attempt": rec.attempt, "status": rec.status.as_str()})));
             }
@@ -62,11 +78,21 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
             claim_id: new_claim_id(),
             ..rec
         };
-        let swapped = swap_or_read_back(store, &key, &cur.version, &next, settings.retention).await?;
-        match swapped {
-            Swapped::Swapped => return Ok(answer(target.as_str(), next, &key)),
-            Swapped::Changed(Some(newer)) => cur = newer,
-            Swapped::Changed(None) => return Err(not_found()),
+        claims.push(&next.claim_id);
+        match store
+            .swap(&key, &cur.version, &next.to_bytes(), settings.retention, deadline.share().map_err(fail)?)
+            .await
+        {
+            Ok(Swapped::Swapped) => return Ok(answer(target.as_str(), next, &key)),
+            Ok(Swapped::Changed(Some(newer))) => cur = newer,
+            Ok(Swapped::Changed(None)) => return Err(not_found()),
+            Err(e) if e.is_ambiguous() => {
+                cur = store.read(&key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
+                if old_settle() && decode(&cur.value, &key)?.claim_id == next.claim_id {
+                    return Ok(answer(target.as_str(), next, &key));
+                }
+            }
+            Err(e) => return Err(fail(e)),
         }
     }
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
@@ -99,6 +125,9 @@ mod tests {
         let stale = run(&s, &st, &params(json!({"event_id": "L1", "attempt": 1}))).await.unwrap_err();
         assert_eq!(stale.class, ErrorClass::Conflict);
         assert_eq!(stale.message, "stale completion: attempt 1, current attempt 2");
+        let early = run(&s, &st, &params(json!({"event_id": "L1", "attempt": 3}))).await.unwrap_err();
+        assert_eq!(early.class, ErrorClass::Conflict);
+        assert!(early.message.contains("attempt 3 of event \"L1\" does not exist yet"), "{}", early.message);
         let done =
             run(&s, &st, &params(json!({"event_id": "L1", "attempt": 2, "result": "ok"}))).await.unwrap().to_value();
         assert_eq!(done["outcome"], "completed");

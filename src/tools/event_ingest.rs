@@ -3,14 +3,15 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{decode, params, swap_or_read_back, Answer, Settings, MAX_ROUNDS};
+use super::claims::old_settle;
+use super::settings::MAX_LEASE_SECONDS;
+use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
-use crate::store::record::{fingerprint, format_time, new_claim_id, Record, Status};
+use crate::store::record::{check_depth, fingerprint, fingerprint_and_kind, format_time, new_claim_id, Record, Status};
 use crate::store::{Created, Current, EventStore, Swapped};
 
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
-pub const MAX_LEASE_SECONDS: i64 = 86_400;
 
 /// A validated ingest call; nothing touches the store before this exists.
 pub struct IngestRequest {
@@ -18,6 +19,9 @@ pub struct IngestRequest {
     pub event_type: String,
     pub payload: Option<String>,
     pub fingerprint: String,
+    /// `json`, `text` or `none`: how the payload was compared.
+    pub compared_as: &'static str,
+    /// The effective lease: this call's `lease_seconds`, else the provider default; None = never.
     pub lease_ms: Option<i64>,
 }
 
@@ -32,7 +36,7 @@ impl IngestRequest {
                 settings.event_types.join(", ")
             )));
         }
-        let payload = params::optional_str(p, "payload")?;
+        let payload = params::optional_payload(p, "payload")?;
         if let Some(body) = &payload {
             if body.len() > MAX_PAYLOAD_BYTES {
                 return Err(ToolError::param(format!(
@@ -41,14 +45,19 @@ impl IngestRequest {
                 )));
             }
         }
-        let lease = params::optional_int(p, "lease_seconds", 0, MAX_LEASE_SECONDS)?;
-        let fingerprint = fingerprint(&event_type, payload.as_deref());
+        let lease = params::optional_int(p, "lease_seconds", 0, MAX_LEASE_SECONDS as i64)?
+            .unwrap_or(settings.default_lease.as_secs() as i64);
+        let (fingerprint, compared_as) = fingerprint_and_kind(&event_type, payload.as_deref());
+        if compared_as == "text" {
+            check_depth(payload.as_deref().unwrap_or_default()).map_err(ToolError::param)?;
+        }
         Ok(IngestRequest {
             event_id,
             event_type,
             payload,
             fingerprint,
-            lease_ms: lease.filter(|&s| s > 0).map(|s| s * 1000),
+            compared_as,
+            lease_ms: (lease > 0).then_some(lease * 1000),
         })
     }
 }
@@ -56,9 +65,30 @@ impl IngestRequest {
 pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
+    let deadline = Deadline::start(settings.call_timeout);
+    let mut claims = Claims::default();
+    match claim(store, settings, &req, &key, &deadline, &mut claims).await {
+        Ok(answer) => Ok(answer.field("payload_compared_as", json!(req.compared_as))),
+        Err(e) => Err(claims.roll_back(store, &key, settings.retention, &deadline, e).await),
+    }
+}
+
+async fn claim<S: EventStore>(
+    store: &S,
+    settings: &Settings,
+    req: &IngestRequest,
+    key: &str,
+    deadline: &Deadline,
+    claims: &mut Claims,
+) -> Result<Answer, ToolError> {
+    let fail = |e| deadline.error(e);
     if req.lease_ms.is_some() && !store.clock().is_synced() {
-        // Lease deadlines are stamped in the store's clock: learn it once per store.
-        store.read(&key).await?;
+        // Lease deadlines are stamped in the store's clock: learn it once per store, by one
+        // call (a burst of first calls would otherwise all read the store first).
+        let _one = store.clock().syncing().await;
+        if !store.clock().is_synced() {
+            store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)?;
+        }
     }
     let now = store.clock().now_ms();
     let fresh = Record {
@@ -77,21 +107,26 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
         claim_id: new_claim_id(),
     };
     let bytes = fresh.to_bytes();
+    let ttl = settings.ttl_for(req.lease_ms);
+    claims.push(&fresh.claim_id);
     for _ in 0..MAX_ROUNDS {
-        let existing = match store.create(&key, &bytes, settings.retention).await {
-            Ok(Created::Created) => return Ok(answer("accepted", fresh, &key, false)),
+        let existing = match store.create(key, &bytes, ttl, deadline.share().map_err(fail)?).await {
+            Ok(Created::Created) => return Ok(answer("accepted", fresh, key, false)),
             Ok(Created::Exists(cur)) => cur,
-            // The write may have landed although its answer was lost: read it back.
-            Err(e) if e.is_ambiguous() => match store.read(&key).await? {
-                Some(cur) if decode(&cur.value, &key)?.claim_id == fresh.claim_id => {
-                    return Ok(answer("accepted", fresh, &key, false));
+            // The write may have landed (or may still land): read the key back.
+            Err(e) if e.is_ambiguous() => {
+                claims.lost(&fresh);
+                match store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)? {
+                    Some(cur) if old_settle() && decode(&cur.value, key)?.claim_id == fresh.claim_id => {
+                        return Ok(answer("accepted", fresh, key, false));
+                    }
+                    Some(cur) => cur,
+                    None => continue,
                 }
-                Some(cur) => cur,
-                None => continue,
-            },
-            Err(e) => return Err(e.into()),
+            }
+            Err(e) => return Err(fail(e)),
         };
-        if let Some(done) = settle(store, settings, &req, &key, existing).await? {
+        if let Some(done) = settle(store, req, key, ttl, deadline, claims, existing).await? {
             return Ok(done);
         }
         // The record expired or was deleted between our steps: claim it afresh.
@@ -103,22 +138,24 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
 /// expired (by the store's clock). `None` = the key vanished, claim from scratch.
 async fn settle<S: EventStore>(
     store: &S,
-    settings: &Settings,
     req: &IngestRequest,
     key: &str,
+    ttl: std::time::Duration,
+    deadline: &Deadline,
+    claims: &mut Claims,
     mut cur: Current,
 ) -> Result<Option<Answer>, ToolError> {
+    let fail = |e| deadline.error(e);
     for _ in 0..MAX_ROUNDS {
         let rec = decode(&cur.value, key)?;
+        if claims.owns(&rec.claim_id) && !old_settle() {
+            // This call's own write landed (late, twice, or with its answer lost): it is this
+            // call's claim, never a duplicate of itself.
+            let retry = rec.attempt > 1;
+            return Ok(Some(answer("accepted", rec, key, retry)));
+        }
         if rec.fingerprint != req.fingerprint {
-            return Err(ToolError::conflict(format!(
-                "event_id {:?} was already received with different content (stored {}, this delivery {}); nothing was overwritten",
-                rec.event_id, rec.fingerprint, req.fingerprint
-            ))
-            .with_details(json!({
-                "event_id": rec.event_id, "stored_fingerprint": rec.fingerprint,
-                "new_fingerprint": req.fingerprint, "status": rec.status.as_str(), "received_at": rec.received_at,
-            })));
+            return Err(conflict(&rec, req));
         }
         let reclaim =
             rec.status == Status::Failed || (rec.status == Status::Processing && rec.lease_expired(cur.store_now_ms));
@@ -135,14 +172,48 @@ async fn settle<S: EventStore>(
             claim_id: new_claim_id(),
             ..rec
         };
-        let swapped = swap_or_read_back(store, key, &cur.version, &next, settings.retention).await?;
-        match swapped {
-            Swapped::Swapped => return Ok(Some(answer("accepted", next, key, true))),
-            Swapped::Changed(Some(newer)) => cur = newer,
-            Swapped::Changed(None) => return Ok(None),
+        claims.push(&next.claim_id);
+        match store.swap(key, &cur.version, &next.to_bytes(), ttl, deadline.share().map_err(fail)?).await {
+            Ok(Swapped::Swapped) => return Ok(Some(answer("accepted", next, key, true))),
+            Ok(Swapped::Changed(Some(newer))) => cur = newer,
+            Ok(Swapped::Changed(None)) => return Ok(None),
+            Err(e) if e.is_ambiguous() => {
+                claims.lost(&next);
+                match store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)? {
+                    Some(newer) if old_settle() && decode(&newer.value, key)?.claim_id == next.claim_id => {
+                        return Ok(Some(answer("accepted", next, key, true)));
+                    }
+                    Some(newer) => cur = newer,
+                    None => return Ok(None),
+                }
+            }
+            Err(e) => return Err(fail(e)),
         }
     }
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
+}
+
+/// Same id, different content: names what differs (the type, the payload, or both).
+fn conflict(rec: &Record, req: &IngestRequest) -> ToolError {
+    let type_differs = rec.event_type != req.event_type;
+    let payload_differs = fingerprint(&rec.event_type, req.payload.as_deref()) != rec.fingerprint;
+    let what = match (type_differs, payload_differs) {
+        (true, true) => format!(
+            "a different event_type ({:?}, this delivery {:?}) and a different payload",
+            rec.event_type, req.event_type
+        ),
+        (true, false) => format!("a different event_type ({:?}, this delivery {:?})", rec.event_type, req.event_type),
+        _ => format!("a different payload (compared as {})", req.compared_as),
+    };
+    ToolError::conflict(format!(
+        "event_id {:?} was already received with {what} (stored {}, this delivery {}); nothing was overwritten",
+        rec.event_id, rec.fingerprint, req.fingerprint
+    ))
+    .with_details(json!({
+        "event_id": rec.event_id, "stored_fingerprint": rec.fingerprint,
+        "new_fingerprint": req.fingerprint, "status": rec.status.as_str(), "received_at": rec.received_at,
+        "event_type_differs": type_differs, "payload_differs": payload_differs,
+    }))
 }
 
 fn answer(outcome: &str, rec: Record, key: &str, retry: bool) -> Answer {
@@ -215,5 +286,45 @@ mod tests {
             }
         }
         assert_eq!(accepted, 1);
+    }
+
+    #[tokio::test]
+    async fn conflicts_name_what_differs_and_answers_say_how_the_payload_was_compared() {
+        let (s, st) = (store(), settings());
+        let first = params(json!({"event_id": "C1", "event_type": "created", "payload": "{\"a\": 1}"}));
+        let v = run(&s, &st, &first).await.unwrap().to_value();
+        assert_eq!(v["payload_compared_as"], "json");
+        let text = params(json!({"event_id": "C2", "event_type": "created", "payload": "not json"}));
+        assert_eq!(run(&s, &st, &text).await.unwrap().to_value()["payload_compared_as"], "text");
+        let none = params(json!({"event_id": "C3", "event_type": "created"}));
+        assert_eq!(run(&s, &st, &none).await.unwrap().to_value()["payload_compared_as"], "none");
+        let cases = [
+            (json!({"event_id": "C1", "event_type": "updated", "payload": "{\"a\":1}"}), "a different event_type"),
+            (json!({"event_id": "C1", "event_type": "created", "payload": "{\"a\":2}"}), "a different payload"),
+            (json!({"event_id": "C1", "event_type": "closed", "payload": "x"}), "and a different payload"),
+        ];
+        for (p, says) in cases {
+            let e = run(&s, &st, &params(p.clone())).await.unwrap_err();
+            assert_eq!(e.class, ErrorClass::Conflict);
+            assert!(e.message.contains(says), "{p}: {}", e.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn json_deeper_than_the_parser_accepts_is_refused_not_compared_as_text() {
+        let (s, st) = (store(), settings());
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let e = run(&s, &st, &params(json!({"event_id": "D", "event_type": "created", "payload": deep})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.class, ErrorClass::ParamInvalid);
+        assert!(e.message.contains("nested deeper than 127"), "{}", e.message);
+        // The deepest accepted nesting is compared as JSON: spacing does not matter there.
+        let at = |sp: &str| format!("{}1{}", format!("[{sp}").repeat(127), "]".repeat(127));
+        let p = |payload: String| params(json!({"event_id": "D127", "event_type": "created", "payload": payload}));
+        let first = run(&s, &st, &p(at(""))).await.unwrap().to_value();
+        assert_eq!(first["payload_compared_as"], "json");
+        assert_eq!(run(&s, &st, &p(at(" \n"))).await.unwrap().to_value()["outcome"], "duplicate");
+        assert!(s.len() == 1);
     }
 }

@@ -2,16 +2,20 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{decode, params, Answer, Settings};
+use super::{decode, params, Answer, Deadline, Settings};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
+use crate::store::record::{parse_time, Record, Status};
 use crate::store::EventStore;
 
 pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let key = storage_key(settings.namespace.as_deref(), &event_id);
-    Ok(match store.read(&key).await? {
+    let deadline = Deadline::start(settings.call_timeout);
+    let found =
+        store.read(&key, deadline.rest().map_err(|e| deadline.error(e))?).await.map_err(|e| deadline.error(e))?;
+    Ok(match found {
         // "Have we seen it?" is this tool's question, so "no" is an answer, not an error.
         None => Answer::new("not_found")
             .field("found", json!(false))
@@ -20,13 +24,23 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
         Some(cur) => {
             let rec = decode(&cur.value, &key)?;
             let (payload, lease_expired) = (json!(rec.payload), rec.lease_expired(cur.store_now_ms));
+            let stuck = is_stuck(&rec, cur.store_now_ms, settings.stuck_after());
             Answer::new("found")
                 .field("found", json!(true))
                 .record(rec, &key)
                 .field("payload", payload)
                 .field("lease_expired", json!(lease_expired))
+                .field("stuck", json!(stuck))
         }
     })
+}
+
+/// A `processing` record without a lease whose last change is older than `after`: its run
+/// may have crashed, and no redelivery will take it over by itself.
+fn is_stuck(rec: &Record, store_now_ms: i64, after: std::time::Duration) -> bool {
+    rec.status == Status::Processing
+        && rec.lease_until_ms.is_none()
+        && parse_time(&rec.updated_at).is_some_and(|t| store_now_ms - t >= after.as_millis() as i64)
 }
 
 #[cfg(test)]
@@ -54,5 +68,29 @@ mod tests {
         assert_eq!(v["status"], "processing");
         assert_eq!(v["payload"], "hi");
         assert_eq!(v["attempt"], 1);
+    }
+
+    #[test]
+    fn stuck_means_processing_without_a_lease_for_too_long() {
+        let ten_min = std::time::Duration::from_secs(600);
+        let at = |status, lease_until_ms| Record {
+            v: 1,
+            event_id: "E".into(),
+            event_type: "created".into(),
+            payload: None,
+            fingerprint: String::new(),
+            status,
+            received_at: crate::store::record::format_time(0),
+            updated_at: crate::store::record::format_time(0),
+            attempt: 1,
+            lease_until_ms,
+            completed_at: None,
+            result: None,
+            claim_id: String::new(),
+        };
+        assert!(is_stuck(&at(Status::Processing, None), 600_000, ten_min));
+        assert!(!is_stuck(&at(Status::Processing, None), 599_999, ten_min));
+        assert!(!is_stuck(&at(Status::Processing, Some(1)), 600_000, ten_min), "a lease ends by itself");
+        assert!(!is_stuck(&at(Status::Completed, None), 600_000, ten_min));
     }
 }

@@ -1,18 +1,26 @@
 //! The tools: `event_ingest`, `event_status`, `event_complete`, over any `EventStore`.
 
 pub mod answer;
+mod claims;
+pub mod deadline;
 pub mod event_complete;
 pub mod event_ingest;
 pub mod event_status;
 pub mod params;
+pub mod pyrepr;
+mod sentence;
 pub mod settings;
+#[cfg(test)]
+mod sim;
 
 use serde_json::{Map, Value};
 
 use crate::error::ToolError;
 use crate::store::record::Record;
-use crate::store::{EventStore, Swapped, Version};
-pub use answer::{record_fields, Answer};
+use crate::store::EventStore;
+pub use answer::Answer;
+use claims::Claims;
+pub use deadline::Deadline;
 pub use settings::Settings;
 
 /// The tools this provider declares: the one place a tool name is mapped to its handler.
@@ -44,18 +52,38 @@ impl Tool {
         })
     }
 
-    /// Runs the tool; the answer is the JSON object both the `json` and `text` messages carry.
+    /// Runs the tool; the answer is the `json` message's object, and gives the `text`
+    /// sentence and the workflow outputs.
     pub async fn invoke<S: EventStore>(
         self,
         store: &S,
         settings: &Settings,
         params: &Map<String, Value>,
     ) -> Result<Answer, ToolError> {
-        match self {
+        let answer = match self {
             Tool::EventIngest => event_ingest::run(store, settings, params).await,
             Tool::EventStatus => event_status::run(store, settings, params).await,
             Tool::EventComplete => event_complete::run(store, settings, params).await,
-        }
+        };
+        answer.map(|a| a.of_tool(self))
+    }
+
+    /// The names of the tool's declared outputs (`output_schema.properties` of its embedded
+    /// YAML): what a workflow tool node offers as its output variables.
+    pub fn outputs(self) -> &'static [String] {
+        static OUTPUTS: std::sync::OnceLock<Vec<Vec<String>>> = std::sync::OnceLock::new();
+        let all = OUTPUTS.get_or_init(|| {
+            Tool::ALL
+                .iter()
+                .map(|t| {
+                    let properties = crate::declarations::tool(t.name())
+                        .and_then(|d| d["output_schema"]["properties"].as_object())
+                        .expect("every tool declares output_schema.properties");
+                    properties.keys().cloned().collect()
+                })
+                .collect()
+        });
+        &all[Tool::ALL.iter().position(|t| *t == self).expect("every tool is in ALL")]
     }
 }
 
@@ -67,25 +95,6 @@ pub fn decode(bytes: &[u8], key: &str) -> Result<Record, ToolError> {
             "the store holds a value under {key} that is not an event record ({e}); it was left untouched"
         ))
     })
-}
-
-/// A compare-and-swap whose lost answer is resolved by reading the key back: the write
-/// landed when the stored record carries this write's `claim_id`.
-pub async fn swap_or_read_back<S: EventStore>(
-    store: &S,
-    key: &str,
-    expected: &Version,
-    next: &Record,
-    ttl: std::time::Duration,
-) -> Result<Swapped, ToolError> {
-    match store.swap(key, expected, &next.to_bytes(), ttl).await {
-        Ok(s) => Ok(s),
-        Err(e) if e.is_ambiguous() => match store.read(key).await? {
-            Some(now) if decode(&now.value, key)?.claim_id == next.claim_id => Ok(Swapped::Swapped),
-            other => Ok(Swapped::Changed(other)),
-        },
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// How many times a tool re-reads a record that another delivery keeps changing before
@@ -104,6 +113,8 @@ pub(crate) mod testing {
             namespace: None,
             event_types: vec!["created".into(), "updated".into(), "closed".into()],
             retention: std::time::Duration::from_secs(3600),
+            default_lease: std::time::Duration::ZERO,
+            call_timeout: std::time::Duration::from_secs(5),
         }
     }
 

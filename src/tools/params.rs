@@ -5,8 +5,15 @@ use serde_json::{Map, Value};
 use crate::error::ToolError;
 
 /// A required string. Numbers are accepted as their decimal text (agents often send ids as
-/// numbers); anything else is a clear `param_invalid`.
+/// numbers); anything else is a clear `param_invalid`. An empty string is reported as empty,
+/// not as missing: a workflow that maps an empty variable needs to hear that.
 pub fn required_str(params: &Map<String, Value>, name: &str) -> Result<String, ToolError> {
+    if matches!(params.get(name), Some(Value::String(s)) if s.is_empty()) {
+        return Err(ToolError::param(match name {
+            "event_id" => "event_id is empty: pass the unique id the source system gave this event".to_owned(),
+            _ => format!("{name} is empty: pass a value"),
+        }));
+    }
     optional_str(params, name)?.ok_or_else(|| ToolError::param(format!("{name} is required")))
 }
 
@@ -21,6 +28,17 @@ pub fn optional_str(params: &Map<String, Value>, name: &str) -> Result<Option<St
         Some(v @ (Value::Object(_) | Value::Array(_))) => Ok(Some(v.to_string())),
         Some(Value::Bool(_)) => Err(ToolError::param(format!("{name} must be text, not true/false"))),
     }
+}
+
+/// An optional payload: text as given, except Dify's `str()` of an object or array (a
+/// workflow variable wired straight to the field), which is read back as the JSON text it
+/// came from, so it gets the same fingerprint and stored form as that JSON.
+pub fn optional_payload(params: &Map<String, Value>, name: &str) -> Result<Option<String>, ToolError> {
+    Ok(optional_str(params, name)?.map(|text| match super::pyrepr::json_from_python_repr(&text) {
+        // Valid JSON stays as it is (e.g. `[1, 2]` reads the same in both languages).
+        Some(json) if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_err() => json,
+        _ => text,
+    }))
 }
 
 /// An optional whole number within `min..=max`; numeric strings are accepted.
@@ -53,7 +71,7 @@ mod tests {
         let m = p(json!({"a": "x", "b": 12, "c": "", "d": null, "e": {"k": 1}, "f": true}));
         assert_eq!(required_str(&m, "a").unwrap(), "x");
         assert_eq!(required_str(&m, "b").unwrap(), "12");
-        assert!(required_str(&m, "c").is_err());
+        assert!(required_str(&m, "c").unwrap_err().message.contains("c is empty"));
         assert!(required_str(&m, "d").unwrap_err().message.contains("required"));
         assert_eq!(optional_str(&m, "e").unwrap().unwrap(), r#"{"k":1}"#);
         assert!(optional_str(&m, "f").is_err());

@@ -14,6 +14,15 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// More replicas than any sane deployment has: a typo, not a setting.
 const MAX_MIN_REPLICAS: u32 = 16;
 const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
+/// Dify's default workflow execution limit: a live run never loses its lease by default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(1200);
+pub const MAX_LEASE_SECONDS: u64 = 86_400;
+/// How much longer than its lease a `processing` record is kept at least: covers the
+/// difference between the plugin's estimate of the store clock and the store's own, and the
+/// time between stamping a lease and the write landing.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(60);
+/// The deadline of one call's store round trips when the runtime passes none.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -22,6 +31,10 @@ pub struct Settings {
     pub event_types: Vec<String>,
     /// Store-side TTL of every record; an expired id is a new event.
     pub retention: Duration,
+    /// The lease of a claim whose call gives no `lease_seconds`; zero = never expires.
+    pub default_lease: Duration,
+    /// One deadline for all store round trips of one tool call (set by the runtime).
+    pub call_timeout: Duration,
 }
 
 /// A credential as a trimmed string; absent, null and empty all mean "not set".
@@ -66,7 +79,46 @@ impl Settings {
                 ToolError::param(format!("min_replicas {n:?} is not a number of replicas from 0 to {MAX_MIN_REPLICAS}"))
             })?,
         };
-        Ok(Settings { store: StoreConfig { url, token, min_replicas }, namespace, event_types, retention })
+        let default_lease = match credential(creds, "default_lease_seconds") {
+            None => DEFAULT_LEASE,
+            Some(l) => {
+                l.parse::<u64>().ok().filter(|&s| s <= MAX_LEASE_SECONDS).map(Duration::from_secs).ok_or_else(|| {
+                    ToolError::param(format!(
+                        "default_lease_seconds {l:?} is not a whole number of seconds from 0 (never expires) to \
+                         {MAX_LEASE_SECONDS}"
+                    ))
+                })?
+            }
+        };
+        Ok(Settings {
+            store: StoreConfig { url, token, min_replicas },
+            namespace,
+            event_types,
+            retention,
+            default_lease,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        })
+    }
+
+    /// The store-side TTL of a record with this lease: the retention, extended when needed
+    /// so that a record never expires before its lease (plus [`LEASE_MARGIN`]). A record that
+    /// vanished under a live lease would let the next delivery claim attempt 1 again while
+    /// the first run is still working.
+    pub fn ttl_for(&self, lease_ms: Option<i64>) -> Duration {
+        match lease_ms {
+            Some(ms) if ms > 0 => self.retention.max(Duration::from_millis(ms as u64) + LEASE_MARGIN),
+            _ => self.retention,
+        }
+    }
+
+    /// Age after which a `processing` record without a lease is reported `stuck`: the
+    /// default lease, or [`DEFAULT_LEASE`] when the default is "never".
+    pub fn stuck_after(&self) -> Duration {
+        if self.default_lease.is_zero() {
+            DEFAULT_LEASE
+        } else {
+            self.default_lease
+        }
     }
 }
 
@@ -100,6 +152,21 @@ mod tests {
         assert_eq!(s.event_types, ["created", "updated", "closed"]);
         assert_eq!(s.retention, DEFAULT_RETENTION);
         assert_eq!(s.namespace, None);
+        assert_eq!(s.default_lease, DEFAULT_LEASE);
+        let declared = crate::declarations::credential_default("default_lease_seconds");
+        assert_eq!(declared, Some(DEFAULT_LEASE.as_secs().to_string()), "the YAML default is the code's");
+    }
+
+    #[test]
+    fn ttl_covers_the_lease_and_default_lease_is_parsed() {
+        let s = Settings::from_credentials(&json!({"retention": "2s", "default_lease_seconds": "0"})).unwrap();
+        assert_eq!(s.default_lease, Duration::ZERO);
+        assert_eq!(s.ttl_for(None), Duration::from_secs(2));
+        assert_eq!(s.ttl_for(Some(3_600_000)), Duration::from_secs(3660));
+        assert_eq!(s.stuck_after(), DEFAULT_LEASE);
+        let long = Settings::from_credentials(&json!({"default_lease_seconds": 30})).unwrap();
+        assert_eq!(long.ttl_for(Some(30_000)), DEFAULT_RETENTION);
+        assert_eq!(long.stuck_after(), Duration::from_secs(30));
     }
 
     #[test]
@@ -125,6 +192,9 @@ mod tests {
             json!({"event_types": ","}),
             json!({"min_replicas": "-1"}),
             json!({"min_replicas": "many"}),
+            json!({"default_lease_seconds": "-1"}),
+            json!({"default_lease_seconds": "20m"}),
+            json!({"default_lease_seconds": "86401"}),
         ] {
             let e = Settings::from_credentials(&creds).unwrap_err();
             assert_eq!(e.class, crate::error::ErrorClass::ParamInvalid, "{creds}");

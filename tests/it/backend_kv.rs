@@ -45,7 +45,8 @@ async fn keys_are_escaped_and_distinct() {
 async fn retention_expires_ids_and_namespaces_isolate() {
     let (s, _d) = kv();
     let p = Plugin::spawn(&[]).await;
-    let c = json!({"kv_url": s.url(), "namespace": "acme", "retention": "1s"});
+    // No lease: a record with one is kept at least the lease plus a minute.
+    let c = json!({"kv_url": s.url(), "namespace": "acme", "retention": "1s", "default_lease_seconds": "0"});
     let ev = json!({"event_id": "EVT-1", "event_type": "created"});
     let a = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!((a.outcome().as_str(), a.json()["key"].as_str()), ("accepted", Some("evt_acme~EVT-1")));

@@ -42,7 +42,8 @@ async fn keys_are_escaped_and_distinct() {
 async fn the_record_and_ttl_are_as_documented() {
     let r = RedisServer::start(&[]);
     let p = Plugin::spawn(&[]).await;
-    let c = json!({"kv_url": r.url(), "namespace": "acme", "retention": "2s"});
+    // No lease: a record with one is kept at least the lease plus a minute.
+    let c = json!({"kv_url": r.url(), "namespace": "acme", "retention": "2s", "default_lease_seconds": "0"});
     let a = p.invoke("event_ingest", &c, json!({"event_id": "EVT-1", "event_type": "created", "payload": "x"})).await;
     assert_eq!(a.json()["key"], "evt_acme~EVT-1");
     let raw: serde_json::Value = serde_json::from_str(&r.get("evt_acme~EVT-1").unwrap()).unwrap();

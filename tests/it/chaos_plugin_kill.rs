@@ -18,9 +18,12 @@ use stateful_tool::store::record::{Record, Status};
 const SESSIONS: usize = 1000;
 /// Half of the events carry this lease, the other half none.
 const LEASE_SECONDS: u64 = 5;
+/// The store timeout bounds a whole call; a thousand calls at once on a busy 2-core machine
+/// take seconds, and this test is about the kill, not latency.
+const GENEROUS: &[(&str, &str)] = &[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "30000")];
 
 fn event(id: &str, leased: bool) -> Value {
-    let lease = if leased { json!(LEASE_SECONDS) } else { json!(null) };
+    let lease = if leased { json!(LEASE_SECONDS) } else { json!(0) };
     json!({"event_id": id, "event_type": "created", "payload": id, "lease_seconds": lease})
 }
 
@@ -43,7 +46,7 @@ where
     let ids: Vec<(String, bool)> = (0..SESSIONS).map(|i| (format!("{tag}-{i}"), i % 2 == 0)).collect();
 
     // Plugin A: every session in flight at once; killed after its first 100 answers.
-    let a = Arc::new(Plugin::spawn(&[]).await);
+    let a = Arc::new(Plugin::spawn(GENEROUS).await);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = vec![];
     for (id, leased) in &ids {
@@ -98,7 +101,7 @@ where
     assert!(landed.len() < SESSIONS, "the kill came while sessions were still in flight");
 
     // Plugin B serves every redelivery.
-    let b = Arc::new(Plugin::spawn(&[]).await);
+    let b = Arc::new(Plugin::spawn(GENEROUS).await);
     let mut redeliveries = vec![];
     for (id, leased) in &ids {
         let (b, c, id, ev) = (b.clone(), c.clone(), id.clone(), event(id, *leased));

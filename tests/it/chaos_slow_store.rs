@@ -17,23 +17,23 @@ use serde_json::{json, Value};
 const TIMEOUT_MS: &str = "1200";
 
 #[derive(Clone, Copy, Debug)]
-enum Backend {
+pub(crate) enum Backend {
     Kv,
     Redis,
 }
 
 /// Bytes that identify one kind of store request on the wire.
-struct Wire {
+pub(crate) struct Wire {
     /// The atomic create of a claim.
-    claim: &'static [u8],
+    pub(crate) claim: &'static [u8],
     /// A compare-and-swap (re-claim, completion).
-    swap: &'static [u8],
+    pub(crate) swap: &'static [u8],
     /// A plain read (the read-back): releases held answers on a shared connection.
-    read: Option<&'static [u8]>,
+    pub(crate) read: Option<&'static [u8]>,
 }
 
 impl Backend {
-    fn wire(self) -> Wire {
+    pub(crate) fn wire(self) -> Wire {
         match self {
             // reqwest writes header names in lower case.
             Backend::Kv => Wire { claim: b"if-none-match: *", swap: b"\r\nif-match: ", read: None },
@@ -47,13 +47,13 @@ impl Backend {
 }
 
 /// A real store of the given kind; kept alive by the returned guard.
-enum Store {
+pub(crate) enum Store {
     Kv { server: KvServer, _dir: tempfile::TempDir },
     Redis(RedisServer),
 }
 
 impl Store {
-    fn start(backend: Backend) -> Store {
+    pub(crate) fn start(backend: Backend) -> Store {
         match backend {
             Backend::Kv => {
                 let dir = tempfile::tempdir().unwrap();
@@ -63,7 +63,7 @@ impl Store {
         }
     }
 
-    fn addr(&self) -> std::net::SocketAddr {
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
         match self {
             Store::Kv { server: s, .. } => s.addr(),
             Store::Redis(r) => format!("127.0.0.1:{}", r.port).parse().unwrap(),
@@ -71,14 +71,14 @@ impl Store {
     }
 
     /// The store's URL, bypassing any proxy.
-    fn direct_url(&self) -> String {
+    pub(crate) fn direct_url(&self) -> String {
         match self {
             Store::Kv { server: s, .. } => s.url(),
             Store::Redis(r) => r.url(),
         }
     }
 
-    fn proxy(&self, backend: Backend, fault: Fault) -> (Proxy, String) {
+    pub(crate) fn proxy(&self, backend: Backend, fault: Fault) -> (Proxy, String) {
         let p = Proxy::start(self.addr(), fault);
         let url = match backend {
             Backend::Kv => p.http_url(),
@@ -88,7 +88,7 @@ impl Store {
     }
 }
 
-fn fresh_id(tag: &str) -> String {
+pub(crate) fn fresh_id(tag: &str) -> String {
     format!("{tag}-{:x}", rand::random::<u64>())
 }
 
@@ -137,7 +137,7 @@ async fn late_answer_is_found_by_the_read_back(backend: Backend) {
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!(proxy.fired(), 1, "the claim's answer was held");
     assert!(
-        started.elapsed() >= Duration::from_millis(TIMEOUT_MS.parse().unwrap()),
+        started.elapsed() >= Duration::from_millis(TIMEOUT_MS.parse::<u64>().unwrap() / 2),
         "the plugin waited for the held answer first"
     );
     assert_eq!(first.outcome(), "accepted", "the read-back finds the plugin's own claim: {first:?}");

@@ -55,6 +55,18 @@ async fn token_from_env_is_required_on_state_routes() {
 }
 
 #[tokio::test]
+async fn token_from_a_file_is_required_and_stays_off_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kv.token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    let data = dir.path().join("data");
+    let server = KvServer::start(&data, &["--token-file", file.to_str().unwrap()]);
+    check_token_enforced(&server).await;
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", server.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains(TOKEN), "the token is not in the process arguments");
+}
+
+#[tokio::test]
 async fn unauthenticated_request_is_refused_before_its_body_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let server = KvServer::start(dir.path(), &["--token", TOKEN]);

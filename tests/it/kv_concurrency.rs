@@ -50,7 +50,7 @@ async fn exactly_one_of_many_concurrent_creates_wins() {
 
     // Second client: this test binary re-run as a child, acting only as a client.
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_client_process", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "kv_concurrency::child_client_process", "--nocapture", "--test-threads=1"])
         .env(CHILD_URL_ENV, &url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

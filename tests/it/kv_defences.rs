@@ -159,7 +159,8 @@ fn binds_loopback_unless_told_otherwise() {
     let announced = reader.join().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        announced.starts_with("listening on http://127.0.0.1:8123") || stderr.contains("binding 127.0.0.1:8123"),
+        announced.starts_with("listening on http://127.0.0.1:8123")
+            || stderr.contains("cannot listen on 127.0.0.1:8123"),
         "stdout {announced:?}, stderr {stderr:?}"
     );
 }
@@ -207,10 +208,12 @@ async fn no_credential_reaches_a_log_or_an_answer() {
     p.write_raw(format!("{{\"event\":\"{KV_SECRET}\",\"data\":{{}}}}\n").as_bytes()).await;
     // Let the plugin process those before it is stopped.
     assert_eq!(p.request(json!({"type": "tool", "action": "nope"})).await.error_type(), Some("param_invalid"));
+    // Under the daemon the plugin logs as protocol `log` events; stderr has the rest.
+    let events = p.logs.lock().unwrap().join("\n");
     drop(p);
     drop(kv);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let plugin_text = std::fs::read_to_string(&plugin_log).unwrap();
+    let plugin_text = std::fs::read_to_string(&plugin_log).unwrap() + &events;
     let kv_text = std::fs::read_to_string(&kv_log).unwrap();
     assert!(plugin_text.contains("DEBUG"), "debug logging was on in the plugin:\n{plugin_text}");
     assert!(kv_text.contains("DEBUG") || kv_text.contains("INFO"), "logging was on in the container:\n{kv_text}");

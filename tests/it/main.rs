@@ -18,23 +18,35 @@ mod redis_tls;
 mod chaos_plugin_kill;
 mod chaos_slow_store;
 mod chaos_store_crash;
+mod exactly_once;
 
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;
 mod kv_concurrency;
+mod kv_connections;
 mod kv_defences;
 mod kv_durability;
+mod kv_files;
 mod kv_limits;
 mod kv_protocol;
 mod kv_ttl;
 
+// Operating it: the daemon launch log, metrics, inspection, backups, service files.
+mod daemon_logs;
+mod daemon_quiet;
+mod deploy;
+mod kv_metrics;
+mod kv_ops;
+
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
-// and the Python shim the daemon starts.
+// and the Python shim the daemon starts; what Dify's callers make of our answers.
+mod dify_callers;
 mod protocol;
 mod protocol_vectors;
 mod remote;
 mod serverless;
 mod shim;
+mod store_client_limits;
 
 // The signed package: building, validating, signing, the spec's vectors, the marketplace check.
 mod marketplace;
@@ -48,6 +60,9 @@ mod package_vectors;
 mod prop_kv;
 mod prop_protocol;
 mod prop_tools;
+
+// A new user's first hour: `make run`/`make test` scripts, first-contact messages, help.
+mod first_run;
 
 // The benchmark binary's smoke run, and the long soak (`--ignored`, run by CI on release).
 mod bench_smoke;

@@ -27,6 +27,33 @@ fn keygen_writes_pkcs1_pems_with_safe_modes_and_never_overwrites() {
 }
 
 #[test]
+fn keygen_creates_a_missing_out_dir_0700_and_writes_nothing_into_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // A fresh clone has no keys/ directory: the README's command must work there.
+    let keys = dir.path().join("keys");
+    let out = run(&["keygen", "--out-dir", s(&keys), "--name", "k", "--bits", "1024"]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_eq!(mode(&keys), 0o700);
+    assert_eq!(mode(&keys.join("k.private.pem")), 0o600);
+    assert!(keys.join("k.public.pem").is_file());
+
+    // A destination that cannot be a directory fails up front, leaving nothing behind.
+    let file = dir.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let out = run(&["keygen", "--out-dir", s(&file), "--bits", "1024"]);
+    assert!(!out.status.success());
+    assert!(all_output(&out).contains("that path is a file, not a directory"), "{}", all_output(&out));
+    let under_file = file.join("keys");
+    let out = run(&["keygen", "--out-dir", s(&under_file), "--bits", "1024"]);
+    assert!(!out.status.success());
+    assert!(all_output(&out).contains("cannot create the directory"), "{}", all_output(&out));
+    let mut left: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.sort();
+    assert_eq!(left, ["file", "keys"]);
+    assert_eq!(fs::read_dir(&keys).unwrap().count(), 2, "no probe file left in keys/");
+}
+
+#[test]
 fn verify_rejects_key_files_the_daemon_rejects() {
     let dir = tempfile::tempdir().unwrap();
     let signed = vector("stateful_tool.k1.t1700000000.community.signed.difypkg");

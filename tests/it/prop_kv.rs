@@ -1,15 +1,15 @@
 //! Property tests of the KV container's request handling over real sockets (proptest
 //! standing in for a fuzzer): arbitrary methods, paths, headers and bodies never crash the
 //! server, never get a 5xx (no storage failure is injected here), and a key outside the
-//! URL-unreserved charset is always 400; valid JSON under a valid key reads back unchanged.
+//! URL-unreserved charset is always 400 — `?` included: a query string on `/state/` is refused,
+//! never ignored; valid JSON under a valid key reads back unchanged.
 
 use crate::support::kv::{raw_http, KvServer};
+use crate::support::property;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
+/// Failing cases proptest found, replayed before every run.
+const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_kv.txt";
 
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"._~-".contains(&b)
@@ -22,7 +22,7 @@ fn segment() -> impl Strategy<Value = String> {
         4 => "[A-Za-z0-9._~%:@!$&'()*+,;=/\"<>\\[\\]^`{|}\\\\-]{0,30}",
         1 => "[ \\x00-\\x1f\\x7f]{1,3}",
         1 => "\\PC{1,6}",
-        1 => prop::sample::select(vec!["", ".", "..", "%2E%2E", "%2F", "a%00b", "a/../b", "evt_x/..", "~"])
+        1 => prop::sample::select(vec!["", ".", "..", "%2E%2E", "%2F", "a%00b", "a/../b", "evt_x/..", "~", "a?", "a?b=c", "?"])
             .prop_map(str::to_owned),
         1 => (1020usize..1030).prop_map(|n| "k".repeat(n)),
     ]
@@ -83,8 +83,13 @@ fn request(method: &str, path: &str, headers: &[(String, String)], body: &[u8]) 
 fn arbitrary_requests_never_5xx_and_bad_keys_are_400() {
     let dir = tempfile::tempdir().unwrap();
     let server = KvServer::start(dir.path(), &[]);
-    runner(700)
-        .run(&(method(), path(), headers(), body()), |(method, path, headers, body)| {
+    let request_parts = (method(), path(), headers(), body());
+    property::check(
+        REGRESSIONS,
+        "arbitrary_requests_never_5xx_and_bad_keys_are_400",
+        700,
+        &request_parts,
+        |(method, path, headers, body)| {
             let resp = raw_http(server.addr(), &request(&method, &path, &headers, &body));
             prop_assert!(resp.status < 500, "{method} {path:?} {headers:?}: {} {:?}", resp.status, resp.body);
             if let Some(key) = path.strip_prefix("/state/") {
@@ -97,8 +102,8 @@ fn arbitrary_requests_never_5xx_and_bad_keys_are_400() {
                 }
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
     // Still serving, and healthy.
     let resp = raw_http(server.addr(), b"GET /healthz HTTP/1.1\r\nHost: kv\r\nConnection: close\r\n\r\n");
     assert_eq!(resp.status, 200);
@@ -109,17 +114,13 @@ fn json_under_a_valid_key_reads_back_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let server = KvServer::start(dir.path(), &[]);
     let value = crate::support::arb::json().prop_map(|v| serde_json::to_vec(&v).unwrap());
-    runner(200)
-        .run(
-            &("[A-Za-z0-9._~-]{1,40}".prop_filter("not a dot segment", |k| k != "." && k != ".."), value),
-            |(key, value)| {
-                let put = raw_http(server.addr(), &request("PUT", &format!("/state/{key}"), &[], &value));
-                prop_assert!([200, 201].contains(&put.status), "PUT {key}: {}", put.status);
-                let get = raw_http(server.addr(), &request("GET", &format!("/state/{key}"), &[], b""));
-                prop_assert_eq!(get.status, 200);
-                prop_assert_eq!(get.body, value);
-                Ok(())
-            },
-        )
-        .unwrap();
+    let key = "[A-Za-z0-9._~-]{1,40}".prop_filter("not a dot segment", |k| k != "." && k != "..");
+    property::check(REGRESSIONS, "json_under_a_valid_key_reads_back_unchanged", 200, &(key, value), |(key, value)| {
+        let put = raw_http(server.addr(), &request("PUT", &format!("/state/{key}"), &[], &value));
+        prop_assert!([200, 201].contains(&put.status), "PUT {key}: {}", put.status);
+        let get = raw_http(server.addr(), &request("GET", &format!("/state/{key}"), &[], b""));
+        prop_assert_eq!(get.status, 200);
+        prop_assert_eq!(get.body, value);
+        Ok(())
+    });
 }

@@ -7,24 +7,17 @@
 //! Every line that could run a tool is forced onto the in-process `memory://` store, so no
 //! generated input can make the plugin connect anywhere.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
-use crate::support::arb;
+use crate::support::{arb, property};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use stateful_tool::dispatch::App;
+use stateful_tool::oracle;
 use stateful_tool::protocol::message::session_id_from_prefix;
-use stateful_tool::protocol::wire::MAX_INPUT_LINE;
 use stateful_tool::protocol::{Inbound, Line, LineReader};
-use stateful_tool::runtime::session_loop::serve;
-use stateful_tool::runtime::ServeOptions;
-use stateful_tool::store::Clock;
+use stateful_tool::store::{Clock, StoreOptions};
 
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
+/// Failing cases proptest found, replayed before every run.
+const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_protocol.txt";
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
@@ -56,8 +49,12 @@ fn bytes_with_newlines() -> impl Strategy<Value = Vec<u8>> {
 #[test]
 fn line_reader_matches_its_model() {
     let rt = rt();
-    runner(2000)
-        .run(&(bytes_with_newlines(), 1usize..64, 1usize..200), |(input, capacity, max)| {
+    property::check(
+        REGRESSIONS,
+        "line_reader_matches_its_model",
+        2000,
+        &(bytes_with_newlines(), 1usize..64, 1usize..200),
+        |(input, capacity, max)| {
             let got = rt.block_on(read_all(&input, capacity, max));
             let mut pieces: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
             if input.ends_with(b"\n") || input.is_empty() {
@@ -81,8 +78,8 @@ fn line_reader_matches_its_model() {
                 }
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Parsing arbitrary bytes never panics, and a recovered session id is always a short,
@@ -96,16 +93,14 @@ fn inbound_parse_never_panics() {
             format!(r#"{{"session_id":{},"event":"request","data":{}}}"#, json!(sid), data).into_bytes()
         }),
     ];
-    runner(3000)
-        .run(&line, |line| {
-            let _ = Inbound::parse(&line);
-            if let Some(prefix_sid) = session_id_from_prefix(&line) {
-                prop_assert!(!prefix_sid.is_empty() && prefix_sid.len() <= 128);
-                prop_assert!(prefix_sid.chars().all(|c| c.is_ascii_graphic()));
-            }
-            Ok(())
-        })
-        .unwrap();
+    property::check(REGRESSIONS, "inbound_parse_never_panics", 3000, &line, |line| {
+        let _ = Inbound::parse(&line);
+        if let Some(prefix_sid) = session_id_from_prefix(&line) {
+            prop_assert!(!prefix_sid.is_empty() && prefix_sid.len() <= 128);
+            prop_assert!(prefix_sid.chars().all(|c| c.is_ascii_graphic()));
+        }
+        Ok(())
+    });
 }
 
 /// One input line of the session-loop test, before it gets its session id `s<i>`.
@@ -174,85 +169,28 @@ fn render(i: usize, p: &Piece) -> Vec<u8> {
     line.trim_end_matches('\n').as_bytes().to_vec()
 }
 
-/// Any line that parses into something with a `data` object gets its credentials pinned to
-/// the in-process store: the plugin can only run a tool from a line it can parse.
-fn pin_to_memory(line: Vec<u8>) -> Vec<u8> {
-    match serde_json::from_slice::<Value>(&line) {
-        Ok(mut v) if v.get("data").is_some_and(Value::is_object) => {
-            v["data"]["credentials"] = json!({"kv_url": "memory://"});
-            serde_json::to_vec(&v).unwrap()
-        }
-        _ => line,
-    }
-}
-
-/// How many answers each session id must get: one per line that identifies it.
-fn expected_answers(input: &[u8]) -> HashMap<String, usize> {
-    let lines = rt().block_on(read_all(input, 8192, MAX_INPUT_LINE));
-    let mut want = HashMap::new();
-    for line in lines {
-        let sid = match line {
-            Line::Oversize { prefix, .. } => session_id_from_prefix(&prefix),
-            Line::Complete(bytes) => match Inbound::parse(&bytes) {
-                Ok(m) if m.event == "backwards_response" => None,
-                Ok(m) => m.session_id,
-                Err(e) => e.session_id,
-            },
-        };
-        if let Some(sid) = sid {
-            *want.entry(sid).or_insert(0) += 1;
-        }
-    }
-    want
-}
-
 #[test]
 fn session_loop_answers_each_identified_session_exactly_once() {
-    std::env::set_var("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
     let input = (prop::collection::vec(piece(), 0..24), any::<bool>(), 1usize..300, 1usize..8);
-    runner(400)
-        .run(&input, |(pieces, crlf, capacity, in_flight)| {
+    property::check(
+        REGRESSIONS,
+        "session_loop_answers_each_identified_session_exactly_once",
+        400,
+        &input,
+        |(pieces, crlf, capacity, in_flight)| {
             let mut bytes = vec![];
             for (i, p) in pieces.iter().enumerate() {
-                bytes.extend(pin_to_memory(render(i, p)));
+                bytes.extend(oracle::pin_to_memory(&render(i, p)));
                 bytes.extend_from_slice(if crlf { b"\r\n" } else { b"\n" });
             }
-            let want = expected_answers(&bytes);
-            let mut out = Vec::new();
-            let opts = ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: in_flight };
-            rt().block_on(serve(
-                tokio::io::BufReader::with_capacity(capacity, bytes.as_slice()),
-                &mut out,
-                App::new(Clock::system()),
-                opts,
+            rt().block_on(oracle::check_session_loop(
+                App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
+                &bytes,
+                capacity,
+                in_flight,
             ))
-            .unwrap();
-            let mut ends: HashMap<String, usize> = HashMap::new();
-            let mut errors: HashMap<String, usize> = HashMap::new();
-            for line in out.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                let v: Value = serde_json::from_slice(line).expect("every output line is JSON");
-                let event = v["event"].as_str().unwrap_or("");
-                prop_assert!(["heartbeat", "log", "session"].contains(&event), "{v}");
-                if event != "session" {
-                    continue;
-                }
-                let sid = v["session_id"].as_str().expect("a session line names its session").to_owned();
-                prop_assert!(want.contains_key(&sid), "an answer for a session no line identified: {v}");
-                match v["data"]["type"].as_str() {
-                    Some("end") => *ends.entry(sid).or_default() += 1,
-                    Some("error") => {
-                        prop_assert!(v["data"]["data"]["error_type"].is_string(), "{v}");
-                        *errors.entry(sid).or_default() += 1
-                    }
-                    Some("stream") => {}
-                    other => prop_assert!(false, "unknown session message type {other:?}"),
-                }
-            }
-            prop_assert_eq!(&ends, &want, "every identified session ends exactly once");
-            for (sid, n) in errors {
-                prop_assert!(n <= want[&sid], "{sid}: more errors than sessions");
-            }
+            .map_err(TestCaseError::fail)?;
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }

@@ -3,75 +3,17 @@
 //! `param_invalid` and never touches the store, valid input always does; the storage-key
 //! encoding is charset-safe, injective and round-trips through `parse_storage_key`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
-use crate::support::arb;
+use crate::support::{arb, property};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Map, Value};
 use stateful_tool::error::ErrorClass;
-use stateful_tool::store::key::{is_key_charset_safe, parse_storage_key, storage_key, validate_event_id};
-use stateful_tool::store::memory::MemoryStore;
-use stateful_tool::store::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use stateful_tool::oracle::{self, CountingStore};
+use stateful_tool::store::key::{parse_storage_key, storage_key, validate_event_id};
+use stateful_tool::store::EventStore;
 use stateful_tool::tools::{self, Settings};
 
-/// Counts every store call; answers from `inner`, or fails every call when `inner` is None.
-struct Counting {
-    inner: Option<MemoryStore>,
-    calls: AtomicUsize,
-    clock: StoreClock,
-}
-
-impl Counting {
-    fn new(working: bool) -> Counting {
-        let inner = working.then(|| MemoryStore::new(Clock::system(), 0));
-        Counting { inner, calls: AtomicUsize::new(0), clock: StoreClock::new(Clock::system()) }
-    }
-    fn down() -> StoreError {
-        StoreError::Unreachable("test".into(), "down".into())
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-impl EventStore for Counting {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match &self.inner {
-            Some(s) => s.create(key, value, ttl).await,
-            None => Err(Self::down()),
-        }
-    }
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match &self.inner {
-            Some(s) => s.read(key).await,
-            None => Err(Self::down()),
-        }
-    }
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match &self.inner {
-            Some(s) => s.swap(key, expected, value, ttl).await,
-            None => Err(Self::down()),
-        }
-    }
-    async fn probe(&self) -> Result<Probe, StoreError> {
-        Ok(Probe::default())
-    }
-    fn clock(&self) -> &StoreClock {
-        match &self.inner {
-            Some(s) => s.clock(),
-            None => &self.clock,
-        }
-    }
-}
-
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
+/// Failing cases proptest found, replayed before every run.
+const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_tools.txt";
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
@@ -99,27 +41,19 @@ fn tool() -> impl Strategy<Value = String> {
 #[test]
 fn invalid_parameters_never_reach_the_store() {
     let settings = Settings::from_credentials(&json!({"kv_url": "memory://"})).unwrap();
-    runner(1500)
-        .run(&(tool(), arb::params()), |(tool, params)| {
-            let store = Counting::new(false);
+    property::check(
+        REGRESSIONS,
+        "invalid_parameters_never_reach_the_store",
+        1500,
+        &(tool(), arb::params()),
+        |(tool, params)| {
+            let store = CountingStore::down();
             let err = block_on(invoke(&tool, &store, &settings, &params)).expect_err("the store is down");
-            let untouched = store.calls() == 0;
-            prop_assert_eq!(
-                err.class == ErrorClass::ParamInvalid,
-                untouched,
-                "{} {:?}: {:?} after {} store calls",
-                tool,
-                params,
-                err,
-                store.calls()
-            );
-            if !untouched {
-                prop_assert_eq!(err.class, ErrorClass::UpstreamError);
-            }
-            prop_assert!(!err.message.is_empty());
+            oracle::check_error_against_down_store(&err, store.calls())
+                .map_err(|e| TestCaseError::fail(format!("{tool} {params:?}: {e}")))?;
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Against a working store, a random sequence of calls with random settings: every answer is
@@ -131,12 +65,16 @@ fn random_call_sequences_give_documented_answers() {
         ["accepted", "duplicate", "found", "not_found", "completed", "failed", "already_completed", "already_failed"];
     let ids = prop::sample::select(vec!["E1", "E2", "a/b", "🎉"]);
     let call = (tool(), arb::params(), ids, any::<bool>());
-    runner(300)
-        .run(&(arb::memory_credentials(), prop::collection::vec(call, 1..12)), |(creds, calls)| {
+    property::check(
+        REGRESSIONS,
+        "random_call_sequences_give_documented_answers",
+        300,
+        &(arb::memory_credentials(), prop::collection::vec(call, 1..12)),
+        |(creds, calls)| {
             let Ok(settings) = Settings::from_credentials(&creds) else {
                 return Ok(());
             };
-            let store = Counting::new(true);
+            let store = CountingStore::working();
             for (tool, mut params, id, fix_id) in calls {
                 // Half the calls reuse a few ids (and a configured type) so records build up.
                 if fix_id {
@@ -157,8 +95,8 @@ fn random_call_sequences_give_documented_answers() {
                 }
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Credentials of any shape parse or are `param_invalid`; never a panic.
@@ -168,19 +106,27 @@ fn arbitrary_credentials_are_settings_or_param_invalid() {
         arb::json(),
         arb::memory_credentials(),
         prop::collection::vec(
-            (prop::sample::select(vec!["kv_url", "kv_token", "namespace", "event_types", "retention"]), arb::json()),
+            (
+                prop::sample::select(vec![
+                    "kv_url",
+                    "kv_token",
+                    "namespace",
+                    "event_types",
+                    "retention",
+                    "default_lease_seconds"
+                ]),
+                arb::json()
+            ),
             0..6
         )
         .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())),
     ];
-    runner(1000)
-        .run(&creds, |c| {
-            if let Err(e) = Settings::from_credentials(&c) {
-                prop_assert_eq!(e.class, ErrorClass::ParamInvalid);
-            }
-            Ok(())
-        })
-        .unwrap();
+    property::check(REGRESSIONS, "arbitrary_credentials_are_settings_or_param_invalid", 1000, &creds, |c| {
+        if let Err(e) = Settings::from_credentials(&c) {
+            prop_assert_eq!(e.class, ErrorClass::ParamInvalid);
+        }
+        Ok(())
+    });
 }
 
 fn event_id() -> impl Strategy<Value = String> {
@@ -205,18 +151,16 @@ fn namespace() -> impl Strategy<Value = Option<String>> {
 /// and decodes back to exactly its (namespace, id).
 #[test]
 fn storage_keys_are_safe_and_round_trip() {
-    runner(4000)
-        .run(&(namespace(), event_id()), |(ns, id)| {
-            let key = storage_key(ns.as_deref(), &id);
-            prop_assert!(is_key_charset_safe(&key), "{key}");
-            prop_assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b)), "{key}");
-            prop_assert!(!key.contains('/') && !key.contains('%') && !key.contains(':'), "{key}");
-            prop_assert!(key != "." && key != ".." && key.starts_with("evt"), "{key}");
-            prop_assert!((4..=1024).contains(&key.len()), "{key}");
-            prop_assert_eq!(parse_storage_key(&key), Some((ns.clone(), id.clone())), "{}", key);
+    property::check(
+        REGRESSIONS,
+        "storage_keys_are_safe_and_round_trip",
+        4000,
+        &(namespace(), event_id()),
+        |(ns, id)| {
+            oracle::check_storage_key(ns.as_deref(), &id).map_err(TestCaseError::fail)?;
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Two different (namespace, id) pairs never share a key, including ids built to look like
@@ -229,36 +173,42 @@ fn storage_keys_are_injective() {
         use base64::Engine;
         (ns, base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes()))
     });
-    runner(4000)
-        .run(&(pair(), prop_oneof![pair(), lookalike]), |((ns1, id1), (ns2, id2))| {
+    property::check(
+        REGRESSIONS,
+        "storage_keys_are_injective",
+        4000,
+        &(pair(), prop_oneof![pair(), lookalike]),
+        |((ns1, id1), (ns2, id2))| {
             let (k1, k2) = (storage_key(ns1.as_deref(), &id1), storage_key(ns2.as_deref(), &id2));
             prop_assert_eq!(k1 == k2, (ns1, id1) == (ns2, id2), "{} / {}", k1, k2);
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }
 
 /// Validation accepts exactly 1–255 bytes of UTF-8 without control characters.
 #[test]
 fn event_id_validation_matches_its_rule() {
-    runner(3000)
-        .run(&arb::string(), |id| {
-            let expected = (1..=255).contains(&id.len()) && !id.chars().any(char::is_control);
-            prop_assert_eq!(validate_event_id(&id).is_ok(), expected, "{:?}", id);
-            Ok(())
-        })
-        .unwrap();
+    property::check(REGRESSIONS, "event_id_validation_matches_its_rule", 3000, &arb::string(), |id| {
+        let expected = (1..=255).contains(&id.len()) && !id.chars().any(char::is_control);
+        prop_assert_eq!(validate_event_id(&id).is_ok(), expected, "{:?}", id);
+        Ok(())
+    });
 }
 
 /// Keys that no valid (namespace, id) produces are refused by the parser (it never invents one).
 #[test]
 fn parse_storage_key_only_accepts_what_storage_key_makes() {
-    runner(3000)
-        .run(&"(evt)?[_~]{0,2}[A-Za-z0-9._~-]{0,20}", |key| {
+    property::check(
+        REGRESSIONS,
+        "parse_storage_key_only_accepts_what_storage_key_makes",
+        3000,
+        &"(evt)?[_~]{0,2}[A-Za-z0-9._~-]{0,20}",
+        |key| {
             if let Some((ns, id)) = parse_storage_key(&key) {
                 prop_assert_eq!(storage_key(ns.as_deref(), &id), key);
             }
             Ok(())
-        })
-        .unwrap();
+        },
+    );
 }

@@ -255,7 +255,7 @@ async fn a_daemon_that_stops_reading_gets_backpressure_not_memory_growth() {
     drop(writer.await.unwrap());
     assert!(ends.values().all(|&n| n == 1) && ends.len() == N);
     eprintln!("plugin VmHWM: {before} KiB idle, {stalled} KiB with its output blocked");
-    // Bounded by the sessions allowed in flight (4096, each ≤ 32 KiB even in a debug build),
+    // Bounded by the sessions allowed in flight (1024, each ≤ 32 KiB even in a debug build),
     // not by the ~5 MB of requests queued behind them: buffering those as parsed requests
     // and answers would take several hundred MiB.
     assert!(stalled < before + 128 * 1024, "peak grew from {before} KiB to {stalled} KiB while blocked");

@@ -45,13 +45,14 @@ async fn every_backend_scenario_on_a_cluster() {
         assert!(all.contains(&k), "{k} is on no master");
     }
 
-    // The record's TTL is the retention, set on the owning master.
+    // The record's TTL, set on the owning master: the retention, extended to the default
+    // lease (1200 s) plus its 60 s margin while the record is `processing`.
     let p = Plugin::spawn(&[]).await;
     let c = json!({"kv_url": url, "namespace": "acme", "retention": "60s"});
     let a = p.invoke("event_ingest", &c, json!({"event_id": "T-1", "event_type": "created"})).await;
     assert_eq!(a.outcome(), "accepted");
     let ttl: i64 = redis::cmd("PTTL").arg("evt_acme~T-1").query(&mut cluster.conn()).unwrap();
-    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+    assert!(ttl > 60_000 && ttl <= 1_260_000, "{ttl}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -62,7 +63,9 @@ async fn validation_names_the_cluster_and_refuses_uncovered_slots() {
     let p = Plugin::spawn_logged(&[], &log).await;
     let ok = p.validate(&creds(&cluster.url())).await;
     assert_eq!(ok.chunks, vec![json!({"result": true})], "{ok:?}");
-    let text = std::fs::read_to_string(&log).unwrap();
+    // Under the daemon the plugin logs as protocol `log` events; stderr has the rest.
+    let events: Vec<String> = p.logs.lock().unwrap().iter().map(|l| log_message(l)).collect();
+    let text = format!("{}\n{}", std::fs::read_to_string(&log).unwrap(), events.join("\n"));
     assert!(text.contains("Redis Cluster with 3 masters"), "{text}");
     assert!(text.contains("no persistence"), "the test cluster runs without persistence: {text}");
     // min_replicas larger than any master's replica count cannot work.
@@ -150,4 +153,10 @@ async fn failover_with_min_replicas_loses_no_accepted_claim() {
 async fn failover_without_min_replicas_is_reported() {
     let (accepted, _lost) = failover_under_load(0).await;
     assert!(accepted > 0);
+}
+
+/// The message of a protocol `log` event line.
+fn log_message(line: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+    v["data"]["message"].as_str().unwrap_or(line).to_owned()
 }

@@ -35,7 +35,9 @@ async fn every_backend_scenario_through_sentinel() {
     let p = Plugin::spawn_logged(&[], &log).await;
     let ok = p.validate(&json!({"kv_url": url, "min_replicas": "1"})).await;
     assert_eq!(ok.chunks, vec![json!({"result": true})], "{ok:?}");
-    let text = std::fs::read_to_string(&log).unwrap();
+    // Under the daemon the plugin logs as protocol `log` events; stderr has the rest.
+    let events: Vec<String> = p.logs.lock().unwrap().iter().map(|l| log_message(l)).collect();
+    let text = format!("{}\n{}", std::fs::read_to_string(&log).unwrap(), events.join("\n"));
     assert!(text.contains(&format!("Sentinel master \"mymaster\" at 127.0.0.1:{}", s.master.port)), "{text}");
     let wrong = p.validate(&creds(&url.replace("/mymaster", "/nosuchmaster"))).await;
     assert_eq!(wrong.error_type(), Some("ToolProviderCredentialValidationError"), "{wrong:?}");
@@ -81,4 +83,10 @@ async fn failover_with_min_replicas_loses_no_accepted_claim() {
         lost.len()
     );
     assert!(lost.is_empty(), "accepted claims lost in the failover: {lost:?}");
+}
+
+/// The message of a protocol `log` event line.
+fn log_message(line: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+    v["data"]["message"].as_str().unwrap_or(line).to_owned()
 }

@@ -10,15 +10,15 @@ use tokio::process::{Child, Command};
 
 const STEP: Duration = Duration::from_secs(20);
 
-struct Server {
-    _child: Child,
-    base: String,
-    client: reqwest::Client,
+pub(crate) struct Server {
+    pub(crate) _child: Child,
+    pub(crate) base: String,
+    pub(crate) client: reqwest::Client,
 }
 
 /// Starts `serve` on port 0 and reads the real port from the ` * Running on` line, after
 /// checking the `Serving Flask app` marker came first (the marketplace pre-check waits for it).
-async fn start(method: &str) -> Server {
+pub(crate) async fn start(method: &str) -> Server {
     let prefix = if method == "aws_lambda" { "AWS_LAMBDA" } else { "SERVERLESS" };
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(BIN)

@@ -121,7 +121,7 @@ async fn drive_raw(bin: &str, total: usize, warmup: usize, window: usize) -> (u6
             let line = format!(
                 "{{\"session_id\":\"s{i}\",\"event\":\"request\",\"data\":{{\"action\":\"invoke_tool\",\"type\":\"tool\",\
                  \"provider\":\"stateful_tool\",\"tool\":\"event_ingest\",\"user_id\":\"u\",\"credentials\":{{\"kv_url\":\"memory://\",\
-                 \"retention\":\"2s\"}},\"tool_parameters\":{{\"event_id\":\"soak-{}\",\"event_type\":\"created\",\"payload\":\"{payload}\"}}}}}}\n",
+                 \"retention\":\"2s\",\"default_lease_seconds\":\"0\"}},\"tool_parameters\":{{\"event_id\":\"soak-{}\",\"event_type\":\"created\",\"payload\":\"{payload}\"}}}}}}\n",
                 i % 5000
             );
             stdin.write_all(line.as_bytes()).await.unwrap();

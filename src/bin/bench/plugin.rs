@@ -164,7 +164,7 @@ fn session_line(line: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
     Some((sid, &rest[..end], &rest[end + 1..]))
 }
 
-/// The `outcome` of a `json` chunk; the `text` chunk (same answer, as a string) gives None.
+/// The `outcome` of a `json` chunk; other chunks (text, variables) give None.
 fn json_outcome(rest: &[u8]) -> Option<&str> {
     const JSON: &[u8] = b",\"data\":{\"type\":\"json\",\"message\":{\"json_object\":{\"outcome\":\"";
     string_at(rest.strip_prefix(JSON)?)
@@ -186,13 +186,13 @@ mod tests {
 
     #[test]
     fn reads_the_plugins_own_session_lines() {
-        let answer = json!({"outcome": "accepted", "accepted": true});
-        let lines = stateful_tool::protocol::outbound::answer_end_lines("s1", &answer);
+        let answer = stateful_tool::tools::Answer::new("accepted").field("accepted", json!(true));
+        let lines = stateful_tool::protocol::outbound::answer_end_lines("s1", &answer, false);
         let parsed: Vec<_> = lines.split_inclusive(|&b| b == b'\n').map(|l| session_line(l).unwrap()).collect();
         let kinds: Vec<&[u8]> = parsed.iter().map(|(_, kind, _)| *kind).collect();
         assert_eq!(kinds, [&b"stream"[..], b"stream", b"end"]);
         assert!(parsed.iter().all(|(sid, _, _)| *sid == b"s1"));
-        assert_eq!(json_outcome(parsed[0].2), None, "the text message carries the answer as a string");
+        assert_eq!(json_outcome(parsed[0].2), None, "the text message is a sentence, not the answer");
         assert_eq!(json_outcome(parsed[1].2), Some("accepted"));
         let err = make("s1", "error", &json!({"error_type": "conflict", "message": "m", "args": {}}));
         let (_, kind, rest) = session_line(&err).unwrap();

@@ -5,11 +5,13 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use std::time::Duration;
+
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use super::url::{node_url, Parsed, Target};
-use super::{classify, timeout_error};
-use crate::store::{call_timeout, StoreError};
+use super::{classify, is_auth_error, refused_password};
+use crate::store::StoreError;
 
 /// A live connection. Cheap to clone: clones share one multiplexed connection.
 #[derive(Clone)]
@@ -92,34 +94,41 @@ fn client(url: &str, ca: &Option<Vec<u8>>) -> Result<redis::Client, StoreError> 
     .map_err(bad_url)
 }
 
-fn manager_config() -> ConnectionManagerConfig {
+fn manager_config(t: Duration) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(call_timeout()))
-        .set_response_timeout(Some(call_timeout()))
+        .set_connection_timeout(Some(t))
+        .set_response_timeout(Some(t))
         .set_number_of_retries(2)
         .set_max_delay(std::time::Duration::from_millis(500))
 }
 
 fn bad_url(e: redis::RedisError) -> StoreError {
-    StoreError::Config(format!("kv_url is not a usable Redis URL: {e}"))
+    StoreError::BadUrl(format!("kv_url is not a usable Redis URL: {e}"))
 }
 
-fn cluster_client(nodes: Vec<String>, ca: &Option<Vec<u8>>) -> Result<ClusterClient, StoreError> {
+fn cluster_client(nodes: Vec<String>, ca: &Option<Vec<u8>>, t: Duration) -> Result<ClusterClient, StoreError> {
     let mut builder = ClusterClient::builder(nodes);
     if let Some(pem) = ca {
         builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(pem.clone()) });
     }
-    builder.connection_timeout(call_timeout()).response_timeout(call_timeout()).retries(3).build().map_err(bad_url)
+    builder.connection_timeout(t).response_timeout(t).retries(3).build().map_err(bad_url)
 }
 
-async fn bounded<T>(addr: &str, fut: impl std::future::Future<Output = RedisResult<T>>) -> Result<T, StoreError> {
-    tokio::time::timeout(call_timeout(), fut).await.map_err(|_| timeout_error())?.map_err(|e| classify(addr, e))
+async fn bounded<T>(
+    addr: &str,
+    t: Duration,
+    fut: impl std::future::Future<Output = RedisResult<T>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(t, fut)
+        .await
+        .map_err(|_| StoreError::Timeout(t.as_millis() as u64))?
+        .map_err(|e| classify(addr, t, e))
 }
 
 impl Connector {
     /// The connector for `target`, and its first connection. A `redis://` URL that reaches a
     /// Cluster node becomes a Cluster connector seeded with that node.
-    pub async fn open(parsed: Parsed) -> Result<(Connector, Link, String), StoreError> {
+    pub async fn open(parsed: Parsed, t: Duration) -> Result<(Connector, Link, String), StoreError> {
         let ca = match &parsed.tls_ca {
             None => None,
             Some(path) => Some(std::fs::read(path).map_err(|e| {
@@ -130,11 +139,21 @@ impl Connector {
             Target::Node { url } => {
                 let client = client(&url, &ca)?;
                 let addr = client.get_connection_info().addr().to_string();
-                let config = manager_config();
-                let mut conn = bounded(&addr, client.get_connection_manager_with_config(config.clone())).await?;
-                let info: String = bounded(&addr, redis::cmd("INFO").arg("cluster").query_async(&mut conn)).await?;
+                let config = manager_config(t);
+                let first = client.get_connection_manager_with_config(config.clone());
+                let mut conn = match tokio::time::timeout(t, first).await {
+                    Err(_) => return Err(StoreError::Timeout(t.as_millis() as u64)),
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e))
+                        if is_auth_error(&e) && client.get_connection_info().redis_settings().password().is_some() =>
+                    {
+                        return Err(refused_password(&addr, client.get_connection_info(), t).await)
+                    }
+                    Ok(Err(e)) => return Err(classify(&addr, t, e)),
+                };
+                let info: String = bounded(&addr, t, redis::cmd("INFO").arg("cluster").query_async(&mut conn)).await?;
                 if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
-                    Connector::Cluster { client: cluster_client(vec![url], &ca)?, seeds: addr }
+                    Connector::Cluster { client: cluster_client(vec![url], &ca, t)?, seeds: addr }
                 } else {
                     return Ok((Connector::Node { client, config, addr: addr.clone() }, Link::Node(conn), addr));
                 }
@@ -142,7 +161,7 @@ impl Connector {
             Target::Cluster { nodes, tls, userinfo } => {
                 let seeds = nodes.join(",");
                 let urls = nodes.iter().map(|n| node_url(tls, &userinfo, n, 0)).collect();
-                Connector::Cluster { client: cluster_client(urls, &ca)?, seeds }
+                Connector::Cluster { client: cluster_client(urls, &ca, t)?, seeds }
             }
             Target::Sentinel { sentinels, master, db, tls, userinfo, sentinel_userinfo } => {
                 let sentinels = sentinels
@@ -155,28 +174,28 @@ impl Connector {
                 Connector::Sentinel { sentinels, master, db, tls, userinfo, ca }
             }
         };
-        let (link, at) = connector.connect().await?;
+        let (link, at) = connector.connect(t).await?;
         Ok((connector, link, at))
     }
 
     /// A new connection, and where it goes (for messages).
-    pub async fn connect(&self) -> Result<(Link, String), StoreError> {
+    pub async fn connect(&self, t: Duration) -> Result<(Link, String), StoreError> {
         match self {
             Connector::Node { client, config, addr } => {
-                let conn = bounded(addr, client.get_connection_manager_with_config(config.clone())).await?;
+                let conn = bounded(addr, t, client.get_connection_manager_with_config(config.clone())).await?;
                 Ok((Link::Node(conn), addr.clone()))
             }
             Connector::Cluster { client, seeds } => {
-                let conn = bounded(seeds, client.get_async_connection()).await?;
+                let conn = bounded(seeds, t, client.get_async_connection()).await?;
                 Ok((Link::Cluster(conn), format!("the cluster seeded by {seeds}")))
             }
             Connector::Sentinel { master, db, tls, userinfo, ca, .. } => {
-                let (addr, via) = self.discover().await?;
+                let (addr, via) = self.discover(t).await?;
                 let client = client(&node_url(*tls, userinfo, &addr, *db), ca)?;
-                let mut conn = bounded(&addr, client.get_connection_manager_with_config(manager_config())).await?;
+                let mut conn = bounded(&addr, t, client.get_connection_manager_with_config(manager_config(t))).await?;
                 // Sentinel can lag a failover by a moment: only a node that says it is the
                 // master is used, so a claim never lands on a replica-to-be.
-                let role: Vec<Value> = bounded(&addr, redis::cmd("ROLE").query_async(&mut conn)).await?;
+                let role: Vec<Value> = bounded(&addr, t, redis::cmd("ROLE").query_async(&mut conn)).await?;
                 if !matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") {
                     return Err(StoreError::Interrupted(format!(
                         "Sentinel at {via} names {addr} as master {master:?}, but it is not a master (yet)"
@@ -188,15 +207,15 @@ impl Connector {
     }
 
     /// Asks each Sentinel in turn for the master's address; the first answer wins.
-    async fn discover(&self) -> Result<(String, String), StoreError> {
+    async fn discover(&self, t: Duration) -> Result<(String, String), StoreError> {
         let Connector::Sentinel { sentinels, master, .. } = self else { unreachable!("discover is for Sentinel") };
         let mut errors = vec![];
         let mut unknown = 0;
         for (at, client) in sentinels {
             let asked = async {
-                let mut conn = bounded(at, client.get_multiplexed_async_connection()).await?;
+                let mut conn = bounded(at, t, client.get_multiplexed_async_connection()).await?;
                 let cmd = redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(master).to_owned();
-                bounded(at, cmd.query_async::<Option<(String, u16)>>(&mut conn)).await
+                bounded(at, t, cmd.query_async::<Option<(String, u16)>>(&mut conn)).await
             };
             match asked.await {
                 Ok(Some((host, port))) => {

@@ -13,7 +13,7 @@ use redis::{ErrorKind, RedisError, Value as RV};
 
 use self::link::{Connector, Link};
 use self::scripts::Scripts;
-use super::{call_timeout, Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 pub struct RedisStore {
     /// The shared connection and its generation (bumped each time it is replaced).
@@ -26,14 +26,16 @@ pub struct RedisStore {
     min_replicas: u32,
     clock: StoreClock,
     display: std::sync::Mutex<String>,
+    /// Bound of connecting and of calls that carry no timeout of their own (probe, reconnect).
+    timeout: Duration,
 }
 
 impl RedisStore {
     /// Connects (bounded by the call timeout). One multiplexed connection (per node, on a
     /// Cluster) serves every session: Redis executes commands one at a time anyway.
-    pub async fn connect(url: &str, min_replicas: u32, host: Clock) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, min_replicas: u32, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let parsed = url::Parsed::parse(url)?;
-        let (connector, link, display) = Connector::open(parsed).await?;
+        let (connector, link, display) = Connector::open(parsed, timeout).await?;
         Ok(RedisStore {
             link: std::sync::Mutex::new((0, link)),
             connector,
@@ -42,6 +44,7 @@ impl RedisStore {
             min_replicas,
             clock: StoreClock::new(host),
             display: std::sync::Mutex::new(display),
+            timeout,
         })
     }
 
@@ -58,11 +61,12 @@ impl RedisStore {
     async fn run<T>(
         &self,
         generation: u64,
+        timeout: Duration,
         fut: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(call_timeout(), fut).await {
-            Err(_) => Err(timeout_error()),
-            Ok(r) => r.map_err(|e| classify(&self.display(), e)),
+        let result = match tokio::time::timeout(timeout, fut).await {
+            Err(_) => Err(StoreError::Timeout(timeout.as_millis() as u64)),
+            Ok(r) => r.map_err(|e| classify(&self.display(), timeout, e)),
         };
         if let Err(e) = &result {
             let moved = matches!(e, StoreError::Unreachable(..) | StoreError::Interrupted(_) | StoreError::Bad(_));
@@ -83,7 +87,7 @@ impl RedisStore {
         if self.link().0 != generation {
             return;
         }
-        match self.connector.connect().await {
+        match self.connector.connect(self.timeout).await {
             Ok((link, at)) => {
                 *self.link.lock().unwrap_or_else(|p| p.into_inner()) = (generation + 1, link);
                 tracing::warn!("redis: a command failed; now using a new connection to {at}");
@@ -108,6 +112,7 @@ impl RedisStore {
         which: &redis::Script,
         args: &[&[u8]],
         wait: bool,
+        timeout: Duration,
     ) -> Result<(Vec<RV>, i64, Option<i64>), StoreError> {
         let (generation, mut link) = self.link();
         let plain = match &link {
@@ -119,9 +124,9 @@ impl RedisStore {
             // round trip, no script), in the same reply shape as the scripts.
             let waits = wait && self.min_replicas > 0;
             if waits {
-                pipe.cmd("WAIT").arg(self.min_replicas).arg(wait_ms());
+                pipe.cmd("WAIT").arg(self.min_replicas).arg(wait_ms(timeout));
             }
-            let replies = self.run(generation, self.scripts.run_plain(&mut link, key, &pipe)).await?;
+            let replies = self.run(generation, timeout, self.scripts.run_plain(&mut link, key, &pipe)).await?;
             let mut replies = replies.into_iter();
             let (value, time) = (replies.next().unwrap_or(RV::Nil), replies.next());
             let mut reply = match time {
@@ -131,15 +136,15 @@ impl RedisStore {
             reply.push(value);
             (reply, if waits { Some(replies.next().as_ref().and_then(int).unwrap_or(0)) } else { None })
         } else if wait && self.min_replicas > 0 {
-            let (reply, acks) =
-                self.run(generation, self.scripts.with_wait(&mut link, which, key, args, self.min_replicas)).await?;
+            let waiting = self.scripts.with_wait(&mut link, which, key, args, self.min_replicas, wait_ms(timeout));
+            let (reply, acks) = self.run(generation, timeout, waiting).await?;
             (reply, Some(acks))
         } else {
             let mut inv = which.key(key);
             for a in args {
                 inv.arg(*a);
             }
-            (self.run(generation, inv.invoke_async::<Vec<RV>>(&mut link)).await?, None)
+            (self.run(generation, timeout, inv.invoke_async::<Vec<RV>>(&mut link)).await?, None)
         };
         let bad = || StoreError::Bad("an unexpected reply to a store script".into());
         let (secs, micros) = match reply.as_slice() {
@@ -152,7 +157,7 @@ impl RedisStore {
 
     /// Why a write does not count: fewer replicas than `min_replicas` confirmed it. Behind
     /// Sentinel this may be a master that was just demoted or not yet reconfigured: ask again.
-    async fn unreplicated(&self, acks: i64, undone: bool) -> StoreError {
+    async fn unreplicated(&self, acks: i64, undone: bool, timeout: Duration) -> StoreError {
         if self.connector.rediscovers() {
             self.replace_link(self.link().0).await;
         }
@@ -161,28 +166,27 @@ impl RedisStore {
         StoreError::Bad(format!(
             "only {acks} of the {} replicas required by min_replicas confirmed the write within {} ms; {undone}",
             self.min_replicas,
-            wait_ms()
+            wait_ms(timeout)
         ))
     }
 }
 
-/// How long a `WAIT` may block: a part of the call timeout, so the answer still arrives.
-fn wait_ms() -> u64 {
-    (call_timeout().as_millis() as u64 / 2).max(1)
+/// How long a `WAIT` may block: a part of the operation's timeout, so the answer still arrives.
+fn wait_ms(timeout: Duration) -> u64 {
+    (timeout.as_millis() as u64 / 2).max(1)
 }
 
-pub(crate) fn timeout_error() -> StoreError {
-    StoreError::Timeout(call_timeout().as_millis() as u64)
-}
-
-pub(crate) fn classify(addr: &str, e: RedisError) -> StoreError {
+pub(crate) fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreError {
     if e.is_timeout() {
-        timeout_error()
+        StoreError::Timeout(timeout.as_millis() as u64)
     } else if e.is_connection_refusal() {
         StoreError::Unreachable(addr.to_owned(), e.to_string())
-    } else if e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("NOAUTH") || e.code() == Some("WRONGPASS")
-    {
-        StoreError::Unauthorized(format!("{e} (put the password in kv_url: redis://:password@host:port)"))
+    } else if e.code() == Some("NOAUTH") {
+        StoreError::Unauthorized(format!(
+            "the Redis server at {addr} requires a password (NOAUTH); put it in kv_url: redis://:password@host:port/db"
+        ))
+    } else if is_auth_error(&e) {
+        StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {e}"))
     } else if e.code() == Some("CLUSTERDOWN") {
         StoreError::Bad(format!(
             "the Redis Cluster is down ({e}): some hash slots have no reachable master (uncovered slots, or a \
@@ -193,6 +197,32 @@ pub(crate) fn classify(addr: &str, e: RedisError) -> StoreError {
     } else {
         StoreError::Bad(format!("a Redis error: {e}"))
     }
+}
+
+pub(crate) fn is_auth_error(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
+}
+
+/// Redis refused the password in kv_url; the client library reports every refusal alike.
+/// One unauthenticated PING tells the two common mistakes apart: a server without a
+/// password answers it, a server with one answers NOAUTH.
+pub(crate) async fn refused_password(addr: &str, info: &redis::ConnectionInfo, timeout: Duration) -> StoreError {
+    let bare = redis::RedisConnectionInfo::default().set_db(info.redis_settings().db());
+    let bare = info.clone().set_redis_settings(bare);
+    let ping = async {
+        let mut conn = redis::Client::open(bare)?.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await
+    };
+    let what = match tokio::time::timeout(timeout, ping).await {
+        Ok(Ok(_)) => "the server has no password set (it answers without one): remove the user and \
+                      password from kv_url (redis://host:port/db), or set a password on the server"
+            .to_owned(),
+        Ok(Err(e)) if e.code() == Some("NOAUTH") => {
+            "the server requires a password and this one is wrong (or the user does not exist)".to_owned()
+        }
+        _ => "the password is wrong, or the server has none set".to_owned(),
+    };
+    StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {what}"))
 }
 
 fn ttl_ms(ttl: Duration) -> Vec<u8> {
@@ -220,12 +250,12 @@ fn current(value: Vec<u8>, now: i64) -> Current {
 }
 
 impl EventStore for RedisStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
         let ttl = ttl_ms(ttl);
-        let (reply, now, acks) = match self.script(key, &self.scripts.create, &[value, &ttl], true).await {
+        let (reply, now, acks) = match self.script(key, &self.scripts.create, &[value, &ttl], true, timeout).await {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 // Unknown whether it landed or replicated: never let a read-back accept it.
-                let undone = self.undo_create(key, value).await;
+                let undone = self.undo_create(key, value, timeout).await;
                 return Err(StoreError::Bad(format!("{e}; the claim was not confirmed replicated ({undone})")));
             }
             r => r?,
@@ -235,52 +265,76 @@ impl EventStore for RedisStore {
             Some(prev) if prev != value => Ok(Created::Exists(current(prev, now))),
             _ => match acks {
                 Some(acks) if acks < self.min_replicas as i64 => {
-                    let undone = self.undo_create(key, value).await == "rolled back";
-                    Err(self.unreplicated(acks, undone).await)
+                    let undone = self.undo_create(key, value, timeout).await == "rolled back";
+                    Err(self.unreplicated(acks, undone, timeout).await)
                 }
                 _ => Ok(Created::Created),
             },
         }
     }
 
-    async fn read(&self, key: &str) -> Result<Option<Current>, StoreError> {
-        let (reply, now, _) = self.script(key, &self.scripts.read, &[], false).await?;
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        let (reply, now, _) = self.script(key, &self.scripts.read, &[], false, timeout).await?;
         Ok(bytes(reply.get(2)).map(|v| current(v, now)))
     }
 
-    async fn swap(&self, key: &str, expected: &Version, value: &[u8], ttl: Duration) -> Result<Swapped, StoreError> {
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
         let Version::Value(expected) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
         let ttl = ttl_ms(ttl);
-        let (reply, now, acks) = match self.script(key, &self.scripts.swap, &[expected, value, &ttl], true).await {
-            Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
-                let undone = self.undo_swap(key, expected, value, &ttl).await;
-                return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
-            }
-            r => r?,
-        };
+        let (reply, now, acks) =
+            match self.script(key, &self.scripts.swap, &[expected, value, &ttl], true, timeout).await {
+                Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
+                    let undone = self.undo_swap(key, expected, value, &ttl, timeout).await;
+                    return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
+                }
+                r => r?,
+            };
         let swapped = matches!(reply.get(2).and_then(int), Some(1));
         let cur = bytes(reply.get(3));
         // A retried command can find its own first attempt: that is still our swap.
         if swapped || cur.as_deref() == Some(value) {
             if let Some(acks) = acks.filter(|&a| a < self.min_replicas as i64) {
-                let undone = self.undo_swap(key, expected, value, &ttl).await == "rolled back";
-                return Err(self.unreplicated(acks, undone).await);
+                let undone = self.undo_swap(key, expected, value, &ttl, timeout).await == "rolled back";
+                return Err(self.unreplicated(acks, undone, timeout).await);
             }
             return Ok(Swapped::Swapped);
         }
         Ok(Swapped::Changed(cur.map(|v| current(v, now))))
     }
 
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        let (generation, mut link) = self.link();
+        let mut inv = self.scripts.release.key(key);
+        inv.arg(claim_id).arg(restore.unwrap_or_default()).arg(ttl_ms(ttl));
+        let done: i64 = self.run(generation, timeout, inv.invoke_async(&mut link)).await?;
+        Ok(done == 1)
+    }
+
     async fn probe(&self) -> Result<Probe, StoreError> {
+        let t = self.timeout;
         let (generation, mut link) = self.link();
         let (kind, here) = (self.connector.kind(), self.display());
-        let found = self.run(generation, probe::inspect(&mut link, kind, &here, self.min_replicas)).await?;
+        let found = self.run(generation, t, probe::inspect(&mut link, kind, &here, self.min_replicas)).await?;
         let found = found.map_err(StoreError::Config)?;
         // Learn the store's clock (of the node owning this key; all masters' clocks agree
         // within NTP accuracy, far below any lease).
-        self.script("probe", &self.scripts.read, &[], false).await?;
+        self.script("probe", &self.scripts.read, &[], false, t).await?;
         Ok(Probe {
             backend: "redis",
             server: format!("{} ({})", found.summary, self.display()),
@@ -295,22 +349,22 @@ impl EventStore for RedisStore {
 
 impl RedisStore {
     /// Deletes our own claim if it is still exactly what we wrote.
-    async fn undo_create(&self, key: &str, value: &[u8]) -> &'static str {
+    async fn undo_create(&self, key: &str, value: &[u8], timeout: Duration) -> &'static str {
         let (_, mut link) = self.link();
         let mut inv = self.scripts.delete_if.key(key);
         inv.arg(value);
-        match tokio::time::timeout(call_timeout(), inv.invoke_async::<i64>(&mut link)).await {
+        match tokio::time::timeout(timeout, inv.invoke_async::<i64>(&mut link)).await {
             Ok(Ok(_)) => "rolled back",
             _ => "rolling it back failed",
         }
     }
 
     /// Puts back what our swap replaced, if our value is still there.
-    async fn undo_swap(&self, key: &str, expected: &[u8], value: &[u8], ttl: &[u8]) -> &'static str {
+    async fn undo_swap(&self, key: &str, expected: &[u8], value: &[u8], ttl: &[u8], timeout: Duration) -> &'static str {
         let (_, mut link) = self.link();
         let mut inv = self.scripts.swap.key(key);
         inv.arg(value).arg(expected).arg(ttl);
-        match tokio::time::timeout(call_timeout(), inv.invoke_async::<Vec<RV>>(&mut link)).await {
+        match tokio::time::timeout(timeout, inv.invoke_async::<Vec<RV>>(&mut link)).await {
             Ok(Ok(_)) => "rolled back",
             _ => "rolling it back failed",
         }

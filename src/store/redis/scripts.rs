@@ -38,11 +38,28 @@ end
 return 0
 ";
 
+/// Roll-back of a claim whose outcome is unknown: only while the record still carries the
+/// claim's id (ARGV[1]), delete it, or put back the record it replaced (ARGV[2], non-empty).
+/// A value that is not a JSON object is never ours and is left alone → 1 or 0.
+const RELEASE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local ok, rec = pcall(cjson.decode, cur)
+if not ok or type(rec) ~= 'table' or rec['claim_id'] ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+";
+
 pub struct Scripts {
     pub create: Script,
     pub read: Script,
     pub swap: Script,
     pub delete_if: Script,
+    pub release: Script,
 }
 
 impl Scripts {
@@ -52,6 +69,7 @@ impl Scripts {
             read: Script::new(READ),
             swap: Script::new(SWAP),
             delete_if: Script::new(DELETE_IF),
+            release: Script::new(RELEASE),
         }
     }
 
@@ -78,6 +96,7 @@ impl Scripts {
             h if h == self.create.get_hash() => CREATE,
             h if h == self.swap.get_hash() => SWAP,
             h if h == self.delete_if.get_hash() => DELETE_IF,
+            h if h == self.release.get_hash() => RELEASE,
             _ => READ,
         }
     }
@@ -91,13 +110,14 @@ impl Scripts {
         key: &str,
         args: &[&[u8]],
         min_replicas: u32,
+        wait_ms: u64,
     ) -> RedisResult<(Vec<Value>, i64)> {
         let mut pipe = redis::pipe();
         let eval = pipe.cmd("EVAL").arg(self.source(which)).arg(1).arg(key);
         for a in args {
             eval.arg(*a);
         }
-        pipe.cmd("WAIT").arg(min_replicas).arg(super::wait_ms());
+        pipe.cmd("WAIT").arg(min_replicas).arg(wait_ms);
         let mut attempt = 0;
         loop {
             let mut replies = link.on_key_owner(key, &pipe).await?.into_iter();

@@ -21,8 +21,19 @@ pub enum Target {
     Sentinel { sentinels: Vec<String>, master: String, db: u32, tls: bool, userinfo: String, sentinel_userinfo: String },
 }
 
+/// A kv_url written wrong is the user's input (`param_invalid`), not a store failure.
 fn config(msg: impl Into<String>) -> StoreError {
-    StoreError::Config(msg.into())
+    StoreError::BadUrl(msg.into())
+}
+
+/// The `host:port` of every seed node or Sentinel a Cluster or Sentinel kv_url lists (each
+/// one is dialled, so each must pass the store-host allow-list); `None` for other forms.
+pub fn seed_hosts(url: &str) -> Result<Option<Vec<String>>, StoreError> {
+    match Parsed::parse(url)?.target {
+        Target::Node { .. } => Ok(None),
+        Target::Cluster { nodes, .. } => Ok(Some(nodes)),
+        Target::Sentinel { sentinels, .. } => Ok(Some(sentinels)),
+    }
 }
 
 impl Parsed {
@@ -181,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn mistakes_are_config_errors() {
+    fn mistakes_are_bad_urls() {
         for bad in [
             "redis+sentinel://s1:26379",
             "redis+sentinel://s1/m/x",
@@ -192,7 +203,7 @@ mod tests {
             "redis+cluster://a:1?ca=x",
             "redis+foo://a",
         ] {
-            assert!(matches!(Target::parse(bad), Err(StoreError::Config(_))), "{bad}");
+            assert!(matches!(Target::parse(bad), Err(StoreError::BadUrl(_))), "{bad}");
         }
     }
 }

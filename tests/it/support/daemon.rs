@@ -48,13 +48,17 @@ pub struct Conn {
 impl Conn {
     /// The next non-empty line the plugin wrote, parsed; `None` when it closed the connection.
     pub async fn line(&mut self) -> Option<Value> {
+        let line = self.raw_line().await?;
+        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("plugin wrote non-JSON {line:?}: {e}")))
+    }
+
+    /// The next non-empty line the plugin wrote, as written.
+    pub async fn raw_line(&mut self) -> Option<String> {
         loop {
             let line =
                 tokio::time::timeout(STEP, self.lines.next_line()).await.expect("plugin line in time").ok()??;
             if !line.trim().is_empty() {
-                return Some(
-                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("plugin wrote non-JSON {line:?}: {e}")),
-                );
+                return Some(line);
             }
         }
     }

@@ -81,10 +81,14 @@ pub async fn crash_and_takeover(url: &str) {
     assert_eq!(ok.outcome(), "completed");
 }
 
-/// Without a lease (absent or 0) a processing record is never taken over.
+/// Without a lease (`lease_seconds` 0, or absent with `default_lease_seconds` 0) a
+/// processing record is never taken over; absent with the default, it gets the default lease.
 pub async fn no_lease_means_processing_until_completed(url: &str) {
     let p = Plugin::spawn(&[]).await;
-    let c = creds(url);
+    let with_default =
+        p.invoke("event_ingest", &creds(url), json!({"event_id": fresh_id("dl"), "event_type": "created"})).await;
+    assert!(with_default.json()["lease_until"].is_string(), "leases are on by default: {with_default:?}");
+    let c = json!({"kv_url": url, "default_lease_seconds": "0"});
     for lease in [json!(null), json!(0)] {
         let id = fresh_id("nolease");
         let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": lease});
@@ -101,9 +105,12 @@ pub async fn one_reclaim_among_concurrent_redeliveries(url: &str) {
     let plugins = [Arc::new(Plugin::spawn(&[]).await), Arc::new(Plugin::spawn(&[]).await)];
     let c = creds(url);
     let id = fresh_id("reclaim");
-    let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 1});
-    assert_eq!(plugins[0].invoke("event_ingest", &c, ev.clone()).await.outcome(), "accepted");
+    let first = json!({"event_id": id, "event_type": "created", "lease_seconds": 1});
+    assert_eq!(plugins[0].invoke("event_ingest", &c, first).await.outcome(), "accepted");
     tokio::time::sleep(Duration::from_millis(1300)).await;
+    // The redeliveries ask for a long lease: attempt 2 must not expire while the other 99
+    // are still being answered on a loaded machine (that would be a legitimate attempt 3).
+    let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 3600});
     let mut tasks = vec![];
     for p in &plugins {
         for _ in 0..50 {

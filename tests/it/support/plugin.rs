@@ -49,6 +49,8 @@ pub struct Plugin {
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     waiters: Waiters,
     pub heartbeats: Arc<AtomicUsize>,
+    /// Every `log` event line the plugin wrote (its log while it talks to the daemon).
+    pub logs: Arc<Mutex<Vec<String>>>,
     next: AtomicU64,
     tag: String,
 }
@@ -71,7 +73,10 @@ impl Plugin {
 
     async fn spawn_with_stderr(bin: &str, env: &[(&str, &str)], stderr: Stdio) -> Plugin {
         let mut cmd = tokio::process::Command::new(bin);
-        cmd.arg("serve").env("INSTALL_METHOD", "local").envs(env.iter().copied());
+        // A healthy store on a loaded test machine can take seconds to answer: tests that are
+        // about outcomes get a generous store timeout; tests about timeouts set their own.
+        cmd.arg("serve").env("INSTALL_METHOD", "local").env("STATEFUL_TOOL_STORE_TIMEOUT_MS", "30000");
+        cmd.envs(env.iter().copied());
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn stateful-tool serve");
         let stdin = child.stdin.take().unwrap();
@@ -79,7 +84,8 @@ impl Plugin {
         let waiters: Waiters = Arc::default();
         let heartbeats = Arc::new(AtomicUsize::new(0));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let (w, hb) = (waiters.clone(), heartbeats.clone());
+        let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (w, hb, lg) = (waiters.clone(), heartbeats.clone(), logs.clone());
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
             while let Ok(Some(line)) = lines.next_line().await {
@@ -102,14 +108,22 @@ impl Plugin {
                             None => panic!("message for a session nobody opened: {line}"),
                         }
                     }
-                    Some("log") => {}
+                    Some("log") => lg.lock().unwrap().push(line),
                     other => panic!("unexpected event {other:?}: {line}"),
                 }
             }
         });
         tokio::time::timeout(std::time::Duration::from_secs(10), ready_rx).await.expect("first heartbeat").unwrap();
         let tag = format!("{:08x}", rand::random::<u32>());
-        Plugin { child, stdin: tokio::sync::Mutex::new(Some(stdin)), waiters, heartbeats, next: AtomicU64::new(0), tag }
+        Plugin {
+            child,
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            waiters,
+            heartbeats,
+            logs,
+            next: AtomicU64::new(0),
+            tag,
+        }
     }
 
     pub async fn write_raw(&self, bytes: &[u8]) {
@@ -175,13 +189,22 @@ impl Plugin {
     }
 }
 
-/// A request line as the Go daemon serialises it (envelope order, sorted data keys).
+/// A request line as the Go daemon serialises it (envelope order, sorted data keys), with
+/// no `app_id` and no `message_id` (how a backwards invocation arrives).
 pub fn request_line(sid: &str, data: &Value) -> String {
+    request_line_as(sid, data, None, None)
+}
+
+/// [`request_line`] with the envelope's `app_id` and `message_id`, which tell Dify's callers
+/// apart (workflow tool node: app only; agent app: both).
+pub fn request_line_as(sid: &str, data: &Value, app_id: Option<&str>, message_id: Option<&str>) -> String {
     let sorted: std::collections::BTreeMap<String, Value> =
         data.as_object().cloned().unwrap_or_default().into_iter().collect();
     format!(
-        "{{\"session_id\":{},\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{}}}\n",
+        "{{\"session_id\":{},\"conversation_id\":null,\"message_id\":{},\"app_id\":{},\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{}}}\n",
         json!(sid),
+        json!(message_id),
+        json!(app_id),
         serde_json::to_string(&sorted).unwrap()
     )
 }

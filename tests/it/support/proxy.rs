@@ -1,11 +1,12 @@
-//! A loopback TCP proxy between the plugin and a real store that injects answer-side faults.
-//! Requests are always forwarded at once (so the store applies them); only the store's
-//! answers are held back or swallowed, which is exactly the "did my write land?" ambiguity.
+//! A loopback TCP proxy between the plugin and a real store that injects faults: answers
+//! held back or swallowed (the write landed, the caller cannot know), and requests held back
+//! (the write lands later than the caller waited, after the writes queued behind it).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What the proxy does to the first `times` requests that contain `trigger`.
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +22,12 @@ pub enum Fault {
     /// Wait for the store's answer, drop it, and close the connection both ways: the request
     /// was applied, its answer is lost.
     Cut { trigger: &'static [u8], times: usize },
+    /// Hold the request itself for `hold` before forwarding it (to the store, even if the
+    /// client has gone by then). With `cut_after`, the client's connection is closed after
+    /// that long, as a load balancer gives up on a slow upstream. With `queue`, later requests
+    /// containing `trigger`, on any connection, wait behind the held one until it was
+    /// forwarded: a store that applies writes in the order they arrive.
+    HoldRequest { trigger: &'static [u8], times: usize, hold: Duration, cut_after: Option<Duration>, queue: bool },
 }
 
 #[derive(Default)]
@@ -33,10 +40,16 @@ enum Mode {
         released: bool,
     },
     CutPending,
+    /// A request is held until then; answers pass.
+    RequestHeld {
+        until: Instant,
+    },
 }
 
 struct Shared {
     fault: Fault,
+    /// Until when requests containing the trigger wait behind a held one.
+    gate: Mutex<Option<Instant>>,
     remaining: AtomicUsize,
     fired: AtomicUsize,
     connections: AtomicUsize,
@@ -56,10 +69,11 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let times = match fault {
             Fault::Pass => 0,
-            Fault::Hold { times, .. } | Fault::Cut { times, .. } => times,
+            Fault::Hold { times, .. } | Fault::Cut { times, .. } | Fault::HoldRequest { times, .. } => times,
         };
         let shared = Arc::new(Shared {
             fault,
+            gate: Mutex::new(None),
             remaining: AtomicUsize::new(times),
             fired: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
@@ -137,12 +151,14 @@ fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>,
     let mut buf = vec![0u8; 64 * 1024];
     // The tail of earlier reads, so a pattern split across two reads is still seen.
     let mut window: Vec<u8> = Vec::new();
+    let mut held_any = false;
     loop {
         let n = match client.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         window.extend_from_slice(&buf[..n]);
+        let wait;
         {
             let mut m = mode.lock().unwrap();
             let mut matched = false;
@@ -154,7 +170,9 @@ fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>,
                 Mode::Normal => {
                     let trigger = match shared.fault {
                         Fault::Pass => None,
-                        Fault::Hold { trigger, .. } | Fault::Cut { trigger, .. } => Some(trigger),
+                        Fault::Hold { trigger, .. }
+                        | Fault::Cut { trigger, .. }
+                        | Fault::HoldRequest { trigger, .. } => Some(trigger),
                     };
                     if trigger.is_some_and(|t| contains(&window, t))
                         && shared
@@ -166,23 +184,66 @@ fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>,
                         matched = true;
                         *m = match shared.fault {
                             Fault::Hold { release, .. } => Mode::Holding { held: vec![], release, released: false },
+                            Fault::HoldRequest { hold, cut_after, queue, .. } => {
+                                let until = Instant::now() + hold;
+                                if queue {
+                                    *shared.gate.lock().unwrap() = Some(until);
+                                }
+                                if let Some(after) = cut_after {
+                                    let c = client.try_clone().unwrap();
+                                    std::thread::spawn(move || {
+                                        std::thread::sleep(after);
+                                        let _ = c.shutdown(Shutdown::Both);
+                                    });
+                                }
+                                Mode::RequestHeld { until }
+                            }
                             _ => Mode::CutPending,
                         };
                     }
                 }
                 _ => {}
             }
+            wait = match &mut *m {
+                Mode::RequestHeld { until } if matched => Some(*until),
+                // Queued behind a held write: forwarded just after it.
+                Mode::Normal if !matched => shared
+                    .gate
+                    .lock()
+                    .unwrap()
+                    .filter(|g| {
+                        *g > Instant::now() && queued_trigger(&shared.fault).is_some_and(|t| contains(&window, t))
+                    })
+                    .map(|g| g + Duration::from_millis(50)),
+                _ => None,
+            };
             if matched {
                 window.clear();
             } else if window.len() > 128 {
                 window.drain(..window.len() - 128);
             }
         }
+        if let Some(until) = wait {
+            held_any = true;
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        }
         if store.write_all(&buf[..n]).is_err() {
             break;
         }
     }
+    if held_any {
+        // The client may be gone, but the held request still gets its answer from the store
+        // (a half-closed connection could make the server drop it unanswered).
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let _ = store.shutdown(Shutdown::Write);
+}
+
+fn queued_trigger(fault: &Fault) -> Option<&'static [u8]> {
+    match fault {
+        Fault::HoldRequest { trigger, .. } => Some(trigger),
+        _ => None,
+    }
 }
 
 /// Store → client: forwards, holds or swallows according to the connection's mode.
@@ -196,7 +257,7 @@ fn answers(mut store: TcpStream, mut client: TcpStream, mode: Arc<Mutex<Mode>>) 
         let out = {
             let mut m = mode.lock().unwrap();
             match &mut *m {
-                Mode::Normal => buf[..n].to_vec(),
+                Mode::Normal | Mode::RequestHeld { .. } => buf[..n].to_vec(),
                 Mode::Holding { held, released, .. } => {
                     held.extend_from_slice(&buf[..n]);
                     if !*released {

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Starts a built package the way the daemon does, and checks the first answers.
+
+Usage: scripts/package_smoke.py dist/stateful_tool-<version>[.signed].difypkg
+
+The package is extracted with every file 0644 (the daemon's extraction drops exec bits),
+then `python3 -m main` runs in it with INSTALL_METHOD=local: the shim must restore the
+binary's exec bit and exec it, the binary must write its heartbeat first and answer a
+credential validation against the in-process store.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+REQUEST = (
+    '{"session_id":"pkg-smoke","conversation_id":null,"message_id":null,"app_id":null,"endpoint_id":null,'
+    '"context":null,"event":"request","data":{"action":"validate_tool_credentials","credentials":'
+    '{"kv_url":"memory://"},"provider":"stateful_tool","type":"tool","user_id":"ci"}}\n'
+)
+
+
+def main(pkg: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        with zipfile.ZipFile(pkg) as z:
+            for info in z.infolist():
+                assert not info.filename.endswith("/"), f"directory entry {info.filename}"
+                z.extract(info, d)
+                os.chmod(os.path.join(d, info.filename), 0o644)
+        env = dict(os.environ, INSTALL_METHOD="local", STATEFUL_TOOL_ALLOW_MEMORY_STORE="1")
+        out = subprocess.run(
+            [sys.executable, "-m", "main"], cwd=d, input=REQUEST, capture_output=True, text=True, env=env, timeout=60
+        )
+        lines = out.stdout.splitlines()
+        assert out.returncode == 0, (out.returncode, out.stderr)
+        assert lines and '"heartbeat"' in lines[0], lines[:3]
+        assert any('"result":true' in line for line in lines), lines
+        print(f"shim + binary from the package: heartbeat first, validate answered ({len(lines)} lines)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])

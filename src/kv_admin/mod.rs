@@ -1,0 +1,109 @@
+//! Operator commands against a store: `kv ls`, `kv get` (KV container or Redis), `kv backup`
+//! and `kv restore` (KV container).
+
+mod show;
+mod source;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+
+use crate::kv_server;
+use source::Source;
+
+#[derive(clap::Args)]
+pub struct LsArgs {
+    /// `http(s)://host:port` of a KV container, or a `redis://` / `rediss://` URL.
+    #[arg(long)]
+    pub url: String,
+    /// Bearer token of the KV container (for Redis, put the password in the URL).
+    #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Only keys starting with this (`evt_` = event records; `evt_<namespace>~` = one namespace).
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// At most this many keys (in key order for the KV container).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub limit: u64,
+}
+
+#[derive(clap::Args)]
+pub struct GetArgs {
+    /// The storage key (`kv ls` shows them), e.g. `evt_EVT-1`.
+    pub key: String,
+    #[arg(long)]
+    pub url: String,
+    #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct BackupArgs {
+    /// Online: the running KV container (`GET /backup`, one consistent snapshot).
+    #[arg(long, conflicts_with = "data", required_unless_present = "data")]
+    pub url: Option<String>,
+    #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Offline: the data directory of a stopped KV container.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// The backup file to write (replaced only once complete).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct RestoreArgs {
+    /// A file written by `kv backup`.
+    pub file: PathBuf,
+    /// An empty data directory to restore into; start `kv serve --data` on it afterwards.
+    #[arg(long)]
+    pub data: PathBuf,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let src = Source::connect(&args.url, args.token.as_deref()).await?;
+        let items = src.list(&args.prefix, args.limit as usize).await?;
+        print!("{}", show::table(&items));
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let src = Source::connect(&args.url, args.token.as_deref()).await?;
+        match src.get(&args.key).await? {
+            Some(item) => {
+                print!("{}", show::detail(&item));
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("stateful-tool: {} not found (absent or expired)", args.key);
+                Ok(ExitCode::from(1))
+            }
+        }
+    })
+}
+
+pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
+    let summary = match (&args.url, &args.data) {
+        (_, Some(dir)) => kv_server::backup_dir(dir, &args.out)?,
+        (Some(url), None) => runtime()?.block_on(source::download_backup(url, args.token.as_deref(), &args.out))?,
+        (None, None) => bail!("give --url (online) or --data (offline)"),
+    };
+    println!("backup written: {} ({} keys, revision {})", args.out.display(), summary.records, summary.last_rev);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
+    let summary = kv_server::restore(&args.file, &args.data)
+        .with_context(|| format!("restoring {} into {}", args.file.display(), args.data.display()))?;
+    println!("restored {} keys (revision {}) into {}", summary.records, summary.last_rev, args.data.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,198 @@
+//! Reading keys from a KV container (HTTP) or Redis, for inspection and backups.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context};
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
+
+use crate::kv_server::{read_snapshot, Summary};
+use crate::store::url::redact;
+
+/// One key as read from the store, with the store's clock at the time of reading.
+pub struct Item {
+    pub key: String,
+    pub value: Vec<u8>,
+    /// Time to live in ms; `None` = no expiry.
+    pub ttl_ms: Option<i64>,
+    /// The store's clock (unix ms) when read.
+    pub now_ms: i64,
+}
+
+pub enum Source {
+    Kv { base: String, token: Option<String>, http: reqwest::Client },
+    Redis(redis::aio::MultiplexedConnection),
+}
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Deserialize)]
+struct Page {
+    keys: Vec<Entry>,
+    next: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    key: String,
+}
+
+impl Source {
+    pub async fn connect(url: &str, token: Option<&str>) -> anyhow::Result<Source> {
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            let client = redis::Client::open(url).with_context(|| format!("{} is not a Redis URL", redact(url)))?;
+            let conn = tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection())
+                .await
+                .context("connecting to Redis timed out")?
+                .with_context(|| format!("connecting to {}", redact(url)))?;
+            return Ok(Source::Redis(conn));
+        }
+        ensure!(url.starts_with("http://") || url.starts_with("https://"), "--url must be http(s):// or redis(s)://");
+        let http = reqwest::Client::builder().timeout(TIMEOUT).build()?;
+        Ok(Source::Kv { base: url.trim_end_matches('/').to_owned(), token: token.map(str::to_owned), http })
+    }
+
+    pub async fn list(&self, prefix: &str, limit: usize) -> anyhow::Result<Vec<Item>> {
+        let keys = match self {
+            Source::Kv { base, .. } => {
+                let mut url = reqwest::Url::parse(&format!("{base}/state"))?;
+                url.query_pairs_mut().append_pair("prefix", prefix).append_pair("limit", &limit.to_string());
+                let page: Page = serde_json::from_slice(&self.kv_call(self.kv_get(url)).await?.bytes().await?)?;
+                let _ = page.next;
+                page.keys.into_iter().map(|e| e.key).collect()
+            }
+            Source::Redis(conn) => {
+                let mut conn = conn.clone();
+                let (mut keys, mut cursor) = (Vec::new(), 0u64);
+                loop {
+                    let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(format!("{}*", glob_escape(prefix)))
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await?;
+                    keys.extend(batch);
+                    cursor = next;
+                    if cursor == 0 || keys.len() >= limit * 4 {
+                        break;
+                    }
+                }
+                keys.sort();
+                keys.dedup();
+                keys.truncate(limit);
+                keys
+            }
+        };
+        let mut items = Vec::with_capacity(keys.len());
+        for key in keys {
+            // A key may expire between the listing and the read: skip it.
+            if let Some(item) = self.get(&key).await? {
+                items.push(item);
+            }
+        }
+        Ok(items)
+    }
+
+    pub async fn get(&self, key: &str) -> anyhow::Result<Option<Item>> {
+        match self {
+            Source::Kv { base, .. } => {
+                let url = reqwest::Url::parse(&format!("{base}/state/{key}"))?;
+                let resp = self.kv_get(url).send().await.context("reaching the KV container")?;
+                if resp.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Ok(None);
+                }
+                let resp = check(resp).await?;
+                let header =
+                    |n: &str| resp.headers().get(n).and_then(|v| v.to_str().ok()).and_then(|s| s.parse::<i64>().ok());
+                let now_ms = header("kv-time-ms").unwrap_or(0);
+                let ttl_ms = header("kv-expires-ms").map(|e| e - now_ms);
+                Ok(Some(Item { key: key.to_owned(), value: resp.bytes().await?.to_vec(), ttl_ms, now_ms }))
+            }
+            Source::Redis(conn) => {
+                let mut conn = conn.clone();
+                let (value, pttl, (secs, micros)): (Option<Vec<u8>>, i64, (i64, i64)) =
+                    redis::pipe().cmd("GET").arg(key).cmd("PTTL").arg(key).cmd("TIME").query_async(&mut conn).await?;
+                Ok(value.map(|value| Item {
+                    key: key.to_owned(),
+                    value,
+                    ttl_ms: (pttl >= 0).then_some(pttl),
+                    now_ms: secs * 1000 + micros / 1000,
+                }))
+            }
+        }
+    }
+
+    fn kv_get(&self, url: reqwest::Url) -> reqwest::RequestBuilder {
+        let Source::Kv { token, http, .. } = self else { unreachable!("only called for the KV container") };
+        let req = http.get(url);
+        match token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    async fn kv_call(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        check(req.send().await.context("reaching the KV container")?).await
+    }
+}
+
+async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let body = resp.text().await.unwrap_or_default();
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        bail!("the KV container refused the token (401): give --token or KV_TOKEN");
+    }
+    bail!("the KV container answered {status}: {}", body.chars().take(300).collect::<String>())
+}
+
+/// `*`, `?`, `[` and `\` are glob syntax in SCAN MATCH.
+fn glob_escape(s: &str) -> String {
+    s.chars().fold(String::new(), |mut out, c| {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+        out
+    })
+}
+
+/// `kv backup --url`: streams `GET /backup` into `<out>.partial`, checks the whole file
+/// (trailer, checksum), then renames it to `out`.
+pub async fn download_backup(url: &str, token: Option<&str>, out: &Path) -> anyhow::Result<Summary> {
+    ensure!(
+        url.starts_with("http://") || url.starts_with("https://"),
+        "online backups need the KV container's http(s):// URL"
+    );
+    // No overall timeout: a large store takes as long as it takes to stream.
+    let http = reqwest::Client::builder().connect_timeout(TIMEOUT).build()?;
+    let mut req = http.get(format!("{}/backup", url.trim_end_matches('/')));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let mut resp = check(req.send().await.context("reaching the KV container")?).await?;
+    let mut name = out.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".partial");
+    let tmp = out.with_file_name(name);
+    let result = async {
+        let mut file = tokio::fs::File::create(&tmp).await.with_context(|| format!("creating {}", tmp.display()))?;
+        while let Some(chunk) = resp.chunk().await.context("the backup stream broke off")? {
+            file.write_all(&chunk).await?;
+        }
+        file.sync_all().await?;
+        drop(file);
+        let summary = read_snapshot(&tmp, |_, _| Ok(()))?;
+        tokio::fs::rename(&tmp, out).await?;
+        Ok(summary)
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    result
+}

@@ -1,0 +1,250 @@
+//! Backups: a consistent snapshot of every live key as JSON lines, and restoring one.
+//!
+//! A snapshot is one redb read transaction (MVCC), so it is consistent while writes go on:
+//! every write acknowledged before it began is in it, none is half in it. Format, one JSON
+//! object per line: a header (`format`, `version`, `last_rev`, `taken_ms`), one line per
+//! key (`key`, `rev`, `modified_ms`, `expires_ms`, `value` as the stored JSON text), and a
+//! trailer with the record count and the SHA-256 of the record lines, so a truncated or
+//! edited file is refused before anything is restored. TTLs are absolute expiry times.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context};
+use redb::{Database, Durability, ReadableTable};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::batch::{DATA, EXPIRY, META, REV_KEY};
+use super::engine::DB_FILE;
+use super::record::{system_now_ms, Record};
+
+const FORMAT: &str = "stateful-tool-kv-backup";
+const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+    last_rev: u64,
+    taken_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Line {
+    key: String,
+    rev: u64,
+    modified_ms: u64,
+    expires_ms: u64,
+    value: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Trailer {
+    end: bool,
+    records: u64,
+    sha256: String,
+}
+
+/// What a snapshot or restore covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub records: u64,
+    pub last_rev: u64,
+}
+
+/// Writes a snapshot of `db` (one read transaction) to `out`; keys already expired are left out.
+pub fn write_snapshot(db: &Database, out: &mut impl Write) -> anyhow::Result<Summary> {
+    let txn = db.begin_read()?;
+    let last_rev = txn.open_table(META)?.get(REV_KEY)?.map_or(0, |g| g.value());
+    let taken_ms = system_now_ms();
+    let header = Header { format: FORMAT.into(), version: VERSION, last_rev, taken_ms };
+    write_line(out, &serde_json::to_vec(&header)?)?;
+    let mut hash = Sha256::new();
+    let mut records = 0u64;
+    for item in txn.open_table(DATA)?.iter()? {
+        let (k, v) = item?;
+        let rec = Record::decode(v.value())?;
+        if !rec.is_live(taken_ms) {
+            continue;
+        }
+        // Values are JSON the server validated on write, hence UTF-8.
+        let value = String::from_utf8(rec.value.to_vec()).context("a stored value is not UTF-8")?;
+        let line = Line {
+            key: k.value().to_owned(),
+            rev: rec.rev,
+            modified_ms: rec.modified_ms,
+            expires_ms: rec.expires_ms,
+            value,
+        };
+        let bytes = serde_json::to_vec(&line)?;
+        hash.update(&bytes);
+        hash.update(b"\n");
+        write_line(out, &bytes)?;
+        records += 1;
+    }
+    let trailer = Trailer { end: true, records, sha256: hex::encode(hash.finalize()) };
+    write_line(out, &serde_json::to_vec(&trailer)?)?;
+    out.flush()?;
+    Ok(Summary { records, last_rev })
+}
+
+fn write_line(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    out.write_all(bytes)?;
+    out.write_all(b"\n")
+}
+
+/// Offline backup of a stopped server's data directory into `out` (written via a temporary
+/// file and renamed, so `out` is never a partial snapshot).
+pub fn backup_dir(dir: &Path, out: &Path) -> anyhow::Result<Summary> {
+    let path = dir.join(DB_FILE);
+    ensure!(path.exists(), "{} does not exist", path.display());
+    let db = Database::open(&path).with_context(|| {
+        format!("opening {} (a running server holds it: use --url for an online backup)", path.display())
+    })?;
+    write_atomically(out, |f| write_snapshot(&db, f))
+}
+
+/// Creates `path` through `<path>.partial`: fsync'd, then renamed.
+fn write_atomically<T>(path: &Path, fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let tmp = partial(path);
+    let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut w = BufWriter::new(file);
+    let result = fill(&mut w).and_then(|t| {
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok(t)
+    });
+    match result {
+        Ok(t) => {
+            std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+            Ok(t)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn partial(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".partial");
+    path.with_file_name(name)
+}
+
+/// Reads a snapshot, checking header, every line and the trailer; calls `each` per record.
+pub fn read_snapshot(file: &Path, mut each: impl FnMut(&str, Record) -> anyhow::Result<()>) -> anyhow::Result<Summary> {
+    let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let mut lines = BufReader::new(f).lines();
+    let first = lines.next().transpose()?.context("the backup is empty")?;
+    let header: Header = serde_json::from_str(&first).context("not a stateful-tool KV backup (bad header)")?;
+    ensure!(header.format == FORMAT, "not a stateful-tool KV backup (format {:?})", header.format);
+    ensure!(header.version == VERSION, "backup format version {} is not supported", header.version);
+    let mut hash = Sha256::new();
+    let (mut records, mut max_rev) = (0u64, 0u64);
+    for line in lines {
+        let line = line?;
+        if let Ok(trailer) = serde_json::from_str::<Trailer>(&line) {
+            ensure!(trailer.end && trailer.records == records, "the backup's record count does not match its trailer");
+            ensure!(
+                trailer.sha256 == hex::encode(hash.finalize()),
+                "the backup's checksum does not match: edited or damaged"
+            );
+            return Ok(Summary { records, last_rev: header.last_rev.max(max_rev) });
+        }
+        let rec: Line = serde_json::from_str(&line).with_context(|| format!("record {} is damaged", records + 1))?;
+        hash.update(line.as_bytes());
+        hash.update(b"\n");
+        serde_json::from_str::<serde::de::IgnoredAny>(&rec.value)
+            .with_context(|| format!("record {} is not JSON", rec.key))?;
+        max_rev = max_rev.max(rec.rev);
+        let value = Record {
+            value: rec.value.into_bytes().into(),
+            rev: rec.rev,
+            modified_ms: rec.modified_ms,
+            expires_ms: rec.expires_ms,
+        };
+        each(&rec.key, value)?;
+        records += 1;
+    }
+    bail!("the backup is truncated (no trailer after {records} records)")
+}
+
+/// Restores `file` into the empty data directory `dir`. The file is checked completely
+/// first; the database is built as `kv.redb.partial` and renamed into place when committed.
+pub fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
+    let target = dir.join(DB_FILE);
+    ensure!(!target.exists(), "{} already exists: restore into an empty data directory", target.display());
+    read_snapshot(file, |_, _| Ok(()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = partial(&target);
+    let _ = std::fs::remove_file(&tmp);
+    let built = (|| -> anyhow::Result<Summary> {
+        let db = Database::create(&tmp)?;
+        let mut txn = db.begin_write()?;
+        txn.set_durability(Durability::Immediate);
+        let summary = {
+            let (mut data, mut expiry) = (txn.open_table(DATA)?, txn.open_table(EXPIRY)?);
+            let summary = read_snapshot(file, |key, rec| {
+                data.insert(key, Record::encode(&rec.value, rec.rev, rec.modified_ms, rec.expires_ms).as_slice())?;
+                if rec.expires_ms != 0 {
+                    expiry.insert((rec.expires_ms, key), ())?;
+                }
+                Ok(())
+            })?;
+            // Revisions keep growing from where the backed-up server was: ETags never repeat.
+            txn.open_table(META)?.insert(REV_KEY, summary.last_rev)?;
+            summary
+        };
+        txn.commit()?;
+        Ok(summary)
+    })();
+    match built {
+        Ok(summary) => {
+            std::fs::rename(&tmp, &target)?;
+            File::open(dir)?.sync_all()?;
+            Ok(summary)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// `GET /backup`: the snapshot streamed as it is read. A failure mid-way aborts the body,
+/// so the client sees no trailer and refuses the file.
+pub fn stream(db: std::sync::Arc<Database>) -> axum::body::Body {
+    type Chunk = Result<bytes::Bytes, std::io::Error>;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(8);
+    tokio::task::spawn_blocking(move || {
+        let mut w = BufWriter::with_capacity(64 * 1024, ChannelWriter(tx.clone()));
+        match write_snapshot(&db, &mut w) {
+            Ok(s) => tracing::info!("kv: backup streamed: {} records, revision {}", s.records, s.last_rev),
+            Err(e) => {
+                tracing::warn!("kv: backup stream ended early: {e:#}");
+                let _ = tx.blocking_send(Err(std::io::Error::other("backup failed")));
+            }
+        }
+    });
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    axum::body::Body::from_stream(chunks)
+}
+
+/// Hands written bytes to the response body; fails once the client has gone.
+struct ChannelWriter(tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::io::Error>>);
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .blocking_send(Ok(bytes::Bytes::copy_from_slice(buf)))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,242 @@
+//! The KV container's accept loop: hyper (HTTP/1.1 and h2c) over sockets we track, so every
+//! connection has a header deadline, an idle deadline, a bounded read buffer and a place
+//! under the connection cap. At the cap the oldest connection that is not serving a request
+//! is closed to make room: idle sockets cannot lock a health check or a client out.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::limits::Limits;
+use super::metrics::Metrics;
+use super::tracked::{ConnState, Epoch, Tracked};
+
+/// How long, at shutdown, a connection may finish the request it is serving.
+const SHUTDOWN_CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// How often the connection counters are logged (when anything happened).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Counters {
+    evicted: AtomicU64,
+    refused: AtomicU64,
+    header_timeouts: AtomicU64,
+    idle_timeouts: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+struct Conns {
+    limits: Limits,
+    epoch: Epoch,
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<ConnState>>>,
+    counters: Counters,
+}
+
+impl Conns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnState>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes room for one more connection. False when even the overflow is full.
+    fn admit(&self) -> bool {
+        let open = self.lock();
+        if open.len() < self.limits.max_connections {
+            return true;
+        }
+        // The oldest-quiet connection that is not serving a request goes first.
+        let victim = open
+            .values()
+            .filter(|c| !c.closing.load(Relaxed) && c.in_flight.load(Relaxed) == 0)
+            .min_by_key(|c| c.last_io_ms.load(Relaxed));
+        if let Some(victim) = victim {
+            if victim.request_close() {
+                self.counters.evicted.fetch_add(1, Relaxed);
+            }
+        }
+        // Closing takes a moment; a bounded overflow keeps the fd count bounded meanwhile.
+        open.len() < self.limits.hard_ceiling()
+    }
+
+    fn sweep(&self) {
+        let now = self.epoch.now_ms();
+        let header = self.limits.header_timeout.as_millis() as u64;
+        let idle = self.limits.idle_timeout.as_millis() as u64;
+        for c in self.lock().values() {
+            if c.closing.load(Relaxed) {
+                continue;
+            }
+            let quiet = now.saturating_sub(c.last_io_ms.load(Relaxed));
+            let serving = c.in_flight.load(Relaxed) > 0;
+            let head = c.head_started_ms.load(Relaxed);
+            let slow_head = !serving && head != 0 && now.saturating_sub(head) >= header;
+            // The first request (and for h2c the preface) is due within the header timeout.
+            let no_request = c.started.load(Relaxed) == 0 && now.saturating_sub(c.opened_ms) >= header;
+            if quiet >= idle {
+                if c.request_close() {
+                    self.counters.idle_timeouts.fetch_add(1, Relaxed);
+                }
+            } else if (slow_head || no_request) && c.request_close() {
+                self.counters.header_timeouts.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn log_counters(&self) {
+        let take = |c: &AtomicU64| c.swap(0, Relaxed);
+        let c = &self.counters;
+        let (evicted, refused, accept_errors) = (take(&c.evicted), take(&c.refused), take(&c.accept_errors));
+        let (header, idle) = (take(&c.header_timeouts), take(&c.idle_timeouts));
+        let open = self.lock().len();
+        if evicted + refused + accept_errors > 0 {
+            tracing::warn!(
+                "kv: connection limit {} reached: {evicted} quiet connections closed to make room, {refused} refused, \
+                 {accept_errors} accept errors in the last {}s ({open} open)",
+                self.limits.max_connections,
+                LOG_EVERY.as_secs()
+            );
+        }
+        if header + idle > 0 {
+            tracing::info!(
+                "kv: closed {header} connections that sent no complete request head within {:?} and {idle} idle \
+                 for {:?} in the last {}s ({open} open)",
+                self.limits.header_timeout,
+                self.limits.idle_timeout,
+                LOG_EVERY.as_secs()
+            );
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` turns true, then lets the open requests
+/// finish for up to `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+    metrics: Arc<Metrics>,
+) {
+    let conns = Arc::new(Conns {
+        limits,
+        epoch: Epoch::new(),
+        next_id: AtomicU64::new(0),
+        open: Mutex::new(HashMap::new()),
+        counters: Counters::default(),
+    });
+    let builder = Arc::new(builder(&conns.limits));
+    let housekeeping = tokio::spawn(housekeeping(conns.clone()));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        };
+        let (tcp, _peer): (TcpStream, SocketAddr) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors or memory: the backlog waits; try again shortly.
+                conns.counters.accept_errors.fetch_add(1, Relaxed);
+                tracing::debug!("kv: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        if !conns.admit() {
+            conns.counters.refused.fetch_add(1, Relaxed);
+            metrics.connection_refused();
+            drop(tcp);
+            continue;
+        }
+        let _ = tcp.set_nodelay(true);
+        let id = conns.next_id.fetch_add(1, Relaxed);
+        let state = Arc::new(ConnState::new(conns.epoch));
+        conns.lock().insert(id, state.clone());
+        metrics.connection_opened();
+        let (conns, builder, router, shutdown) = (conns.clone(), builder.clone(), router.clone(), shutdown.clone());
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            serve_one(tcp, state, &builder, router, shutdown).await;
+            conns.lock().remove(&id);
+            metrics.connection_closed();
+        });
+    }
+    // Stop accepting, ask every connection to finish, wait for them (bounded).
+    let deadline = tokio::time::Instant::now() + grace;
+    while !conns.lock().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    housekeeping.abort();
+}
+
+fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    // hyper's read buffer holds the request head; its cap is the per-connection head memory.
+    b.http1().max_buf_size(limits.max_header_bytes).max_headers(100);
+    b.http2()
+        .max_concurrent_streams(limits.h2_max_streams)
+        .max_header_list_size(limits.max_header_bytes as u32)
+        .max_send_buf_size(256 * 1024);
+    b
+}
+
+async fn serve_one(
+    tcp: TcpStream,
+    state: Arc<ConnState>,
+    builder: &auto::Builder<TokioExecutor>,
+    router: Router,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let io = TokioIo::new(Tracked::new(tcp, state.clone()));
+    let svc_state = state.clone();
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let guard = svc_state.begin_request();
+        let mut router = router.clone();
+        async move {
+            if guard.take_bad_framing() {
+                let mut resp = super::error::ApiError::ambiguous_framing().into_close_response();
+                resp.headers_mut().insert("kv-time-ms", super::record::system_now_ms().into());
+                return Ok::<_, Infallible>(resp);
+            }
+            let resp = tower_service::Service::call(&mut router, req).await;
+            drop(guard);
+            resp
+        }
+    });
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        // Told to close by the sweeper or to make room: nothing is in service (or the
+        // client stalled past the idle timeout), so the socket is simply dropped; hyper's
+        // graceful path would wait for a half-sent head to complete.
+        () = state.close.notified() => return,
+        _ = shutdown.wait_for(|stop| *stop) => {}
+    }
+    state.closing.store(true, Relaxed);
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(SHUTDOWN_CLOSE_GRACE, conn).await;
+}
+
+async fn housekeeping(conns: Arc<Conns>) {
+    let tick = (conns.limits.header_timeout.min(conns.limits.idle_timeout) / 4)
+        .clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut sweep = tokio::time::interval(tick);
+    let mut log = tokio::time::interval(LOG_EVERY);
+    loop {
+        tokio::select! {
+            _ = sweep.tick() => conns.sweep(),
+            _ = log.tick() => conns.log_counters(),
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Opening the data file: a new store only in a directory without one, and never a data file
+//! that is not a complete, valid store (empty, cut short, overwritten): that is refused with
+//! what to do, so a damaged file can never come back as an empty store.
+
+use std::fs::File;
+use std::io::Read;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use redb::{Database, ReadableTable};
+
+use super::batch::{DATA, EXPIRY, META};
+use super::engine::DB_FILE;
+use super::record::Record;
+
+/// redb's file signature (the first bytes of every redb file).
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// Why a data file was refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{path} is not a complete, valid store: {why}. Restore it from a backup, or, if its \
+     events may be forgotten, move it away and start again to create a new, empty store \
+     (`stateful-tool kv check --data {dir}` re-checks it)"
+)]
+pub struct Damaged {
+    pub path: String,
+    pub dir: String,
+    pub why: String,
+}
+
+/// What a check found in a valid store.
+#[derive(Debug, Clone, Copy)]
+pub struct Checked {
+    pub records: u64,
+    pub created: bool,
+}
+
+/// Opens `<dir>/kv.redb`, creating it only when the directory holds no data file; checks
+/// every page and record of an existing one first.
+pub fn open(dir: &Path) -> anyhow::Result<(Database, Checked)> {
+    use anyhow::Context;
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        anyhow::bail!(
+            "--data {}: that path is a file, not a directory; give a directory (created if missing)",
+            dir.display()
+        );
+    }
+    let created_dir = !dir.exists();
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
+    if created_dir {
+        if let Some(parent) = dir.parent() {
+            sync_dir(if parent.as_os_str().is_empty() { Path::new(".") } else { parent })?;
+        }
+    }
+    let path = dir.join(DB_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let db = quietly(|| Database::builder().create(&path))
+                .map_err(|why| damaged(&path, dir, why))?
+                .with_context(|| format!("creating {}", path.display()))?;
+            // The new file's directory entry must survive a power loss like its contents.
+            sync_dir(dir)?;
+            let db = create_tables(db)?;
+            tracing::info!("kv: created a new, empty store at {}", path.display());
+            Ok((db, Checked { records: 0, created: true }))
+        }
+        Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
+        Ok(_) => {
+            refuse_if_open_elsewhere(&path)?;
+            let (db, records) = check(&path).map_err(|why| damaged(&path, dir, why))?;
+            // The verification copy came and went in this directory.
+            sync_dir(dir)?;
+            Ok((create_tables(db)?, Checked { records, created: false }))
+        }
+    }
+}
+
+/// A store held by another process (redb locks its file while a database is open) is in
+/// use, not damaged: say so before checking it.
+fn refuse_if_open_elsewhere(path: &Path) -> anyhow::Result<()> {
+    let file = File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock() {
+        anyhow::bail!(
+            "{} is already open in another process (a `stateful-tool kv serve` still running with this --data?); \
+             stop that one, or give this one another --data directory",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Checks an existing data file (server stopped); `Err` says what is wrong with it.
+pub fn check(path: &Path) -> Result<(Database, u64), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if meta.len() == 0 {
+        return Err("it is empty (0 bytes)".into());
+    }
+    let mut head = [0u8; REDB_MAGIC.len()];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .map_err(|e| format!("its header cannot be read ({e}); the file is cut short"))?;
+    if head != REDB_MAGIC {
+        return Err("it does not start with the store's file signature (overwritten, or not a store)".into());
+    }
+    verify_copy(path)?;
+    let db = quietly(|| open_existing(path))?.map_err(|e| format!("it cannot be opened: {e}"))?;
+    let records = quietly(|| scan(&db))??;
+    Ok((db, records))
+}
+
+fn open_existing(path: &Path) -> Result<Database, redb::DatabaseError> {
+    Database::builder()
+        .set_repair_callback(|s| {
+            // Only after an unclean shutdown (kill -9, power loss): committed data is intact.
+            tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", s.progress() * 100.0)
+        })
+        .open(path)
+}
+
+/// Verifies every page checksum on a copy: redb's integrity check repairs what it finds
+/// (rolling back to an older commit), and the original must stay as it is for the operator
+/// to restore or inspect. Without room for a copy the check is skipped with a warning;
+/// every record is still read once.
+fn verify_copy(path: &Path) -> Result<(), String> {
+    let copy = path.with_extension("redb.verify");
+    let _ = std::fs::remove_file(&copy);
+    if let Err(e) = std::fs::copy(path, &copy) {
+        let _ = std::fs::remove_file(&copy);
+        tracing::warn!("kv: no page checksum check of {} (cannot copy it: {e}); reading every record", path.display());
+        return Ok(());
+    }
+    let verdict = quietly(|| -> Result<(), String> {
+        let mut db = open_existing(&copy).map_err(|e| format!("it cannot be opened: {e}"))?;
+        match db.check_integrity() {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("some page checksums do not match".into()),
+            Err(e) => Err(format!("its pages are damaged: {e}")),
+        }
+    });
+    let _ = std::fs::remove_file(&copy);
+    verdict?
+}
+
+/// Reads every record once, so damage a checksum cannot see (a foreign layout) is found now
+/// rather than by a client.
+fn scan(db: &Database) -> Result<u64, String> {
+    let bad = |e: &dyn std::fmt::Display| format!("reading it failed: {e}");
+    let txn = db.begin_read().map_err(|e| bad(&e))?;
+    let mut records = 0;
+    match txn.open_table(DATA) {
+        Ok(table) => {
+            for entry in table.iter().map_err(|e| bad(&e))? {
+                let (key, value) = entry.map_err(|e| bad(&e))?;
+                Record::decode(value.value())
+                    .map_err(|e| format!("the record under key {:?} is damaged: {e}", key.value()))?;
+                records += 1;
+            }
+        }
+        Err(redb::TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(bad(&e)),
+    }
+    Ok(records)
+}
+
+fn create_tables(db: Database) -> anyhow::Result<Database> {
+    // Create the tables up front so readers never see "table does not exist".
+    let txn = db.begin_write()?;
+    txn.open_table(DATA)?;
+    txn.open_table(EXPIRY)?;
+    txn.open_table(META)?;
+    txn.commit()?;
+    Ok(db)
+}
+
+fn damaged(path: &Path, dir: &Path, why: String) -> anyhow::Error {
+    Damaged { path: path.display().to_string(), dir: dir.display().to_string(), why }.into()
+}
+
+/// fsync of a directory: makes the entries created or renamed in it durable.
+pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| anyhow::anyhow!("cannot fsync directory {}: {e}", dir.display()))
+}
+
+/// Runs `f`, turning a panic inside the storage engine (it asserts on some damaged files)
+/// into an error, without the panic message on stderr.
+fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let hook = panic::take_hook();
+    panic::set_hook(Box::new(|_| {}));
+    let result = panic::catch_unwind(AssertUnwindSafe(f));
+    panic::set_hook(hook);
+    result.map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        format!("the storage engine failed reading it ({msg})")
+    })
+}
+
+/// The open database, swappable: after an I/O error redb refuses every later write until it
+/// is reopened, so the writer closes and reopens it once writes can succeed again.
+pub struct DbSlot {
+    path: PathBuf,
+    db: RwLock<Option<Arc<Database>>>,
+}
+
+/// How long a reopen waits for in-flight reads to let go of the old handle.
+const READERS_GRACE: Duration = Duration::from_secs(2);
+
+impl DbSlot {
+    pub fn new(path: PathBuf, db: Database) -> Self {
+        DbSlot { path, db: RwLock::new(Some(Arc::new(db))) }
+    }
+
+    /// The current handle; `None` while a reopen is under way or failed.
+    pub fn get(&self) -> Option<Arc<Database>> {
+        self.db.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Closes the database and opens it again (redb repairs it as after a crash: committed,
+    /// fsync'd transactions survive). Readers in flight keep their handle until they finish.
+    pub fn reopen(&self) -> Result<(), String> {
+        let old = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut old) = old {
+            let deadline = Instant::now() + READERS_GRACE;
+            loop {
+                match Arc::try_unwrap(old) {
+                    Ok(db) => {
+                        // Closing a database that saw an I/O error may itself fail; it must
+                        // not take the writer thread down.
+                        let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(db)));
+                        break;
+                    }
+                    Err(still_shared) if Instant::now() < deadline => {
+                        old = still_shared;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(still_shared) => {
+                        *self.db.write().unwrap_or_else(|p| p.into_inner()) = Some(still_shared);
+                        return Err("reads still hold the old database handle".into());
+                    }
+                }
+            }
+        }
+        let opened = panic::catch_unwind(AssertUnwindSafe(|| Database::builder().open(&self.path)))
+            .map_err(|_| "the storage engine panicked reopening the data file".to_owned())?
+            .map_err(|e| format!("reopening {} failed: {e}", self.path.display()))?;
+        *self.db.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(opened));
+        Ok(())
+    }
+}

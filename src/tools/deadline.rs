@@ -1,0 +1,89 @@
+//! One deadline per tool call: the store timeout bounds all of a call's round trips together.
+
+use std::time::{Duration, Instant};
+
+use crate::error::ToolError;
+use crate::store::StoreError;
+
+/// A round trip is not started with less time than this left: it could not finish.
+const MIN_ROUND_TRIP: Duration = Duration::from_millis(2);
+
+/// At most this much of the deadline is kept back from a round trip for the round trips that
+/// may have to resolve it (a read-back, a roll-back): a slow but working store gets most of
+/// the deadline for the claim itself.
+const RESERVE: Duration = Duration::from_secs(1);
+
+/// When the call started and how long all of its store round trips may take together.
+#[derive(Debug, Clone)]
+pub struct Deadline {
+    started: Instant,
+    budget: Duration,
+}
+
+impl Deadline {
+    pub fn start(budget: Duration) -> Deadline {
+        Deadline { started: Instant::now(), budget }
+    }
+
+    fn remaining(&self) -> Duration {
+        self.budget.saturating_sub(self.started.elapsed())
+    }
+
+    fn bounded(&self, t: Duration) -> Result<Duration, StoreError> {
+        if t < MIN_ROUND_TRIP {
+            return Err(StoreError::Timeout(self.waited_ms()));
+        }
+        Ok(t)
+    }
+
+    /// The timeout of a round trip whose failure still needs round trips to resolve (a write
+    /// whose lost answer is read back, a read-back whose failure leads to a roll-back): what
+    /// is left minus a reserve of half of it, at most [`RESERVE`], so the resolution always
+    /// has time too.
+    pub fn share(&self) -> Result<Duration, StoreError> {
+        let left = self.remaining();
+        self.bounded(left - (left / 2).min(RESERVE))
+    }
+
+    /// The timeout of a call's last round trip: all that is left.
+    pub fn rest(&self) -> Result<Duration, StoreError> {
+        self.bounded(self.remaining())
+    }
+
+    /// Milliseconds since the call started.
+    pub fn waited_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A store failure as the tool reports it; a timeout says how long the whole call waited.
+    pub fn error(&self, e: StoreError) -> ToolError {
+        match e {
+            StoreError::Timeout(_) => ToolError::upstream(format!(
+                "the store did not answer in time: this call waited {} ms in all; the store timeout \
+                 (STATEFUL_TOOL_STORE_TIMEOUT_MS, {} ms) bounds all of one call's store round trips together",
+                self.waited_ms(),
+                self.budget.as_millis()
+            )),
+            other => other.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_halve_what_is_left_and_an_exhausted_budget_is_a_timeout() {
+        let d = Deadline::start(Duration::from_secs(3600));
+        let share = d.share().unwrap();
+        assert!(share <= Duration::from_secs(3599) && share > Duration::from_secs(3590));
+        assert!(d.rest().unwrap() > share);
+        let short = Deadline::start(Duration::from_millis(1000)).share().unwrap();
+        assert!(short <= Duration::from_millis(500) && short > Duration::from_millis(490), "{short:?}");
+        let spent = Deadline { started: Instant::now() - Duration::from_secs(2), budget: Duration::from_secs(1) };
+        assert!(matches!(spent.share(), Err(StoreError::Timeout(_))));
+        let msg = spent.error(StoreError::Timeout(500)).message;
+        assert!(msg.contains("this call waited 2") && msg.contains("1000 ms"), "{msg}");
+    }
+}

@@ -1,0 +1,358 @@
+//! One seeded schedule: concurrent deliveries of one event, their runs' completions and
+//! crashes, and store faults, interleaved by a seeded scheduler on one thread.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use serde_json::{json, Map, Value};
+
+use super::check::{self, Call, Kind, Ledger};
+use super::report::{short, short_reply, Faults};
+use super::rng::Rng;
+use super::store::{Op, Reply, SimStore};
+use crate::error::ToolError;
+use crate::store::record::Status;
+use crate::store::StoreError;
+use crate::tools::{event_complete, event_ingest, Answer, Settings};
+
+type Running = Pin<Box<dyn Future<Output = Result<Answer, ToolError>>>>;
+
+struct Task {
+    call: Call,
+    fut: Option<Running>,
+}
+
+const KEY: &str = "evt_sim";
+const MAX_STEPS: usize = 600;
+
+struct Sim {
+    rng: Rng,
+    store: SimStore,
+    settings: Settings,
+    tasks: Vec<Task>,
+    ledger: Ledger,
+    /// Requests delivered late or duplicated: applied at some later step, or never.
+    ghosts: Vec<Op>,
+    /// Runs that will call event_complete at a given step.
+    runs: Vec<(usize, u32, Status)>,
+    fault_percent: u64,
+    faults: Faults,
+    trace: bool,
+    step: usize,
+}
+
+/// Runs schedule `seed`; `Err` names the invariant it broke.
+pub fn run(seed: u64, trace: bool, faults: &mut Faults) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let retention = rng.pick(&["2s", "60s", "1h"]);
+    let default_lease = rng.pick(&["0", "1", "5", "30"]);
+    let mut settings =
+        Settings::from_credentials(&json!({"retention": retention, "default_lease_seconds": default_lease}))
+            .expect("valid settings");
+    // Time in the simulation is virtual: the real deadline never bites; the scheduler
+    // decides which round trips time out.
+    settings.call_timeout = std::time::Duration::from_secs(3600);
+    let fault_percent = rng.pick(&[5, 15, 30, 50]);
+    let mut sim = Sim {
+        rng,
+        store: SimStore::new(1_700_000_000_000),
+        settings,
+        tasks: vec![],
+        ledger: Ledger::default(),
+        ghosts: vec![],
+        runs: vec![],
+        fault_percent,
+        faults: std::mem::take(faults),
+        trace,
+        step: 0,
+    };
+    if trace {
+        eprintln!("seed {seed}: retention {retention}, default lease {default_lease}s, faults {fault_percent}%");
+    }
+    let result = sim.play();
+    *faults = std::mem::take(&mut sim.faults);
+    result
+}
+
+impl Sim {
+    fn play(&mut self) -> Result<(), String> {
+        let mut to_deliver = 2 + self.rng.below(4);
+        while self.step < MAX_STEPS {
+            self.step += 1;
+            let idle = self.tasks.iter().all(|t| t.fut.is_none());
+            if to_deliver > 0 && (idle || self.rng.chance(20)) {
+                to_deliver -= 1;
+                self.deliver();
+            }
+            let due: Vec<(usize, u32, Status)> = self.runs.iter().copied().filter(|r| r.0 <= self.step).collect();
+            self.runs.retain(|r| r.0 > self.step);
+            for (_, attempt, target) in due {
+                self.complete(attempt, target);
+            }
+            self.act();
+            self.poll_all()?;
+            let idle = self.tasks.iter().all(|t| t.fut.is_none());
+            if idle && to_deliver == 0 && self.runs.is_empty() {
+                break;
+            }
+        }
+        // Drain: every request still in flight is delivered without faults.
+        self.fault_percent = 0;
+        while self.tasks.iter().any(|t| t.fut.is_some()) {
+            self.handle_parked();
+            self.poll_all()?;
+        }
+        // Requests still in the network arrive now, or never.
+        for op in std::mem::take(&mut self.ghosts) {
+            if self.rng.chance(50) {
+                self.apply_ghost(op);
+            }
+        }
+        let world = self.store.world.lock().unwrap();
+        let calls: Vec<&Call> = self.tasks.iter().map(|t| &t.call).collect();
+        check::at_quiescence(&world, KEY, &calls)?;
+        let lease = check::lease_until(&world, KEY);
+        drop(world);
+        if let Some(until) = lease {
+            let now = self.store.world.lock().unwrap().now_ms;
+            self.store.advance((until - now).max(0) + 1);
+        }
+        // L2: once every run ended or its lease ran out, a fault-free delivery is accepted
+        // (or a duplicate of a completed event, or of a run that holds no lease).
+        let expected = check::expected_final(&self.store.world.lock().unwrap(), KEY);
+        let last = self.deliver();
+        while self.tasks[last].fut.is_some() {
+            self.handle_parked();
+            self.poll_all()?;
+        }
+        let got = self.tasks[last].call.outcome.clone().unwrap_or_default();
+        if got != expected {
+            return Err(format!("L2: the final delivery answered {got}, expected {expected}"));
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, kind: Kind, fut: Running) -> usize {
+        self.tasks.push(Task {
+            call: Call { kind, writes: Default::default(), outcome: None, attempt: None },
+            fut: Some(fut),
+        });
+        self.tasks.len() - 1
+    }
+
+    fn deliver(&mut self) -> usize {
+        let mut p = Map::new();
+        p.insert("event_id".into(), json!("sim"));
+        p.insert("event_type".into(), json!("created"));
+        p.insert("payload".into(), json!("{\"order\": 42}"));
+        if self.rng.chance(20) {
+            p.insert("lease_seconds".into(), json!(self.rng.pick(&[0, 1, 5])));
+        }
+        let (store, settings) = (self.store.clone(), self.settings.clone());
+        let fut = Box::pin(async move { event_ingest::run(&store, &settings, &p).await });
+        self.spawn(Kind::Deliver, fut)
+    }
+
+    fn complete(&mut self, attempt: u32, target: Status) {
+        let p: Map<String, Value> = json!({"event_id": "sim", "status": target.as_str(), "attempt": attempt})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let (store, settings) = (self.store.clone(), self.settings.clone());
+        let fut = Box::pin(async move { event_complete::run(&store, &settings, &p).await });
+        self.spawn(Kind::Complete { attempt, target }, fut);
+    }
+
+    /// One scheduler decision.
+    fn act(&mut self) {
+        match self.rng.below(100) {
+            0..=69 => self.handle_parked(),
+            70..=79 if !self.ghosts.is_empty() => {
+                let i = self.rng.below(self.ghosts.len() as u64) as usize;
+                let op = self.ghosts.swap_remove(i);
+                self.apply_ghost(op);
+            }
+            80..=89 => {
+                let ms = 1 + self.rng.below(500) as i64;
+                self.advance(ms);
+            }
+            90..=94 => {
+                self.faults.clock_jumps += 1;
+                let ms = 1000 + self.rng.below(40_000) as i64;
+                self.advance(ms);
+            }
+            95..=96 => self.restart(),
+            97..=99 => {
+                let expiry = self.store.world.lock().unwrap().live(KEY).map(|e| e.expires_ms);
+                if let Some(at) = expiry {
+                    self.faults.ttl_expiries += 1;
+                    let now = self.store.world.lock().unwrap().now_ms;
+                    self.advance(at - now);
+                }
+            }
+            _ => self.handle_parked(),
+        }
+    }
+
+    /// Delivers one parked request (any of them: concurrent requests are reordered), with a
+    /// fault or without.
+    fn handle_parked(&mut self) {
+        let mut w = self.store.world.lock().unwrap();
+        if w.parked.is_empty() {
+            return;
+        }
+        let i = self.rng.below(w.parked.len() as u64) as usize;
+        if i + 1 != w.parked.len() {
+            self.faults.reordered += 1;
+        }
+        let parked = w.parked.remove(i);
+        if let Some(id) = parked.op.claim_id().filter(|_| !matches!(parked.op, Op::Release { .. })) {
+            self.tasks[parked.task].call.writes.insert(id);
+        }
+        let key = KEY.to_owned();
+        let fault = if self.rng.chance(self.fault_percent) { 1 + self.rng.below(5) } else { 0 };
+        let read = matches!(parked.op, Op::Read { .. });
+        let reply = match fault {
+            // Delivered after the caller gave up: it lands later, or never.
+            1 => {
+                self.faults.late += 1;
+                if !read {
+                    self.ghosts.push(parked.op.clone());
+                }
+                Reply::Failed(StoreError::Timeout(1000))
+            }
+            // Applied, and the answer is lost on the way back.
+            2 => {
+                self.faults.lost_answer += 1;
+                w.apply(&parked.op);
+                Reply::Failed(StoreError::Interrupted("the answer was lost".into()))
+            }
+            // Refused before delivery: nothing happened, and the caller knows it.
+            3 => {
+                self.faults.failed_before += 1;
+                Reply::Failed(StoreError::Unreachable("sim".into(), "connection refused".into()))
+            }
+            // The connection broke before delivery: nothing happened, but the caller cannot know.
+            4 => {
+                self.faults.cut_before += 1;
+                Reply::Failed(StoreError::Interrupted("the connection broke".into()))
+            }
+            // Delivered twice: answered once, and a copy arrives later.
+            5 => {
+                self.faults.duplicated += 1;
+                let r = w.apply(&parked.op);
+                w.reveal(&key);
+                if !read {
+                    self.ghosts.push(parked.op.clone());
+                }
+                r
+            }
+            _ => {
+                let r = w.apply(&parked.op);
+                w.reveal(&key);
+                r
+            }
+        };
+        if self.trace {
+            eprintln!(
+                "step {} task {}: {:?} -> fault {fault}: {}",
+                self.step,
+                parked.task,
+                short(&parked.op),
+                short_reply(&reply)
+            );
+        }
+        parked.answer(reply);
+    }
+
+    /// Moves the clock. Network delay is bounded: a request still in flight arrives (or is
+    /// lost) before the record it races with expires.
+    fn advance(&mut self, ms: i64) {
+        let (now, expiry) = {
+            let w = self.store.world.lock().unwrap();
+            (w.now_ms, w.live(KEY).map(|e| e.expires_ms))
+        };
+        if expiry.is_some_and(|at| now + ms >= at) {
+            for op in std::mem::take(&mut self.ghosts) {
+                if self.rng.chance(50) {
+                    self.apply_ghost(op);
+                }
+            }
+        }
+        self.store.advance(ms);
+    }
+
+    fn apply_ghost(&mut self, op: Op) {
+        self.faults.ghosts_delivered += 1;
+        let mut w = self.store.world.lock().unwrap();
+        let r = w.apply(&op);
+        if self.trace {
+            eprintln!("step {}: late copy of {:?} lands: {}", self.step, short(&op), short_reply(&r));
+        }
+    }
+
+    /// The store restarts: unacknowledged writes may be lost, and requests waiting on the
+    /// broken connections fail (or are delivered after the restart).
+    fn restart(&mut self) {
+        self.faults.restarts += 1;
+        let mut w = self.store.world.lock().unwrap();
+        w.restart();
+        let parked = std::mem::take(&mut w.parked);
+        for p in parked {
+            if self.rng.chance(50) {
+                p.answer(Reply::Failed(StoreError::Interrupted("the store restarted".into())));
+            } else {
+                w.parked.push(p);
+            }
+        }
+        if self.trace {
+            eprintln!("step {}: store restart", self.step);
+        }
+    }
+
+    /// Polls every unfinished call until it waits on the store again; checks each answer.
+    fn poll_all(&mut self) -> Result<(), String> {
+        let mut cx = Context::from_waker(Waker::noop());
+        for i in 0..self.tasks.len() {
+            let Some(fut) = self.tasks[i].fut.as_mut() else { continue };
+            self.store.world.lock().unwrap().current_task = i;
+            let Poll::Ready(result) = fut.as_mut().poll(&mut cx) else { continue };
+            self.tasks[i].fut = None;
+            // Writes parked in the same poll that finished (none today) still count as its own.
+            let world = self.store.world.lock().unwrap();
+            let task = &mut self.tasks[i];
+            let checked = check::on_answer(&world, KEY, &mut task.call, &result, &mut self.ledger);
+            drop(world);
+            let outcome = task.call.outcome.clone().unwrap_or_default();
+            *self.faults.answers.entry(outcome.clone()).or_default() += 1;
+            if self.trace {
+                eprintln!(
+                    "step {} task {i} {:?} answered {outcome} attempt {:?}",
+                    self.step, task.call.kind, task.call.attempt
+                );
+            }
+            checked?;
+            if let (Kind::Deliver, "accepted", Some(attempt)) = (&task.call.kind, outcome.as_str(), task.call.attempt) {
+                self.schedule_run(attempt);
+            }
+        }
+        Ok(())
+    }
+
+    /// The run that was told `accepted`: it completes, fails, or crashes (never calls back);
+    /// sometimes a stale or premature completion for a neighbouring attempt arrives too.
+    fn schedule_run(&mut self, attempt: u32) {
+        let at = self.step + 1 + self.rng.below(30) as usize;
+        match self.rng.below(100) {
+            0..=44 => self.runs.push((at, attempt, Status::Completed)),
+            45..=79 => self.runs.push((at, attempt, Status::Failed)),
+            _ => self.faults.crashed_runs += 1,
+        }
+        if self.rng.chance(10) {
+            let other = if attempt > 1 && self.rng.chance(50) { attempt - 1 } else { attempt + 1 };
+            let target = self.rng.pick(&[Status::Completed, Status::Failed]);
+            self.runs.push((self.step + 1 + self.rng.below(30) as usize, other, target));
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The simulated store: one key space on a virtual clock, every request parked until the
+//! scheduler decides how (and whether) it is delivered and answered.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::store::record::Record;
+use crate::store::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+
+/// A request as the store would receive it.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Create { key: String, value: Vec<u8>, ttl_ms: i64 },
+    Read { key: String },
+    Swap { key: String, expected: u64, value: Vec<u8>, ttl_ms: i64 },
+    Release { key: String, claim_id: String, restore: Option<Vec<u8>>, ttl_ms: i64 },
+}
+
+impl Op {
+    /// The claim_id a write carries (a release carries the one it removes).
+    pub fn claim_id(&self) -> Option<String> {
+        match self {
+            Op::Create { value, .. } | Op::Swap { value, .. } => Record::from_bytes(value).ok().map(|r| r.claim_id),
+            Op::Release { claim_id, .. } => Some(claim_id.clone()),
+            Op::Read { .. } => None,
+        }
+    }
+}
+
+/// What the store answers to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Created(Created),
+    Read(Option<Current>),
+    Swapped(Swapped),
+    Released(bool),
+    Failed(StoreError),
+}
+
+type Slot = Arc<Mutex<Option<Reply>>>;
+
+/// A request the scheduler has not decided about yet.
+pub struct Parked {
+    pub task: usize,
+    pub op: Op,
+    slot: Slot,
+}
+
+impl Parked {
+    pub fn answer(&self, reply: Reply) {
+        *self.slot.lock().unwrap() = Some(reply);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub value: Vec<u8>,
+    pub rev: u64,
+    pub expires_ms: i64,
+}
+
+/// The store's state and the requests in flight.
+#[derive(Default)]
+pub struct World {
+    pub now_ms: i64,
+    pub data: HashMap<String, Entry>,
+    /// Per key, the last state some answer revealed (a restart never loses it).
+    pub acked: HashMap<String, Option<Entry>>,
+    pub rev: u64,
+    pub parked: Vec<Parked>,
+    /// Which task is issuing store calls right now (set by the executor before each poll).
+    pub current_task: usize,
+    /// How many times each key expired (a new life of the id: attempts start over).
+    pub lives: HashMap<String, u32>,
+}
+
+impl World {
+    pub fn live(&self, key: &str) -> Option<&Entry> {
+        self.data.get(key).filter(|e| e.expires_ms > self.now_ms)
+    }
+
+    /// Drops expired keys (counting a new life of each).
+    pub fn expire(&mut self) {
+        let now = self.now_ms;
+        let gone: Vec<String> = self.data.iter().filter(|(_, e)| e.expires_ms <= now).map(|(k, _)| k.clone()).collect();
+        for k in gone {
+            self.data.remove(&k);
+            self.acked.insert(k.clone(), None);
+            *self.lives.entry(k).or_default() += 1;
+        }
+    }
+
+    fn current(&self, e: &Entry) -> Current {
+        Current { value: e.value.clone(), version: Version::Rev(e.rev), store_now_ms: self.now_ms }
+    }
+
+    fn put(&mut self, key: &str, value: &[u8], ttl_ms: i64) {
+        self.rev += 1;
+        self.data
+            .insert(key.to_owned(), Entry { value: value.to_vec(), rev: self.rev, expires_ms: self.now_ms + ttl_ms });
+    }
+
+    /// Applies one request atomically and returns the answer the store would send.
+    pub fn apply(&mut self, op: &Op) -> Reply {
+        self.expire();
+        match op {
+            Op::Create { key, value, ttl_ms } => match self.live(key) {
+                Some(e) => Reply::Created(Created::Exists(self.current(e))),
+                None => {
+                    self.put(key, value, *ttl_ms);
+                    Reply::Created(Created::Created)
+                }
+            },
+            Op::Read { key } => Reply::Read(self.live(key).map(|e| self.current(e))),
+            Op::Swap { key, expected, value, ttl_ms } => match self.live(key) {
+                Some(e) if e.rev == *expected => {
+                    self.put(key, value, *ttl_ms);
+                    Reply::Swapped(Swapped::Swapped)
+                }
+                other => Reply::Swapped(Swapped::Changed(other.map(|e| self.current(e)))),
+            },
+            Op::Release { key, claim_id, restore, ttl_ms } => {
+                let ours = self
+                    .live(key)
+                    .and_then(|e| Record::from_bytes(&e.value).ok())
+                    .is_some_and(|r| r.claim_id == *claim_id);
+                if ours {
+                    match restore {
+                        Some(v) => self.put(key, v, *ttl_ms),
+                        None => {
+                            self.data.remove(key);
+                        }
+                    }
+                }
+                Reply::Released(ours)
+            }
+        }
+    }
+
+    /// An answer reached its caller: what it revealed about `key` can never be lost again.
+    pub fn reveal(&mut self, key: &str) {
+        let cur = self.live(key).cloned();
+        self.acked.insert(key.to_owned(), cur);
+    }
+
+    /// A restart: every key goes back to the last state an answer revealed; writes that were
+    /// applied but whose answers never reached anyone may be lost.
+    pub fn restart(&mut self) {
+        for (key, state) in self.acked.clone() {
+            match state {
+                Some(e) => {
+                    self.data.insert(key, e);
+                }
+                None => {
+                    self.data.remove(&key);
+                }
+            }
+        }
+        let unrevealed: Vec<String> = self.data.keys().filter(|k| !self.acked.contains_key(*k)).cloned().collect();
+        for k in unrevealed {
+            self.data.remove(&k);
+        }
+    }
+}
+
+/// The store the tools see: every call parks a request in the shared world and waits.
+#[derive(Clone)]
+pub struct SimStore {
+    pub world: Arc<Mutex<World>>,
+    clock: StoreClock,
+    pub virtual_ms: Arc<AtomicI64>,
+}
+
+impl SimStore {
+    pub fn new(start_ms: i64) -> SimStore {
+        let virtual_ms = Arc::new(AtomicI64::new(start_ms));
+        let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
+        clock.observe(start_ms);
+        let world = World { now_ms: start_ms, ..World::default() };
+        SimStore { world: Arc::new(Mutex::new(world)), clock, virtual_ms }
+    }
+
+    /// Moves the store's clock (and the plugin host's, which follows it here) forward.
+    pub fn advance(&self, ms: i64) {
+        let mut w = self.world.lock().unwrap();
+        w.now_ms += ms;
+        self.virtual_ms.store(w.now_ms, Ordering::SeqCst);
+    }
+
+    fn park(&self, op: Op) -> Waiting {
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let mut w = self.world.lock().unwrap();
+        let task = w.current_task;
+        w.parked.push(Parked { task, op, slot: slot.clone() });
+        Waiting(slot)
+    }
+}
+
+/// Resolves when the scheduler has answered the parked request.
+struct Waiting(Slot);
+
+impl Future for Waiting {
+    type Output = Reply;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Reply> {
+        match self.0.lock().unwrap().take() {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+fn unexpected(r: Reply) -> StoreError {
+    StoreError::Bad(format!("the simulation answered {r:?}"))
+}
+
+impl EventStore for SimStore {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, _: Duration) -> Result<Created, StoreError> {
+        match self.park(Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl) }).await {
+            Reply::Created(c) => Ok(c),
+            Reply::Failed(e) => Err(e),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn read(&self, key: &str, _: Duration) -> Result<Option<Current>, StoreError> {
+        match self.park(Op::Read { key: key.into() }).await {
+            Reply::Read(c) => Ok(c),
+            Reply::Failed(e) => Err(e),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        _: Duration,
+    ) -> Result<Swapped, StoreError> {
+        let Version::Rev(expected) = expected else { return Err(StoreError::Bad("a foreign version".into())) };
+        let op = Op::Swap { key: key.into(), expected: *expected, value: value.to_vec(), ttl_ms: ms(ttl) };
+        match self.park(op).await {
+            Reply::Swapped(s) => Ok(s),
+            Reply::Failed(e) => Err(e),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        _: Duration,
+    ) -> Result<bool, StoreError> {
+        let op = Op::Release {
+            key: key.into(),
+            claim_id: claim_id.into(),
+            restore: restore.map(<[u8]>::to_vec),
+            ttl_ms: ms(ttl),
+        };
+        match self.park(op).await {
+            Reply::Released(b) => Ok(b),
+            Reply::Failed(e) => Err(e),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        Ok(Probe { backend: "simulation", server: "in-process".into(), warnings: vec![] })
+    }
+
+    fn clock(&self) -> &StoreClock {
+        &self.clock
+    }
+}
