@@ -30,6 +30,9 @@ if [ -n "$holder" ]; then
   data="$work/data"
 fi
 
+# The background job opens its redirections itself, maybe after the loop below first reads:
+# create the file first.
+: >"$work/out"
 "$bin" kv serve --listen 127.0.0.1:0 --data "$data" >"$work/out" 2>"$work/log" &
 kv=$!
 url=""

@@ -39,8 +39,8 @@ struct Args {
     /// Longest a single run may take; it then stops early and reports what it did (default 10 s; 2 s with --quick).
     #[arg(long)]
     max_run_secs: Option<f64>,
-    /// Sections to run: startup, plugin, raw, kv.
-    #[arg(long, value_delimiter = ',', default_value = "startup,plugin,raw,kv")]
+    /// Sections to run: startup, stages, plugin, raw, kv.
+    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv")]
     sections: Vec<String>,
     /// Backends for the plugin and raw sections: kv, redis.
     #[arg(long, value_delimiter = ',', default_value = "kv,redis")]
@@ -101,6 +101,8 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         cap: Duration::from_secs_f64(args.max_run_secs.unwrap_or(if args.quick { 2.0 } else { 10.0 })),
         backends,
         sections: args.sections.clone(),
+        stage_calls: if args.quick { 1_000 } else { 50_000 },
+        stage_creates: if args.quick { 50 } else { 2_000 },
     })
 }
 
@@ -147,6 +149,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         "plugin": results.plugin,
         "raw": results.raw,
         "kv": results.kv,
+        "stages": results.stages,
         "targets": targets,
         "all_outcomes_as_expected": ok,
     });

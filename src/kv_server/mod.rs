@@ -21,6 +21,7 @@ mod engine;
 #[cfg(test)]
 mod engine_tests;
 mod error;
+mod gather;
 mod health;
 mod http;
 mod inspect;

@@ -9,6 +9,7 @@ use redb::Durability;
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{self, BatchError, Outcome, WriteOp};
+use super::gather::Gather;
 use super::health::Health;
 use super::metrics::Metrics;
 use super::open::DbSlot;
@@ -78,10 +79,13 @@ const NONE_MODE_SYNC_EVERY: Duration = Duration::from_secs(1);
 /// whether they can succeed again; batches in between fail at once.
 const REOPEN_EVERY: Duration = Duration::from_millis(500);
 
+/// Where the answer to one queued write goes.
+pub(super) type Reply = oneshot::Sender<Result<Outcome, EngineError>>;
+
 /// One queued write and where its answer goes.
 pub(super) struct Job {
     pub op: WriteOp,
-    pub reply: oneshot::Sender<Result<Outcome, EngineError>>,
+    pub reply: Reply,
 }
 
 pub(super) struct Writer {
@@ -102,6 +106,7 @@ impl Writer {
         let mut replies = Vec::with_capacity(MAX_BATCH);
         let mut last_sync = Instant::now();
         let mut unsynced = false;
+        let mut gather = Gather::default();
         while let Some(first) = self.rx.blocking_recv() {
             ops.push(first.op);
             replies.push(first.reply);
@@ -109,6 +114,9 @@ impl Writer {
                 let Ok(job) = self.rx.try_recv() else { break };
                 ops.push(job.op);
                 replies.push(job.reply);
+            }
+            if self.durability == DurabilityMode::Immediate {
+                gather.top_up(&mut self.rx, &mut ops, &mut replies);
             }
             // In `none` mode, make one commit per interval durable, even an empty one.
             let flush_due =
@@ -125,6 +133,7 @@ impl Writer {
                         self.stats.commits.fetch_add(1, Ordering::Relaxed);
                         if durable {
                             last_sync = Instant::now();
+                            gather.committed(ops.len(), last_sync - started);
                         }
                         unsynced = !durable;
                     }

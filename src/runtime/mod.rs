@@ -29,7 +29,10 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
   STATEFUL_TOOL_RECONNECT_ATTEMPTS   remote: failed attempts in a row before giving up (default 10)
   SERVERLESS_HOST, SERVERLESS_PORT   serverless: HTTP address (default 0.0.0.0, 8080)
   AWS_LAMBDA_HOST, AWS_LAMBDA_PORT   aws_lambda: HTTP address (default 0.0.0.0, 8080)
-  STATEFUL_TOOL_STORE_TIMEOUT_MS     how long a store call may take, in ms (default 5000)
+  STATEFUL_TOOL_STORE_TIMEOUT_MS     one deadline for all store round trips of a tool call, in ms
+                                     (default 5000)
+  STATEFUL_TOOL_STORE_HOSTS          comma-separated host or host:port entries: the only stores
+                                     kv_url may name (default: any host)
   STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
   STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); under
                                      the daemon, logs are protocol `log` events (stderr before)

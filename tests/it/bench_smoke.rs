@@ -56,8 +56,15 @@ fn quick_bench_completes_and_writes_every_section() {
             }
         }
     }
+    let stages = summary["stages"].as_array().expect("a stages section");
+    for store in ["kv", "redis"] {
+        let s = stages.iter().find(|s| s["store"] == store).unwrap_or_else(|| panic!("no stages for {store}"));
+        for stage in ["parse_us", "params_us", "canon_hash_us", "encode_us", "store_client_us", "answer_us"] {
+            assert!(s[stage].as_f64().is_some_and(|v| v >= 0.0), "stages {store}: {stage} = {}", s[stage]);
+        }
+    }
     let targets = summary["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 6);
+    assert_eq!(targets.len(), 9);
     assert!(targets.iter().all(|t| t["pass"].is_boolean()), "every target was measured: {targets:?}");
     assert!(summary["machine"]["nproc"].as_u64().unwrap() > 0);
 }

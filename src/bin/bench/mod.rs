@@ -5,6 +5,7 @@ pub mod plugin;
 pub mod procs;
 pub mod raw;
 pub mod report;
+pub mod stages;
 pub mod suite;
 pub mod wire;
 pub mod workload;

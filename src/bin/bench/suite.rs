@@ -10,6 +10,7 @@ use super::measure::Measure;
 use super::plugin::Plugin;
 use super::procs::{start_kv, start_redis, Proc, TempDir};
 use super::raw::{self, Op, Store};
+use super::stages::{self, Stages};
 use super::workload::{event_ids, ingest_lines, keys, record_value, status_lines};
 
 /// Everything a run needs to know.
@@ -24,6 +25,9 @@ pub struct Config {
     pub cap: Duration,
     pub backends: Vec<Store>,
     pub sections: Vec<String>,
+    /// Calls per stage in the per-stage section, and store creates timed there.
+    pub stage_calls: usize,
+    pub stage_creates: usize,
 }
 
 impl Config {
@@ -61,6 +65,8 @@ pub struct Results {
     pub plugin: Vec<Row>,
     pub raw: Vec<Row>,
     pub kv: Vec<Row>,
+    /// Plugin CPU per ingest by stage, one entry per backend.
+    pub stages: Vec<Stages>,
 }
 
 fn store_name(s: Store) -> &'static str {
@@ -82,11 +88,20 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
         }
     }
     for &store in &cfg.backends {
-        if !cfg.wants("plugin") && !cfg.wants("raw") {
+        if !cfg.wants("plugin") && !cfg.wants("raw") && !cfg.wants("stages") {
             break;
         }
         let name = store_name(store);
         let server = start_store(cfg, tmp, store, "immediate")?;
+        if cfg.wants("stages") {
+            let url = store_url(store, &server);
+            let ids = event_ids(&format!("stages-{name}"), cfg.n.min(2000));
+            let store_keys = keys(&event_ids(&format!("stages-store-{name}"), cfg.stage_creates * 11 / 10));
+            let lines = ingest_lines(0, &url, &ids);
+            let s = stages::measure(name, &url, &lines, &store_keys, cfg.stage_calls).await?;
+            eprintln!("  stages {name:<9} {:.2} µs CPU per ingest in the library stages", s.sum_us());
+            res.stages.push(s);
+        }
         for &c in &cfg.concurrency {
             if cfg.wants("raw") {
                 let row = |op, m| Row { store: name, op, c, m, peak_rss_kib: None, first_heartbeat_ms: None };
@@ -142,10 +157,7 @@ async fn plugin_rows(
     run_id: &mut u32,
 ) -> anyhow::Result<Vec<Row>> {
     let name = store_name(store);
-    let url = match store {
-        Store::Kv => format!("http://{}", server.addr),
-        Store::Redis => format!("redis://{}/0", server.addr),
-    };
+    let url = store_url(store, server);
     let mut p = Plugin::spawn(&cfg.plugin, &cfg.wrapper, &tmp.path().join(format!("plugin-{name}-c{c}.log"))).await?;
     let mut phase = |make: &dyn Fn(u32) -> Vec<Vec<u8>>| {
         *run_id += 1;
@@ -169,6 +181,13 @@ async fn plugin_rows(
         .into_iter()
         .map(|(op, m)| Row { store: name, op, c, m, peak_rss_kib: rss, first_heartbeat_ms: hb })
         .collect())
+}
+
+fn store_url(store: Store, server: &Proc) -> String {
+    match store {
+        Store::Kv => format!("http://{}", server.addr),
+        Store::Redis => format!("redis://{}/0", server.addr),
+    }
 }
 
 fn start_store(cfg: &Config, tmp: &TempDir, store: Store, durability: &str) -> anyhow::Result<Proc> {
