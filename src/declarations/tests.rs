@@ -263,6 +263,7 @@ fn provider_follows_spec_section_2_1() {
         ("namespace", "text-input", false),
         ("event_types", "text-input", false),
         ("retention", "text-input", false),
+        ("min_replicas", "text-input", false),
         ("default_lease_seconds", "text-input", false),
     ];
     let names: Vec<&str> = creds.keys().map(String::as_str).collect();
@@ -518,6 +519,7 @@ fn provider_accessors() {
     assert_eq!(credential_default("kv_url").as_deref(), Some("http://127.0.0.1:8123"));
     assert_eq!(credential_default("event_types").as_deref(), Some("created,updated,closed"));
     assert_eq!(credential_default("retention").as_deref(), Some("7d"));
+    assert_eq!(credential_default("min_replicas").as_deref(), Some("0"));
     assert_eq!(credential_default("default_lease_seconds").as_deref(), Some("1200"));
     assert_eq!(credential_default("kv_token"), None);
     assert_eq!(credential_default("namespace"), None);
@@ -529,7 +531,10 @@ fn json_forms_are_built_from_the_yaml() {
     let p = tool_provider();
     let creds = p["credentials_schema"].as_array().unwrap();
     let names: Vec<&str> = creds.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["kv_url", "kv_token", "namespace", "event_types", "retention", "default_lease_seconds"]);
+    assert_eq!(
+        names,
+        ["kv_url", "kv_token", "namespace", "event_types", "retention", "min_replicas", "default_lease_seconds"]
+    );
     assert_eq!(creds[0]["type"], "text-input");
     assert_eq!(creds[0]["required"], true);
     assert_eq!(creds[1]["type"], "secret-input");

@@ -14,6 +14,8 @@ use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, An
 pub struct StoreConfig {
     pub url: String,
     pub token: Option<String>,
+    /// Redis replicas that must acknowledge every write (`WAIT`); 0 = none.
+    pub min_replicas: u32,
 }
 
 /// Different workspaces may configure different stores; a handful is normal, so the cache
@@ -45,6 +47,25 @@ impl AllowedHosts {
 
     fn check(&self, url: &str) -> Result<(), StoreError> {
         let Some(entries) = &self.0 else { return Ok(()) };
+        // A Cluster or Sentinel kv_url lists several hosts, and each is dialled: all must be allowed.
+        if let Some(seeds) =
+            super::redis::url::seed_hosts(url).ok().filter(|_| matches!(Scheme::of(url), Ok(Scheme::Redis))).flatten()
+        {
+            let allowed = |seed: &String| {
+                let seed = seed.to_ascii_lowercase();
+                let host = seed.rsplit_once(':').map_or(seed.as_str(), |(h, _)| h);
+                entries.iter().any(|e| *e == seed || e == host)
+            };
+            return match seeds.iter().find(|s| !allowed(s)) {
+                None => Ok(()),
+                Some(denied) => Err(StoreError::Config(format!(
+                    "kv_url {:?}: its host {denied} is not in the store hosts this plugin may use \
+                     (STATEFUL_TOOL_STORE_HOSTS={})",
+                    redact(url),
+                    entries.join(",")
+                ))),
+            };
+        }
         let parsed = reqwest::Url::parse(url).ok();
         let host = parsed.as_ref().and_then(|u| u.host_str()).map(|h| h.to_ascii_lowercase());
         let port = parsed.as_ref().and_then(|u| u.port_or_known_default());
@@ -128,7 +149,9 @@ async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Resu
         Scheme::KvContainer => {
             AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host, timeout)?)
         }
-        Scheme::Redis => AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, host, timeout).await?)),
+        Scheme::Redis => {
+            AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, cfg.min_replicas, host, timeout).await?))
+        }
         Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
         Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
@@ -148,6 +171,14 @@ mod tests {
         {
             assert!(matches!(allowed.check(refused), Err(StoreError::Config(_))), "{refused}");
         }
+        let seeds = AllowedHosts::parse(Some("r1,r2:7001,[::1]")).unwrap();
+        assert!(seeds.check("rediss+cluster://:pw@R1:7000,r2:7001,[::1]:7002").is_ok());
+        assert!(seeds.check("redis+sentinel://r1,[::1]:26380/m?sentinel_password=x").is_ok());
+        for refused in ["redis+cluster://r1:7000,r2:7002", "redis+sentinel://r1,evil:26379/m", "redis+cluster://r1,r3"]
+        {
+            let e = seeds.check(refused).unwrap_err();
+            assert!(matches!(&e, StoreError::Config(m) if m.contains("not in the store hosts")), "{refused}: {e}");
+        }
         assert!(AllowedHosts::parse(Some("")).unwrap().check("http://anything").is_ok());
         assert!(AllowedHosts::parse(Some("a,,b")).is_err());
     }
@@ -155,7 +186,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_scheme_is_a_bad_url() {
         let cache = StoreCache::new(Clock::system(), StoreOptions::default());
-        let cfg = StoreConfig { url: "ftp://x".into(), token: None };
+        let cfg = StoreConfig { url: "ftp://x".into(), token: None, min_replicas: 0 };
         let err = cache.get(&cfg).await.err().unwrap();
         assert!(matches!(err, StoreError::BadUrl(_)), "{err}");
     }
@@ -163,7 +194,7 @@ mod tests {
     #[tokio::test]
     async fn clients_are_shared_per_config() {
         let cache = StoreCache::new(Clock::system(), StoreOptions::default());
-        let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None };
+        let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None, min_replicas: 0 };
         let a = cache.get(&cfg).await.unwrap();
         let b = cache.get(&cfg).await.unwrap();
         assert!(Arc::ptr_eq(&a, &b));

@@ -4,8 +4,10 @@
 use super::StoreError;
 
 /// What a workflow author may write, for messages about a `kv_url` we cannot use.
-pub const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`stateful-tool kv serve`) \
-                                    or redis(s)://[:password@]host:port/db for Redis ≥ 7";
+pub const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`stateful-tool kv serve`), \
+                                    or for Redis ≥ 7 redis(s)://[:password@]host:port/db, \
+                                    redis(s)+cluster://[:password@]host:port,host:port… or \
+                                    redis(s)+sentinel://[:password@]host:port,host:port…/master[/db]";
 
 /// A backend, by `kv_url` scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +23,9 @@ impl Scheme {
     pub fn of(url: &str) -> Result<Scheme, StoreError> {
         match url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).as_deref() {
             Some("http" | "https") => Ok(Scheme::KvContainer),
-            Some("redis" | "rediss") => Ok(Scheme::Redis),
+            Some("redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel") => {
+                Ok(Scheme::Redis)
+            }
             Some("memory") => Ok(Scheme::Memory),
             _ => Err(unsupported(url)),
         }
@@ -37,7 +41,8 @@ pub fn unsupported(url: &str) -> StoreError {
 const SHOWN_CHARS: usize = 200;
 
 /// The URL as messages and logs show it: the whole userinfo (user and password; a bare
-/// `TOKEN@host` is a secret too) becomes `***`, with or without a scheme, parsable or not.
+/// `TOKEN@host` is a secret too) becomes `***`, with or without a scheme, parsable or not;
+/// so does the value of every query parameter but `tls_ca` (`sentinel_password=…`).
 pub fn redact(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
@@ -47,6 +52,20 @@ pub fn redact(url: &str) -> String {
     let rest = match rest[..authority_end].rfind('@') {
         Some(at) => format!("***@{}", &rest[at + 1..]),
         None => rest.to_owned(),
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("tls_ca", _)) => pair.to_owned(),
+                    Some((name, _)) => format!("{name}=***"),
+                    None => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => rest,
     };
     let shown = match scheme {
         Some(scheme) => format!("{scheme}://{rest}"),
@@ -72,6 +91,15 @@ mod tests {
         assert_eq!(redact("http://u:p@w@h:notaport"), "http://***@h:notaport");
         assert_eq!(redact("user:pw@host:6379"), "***@host:6379");
         assert_eq!(redact("no scheme"), "no scheme");
+        assert_eq!(redact("rediss+cluster://:pw@a:7000,b:7001"), "rediss+cluster://***@a:7000,b:7001");
+        assert_eq!(
+            redact("redis+sentinel://u:pw@s1,s2:26380/m/1?sentinel_password=sp&tls_ca=/ca.pem"),
+            "redis+sentinel://***@s1,s2:26380/m/1?sentinel_password=***&tls_ca=/ca.pem"
+        );
+        assert_eq!(
+            redact("redis+sentinel://s1/m?sentinel_password=a@b"),
+            "redis+sentinel://s1/m?sentinel_password=***"
+        );
         assert_eq!(redact(&"x".repeat(300)).chars().count(), SHOWN_CHARS + 1);
     }
 
@@ -79,7 +107,10 @@ mod tests {
     fn schemes() {
         assert_eq!(Scheme::of("HTTPS://h").unwrap(), Scheme::KvContainer);
         assert_eq!(Scheme::of("rediss://h").unwrap(), Scheme::Redis);
-        for bad in ["ftp://x", "localhost:8123", "", "://h", "http:/h"] {
+        for form in ["redis+cluster", "rediss+cluster", "Redis+Sentinel", "rediss+sentinel"] {
+            assert_eq!(Scheme::of(&format!("{form}://h:1,h:2")).unwrap(), Scheme::Redis, "{form}");
+        }
+        for bad in ["ftp://x", "localhost:8123", "", "://h", "http:/h", "redis+foo://h"] {
             let e = Scheme::of(bad).unwrap_err();
             assert!(
                 matches!(&e, StoreError::BadUrl(m) if m.contains("http(s)://") && m.contains("redis(s)://")),

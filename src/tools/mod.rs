@@ -109,7 +109,7 @@ pub(crate) mod testing {
 
     pub fn settings() -> Settings {
         Settings {
-            store: StoreConfig { url: "memory://".into(), token: None },
+            store: StoreConfig { url: "memory://".into(), token: None, min_replicas: 0 },
             namespace: None,
             event_types: vec!["created".into(), "updated".into(), "closed".into()],
             retention: std::time::Duration::from_secs(3600),

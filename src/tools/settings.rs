@@ -11,6 +11,8 @@ use crate::store::StoreConfig;
 pub const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
 pub const DEFAULT_EVENT_TYPES: &str = "created,updated,closed";
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// More replicas than any sane deployment has: a typo, not a setting.
+const MAX_MIN_REPLICAS: u32 = 16;
 const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
 /// Dify's default workflow execution limit: a live run never loses its lease by default.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(1200);
@@ -71,6 +73,12 @@ impl Settings {
                 ))
             })?,
         };
+        let min_replicas = match credential(creds, "min_replicas") {
+            None => 0,
+            Some(n) => n.parse::<u32>().ok().filter(|&n| n <= MAX_MIN_REPLICAS).ok_or_else(|| {
+                ToolError::param(format!("min_replicas {n:?} is not a number of replicas from 0 to {MAX_MIN_REPLICAS}"))
+            })?,
+        };
         let default_lease = match credential(creds, "default_lease_seconds") {
             None => DEFAULT_LEASE,
             Some(l) => {
@@ -83,7 +91,7 @@ impl Settings {
             }
         };
         Ok(Settings {
-            store: StoreConfig { url, token },
+            store: StoreConfig { url, token, min_replicas },
             namespace,
             event_types,
             retention,
@@ -170,6 +178,9 @@ mod tests {
         assert_eq!(s.event_types, ["a", "b", "c"]);
         assert_eq!(s.retention, Duration::from_secs(43200));
         assert_eq!(s.namespace.as_deref(), Some("acme"));
+        assert_eq!(s.store.min_replicas, 0);
+        let s = Settings::from_credentials(&json!({"min_replicas": "1"})).unwrap();
+        assert_eq!(s.store.min_replicas, 1);
     }
 
     #[test]
@@ -179,6 +190,8 @@ mod tests {
             json!({"retention": "soon"}),
             json!({"retention": "0s"}),
             json!({"event_types": ","}),
+            json!({"min_replicas": "-1"}),
+            json!({"min_replicas": "many"}),
             json!({"default_lease_seconds": "-1"}),
             json!({"default_lease_seconds": "20m"}),
             json!({"default_lease_seconds": "86401"}),

@@ -8,6 +8,11 @@ mod support;
 // The store backends through the real binary: outcomes, races, lifecycle, keys, retention.
 mod backend_kv;
 mod backend_redis;
+// Redis Cluster and Sentinel built by the tests: scenarios, validation, failover under load.
+mod redis_cluster;
+mod redis_persistence;
+mod redis_sentinel;
+mod redis_tls;
 
 // Faults: a store that crashes, is slow or loses answers; a plugin killed mid-flight.
 mod chaos_plugin_kill;

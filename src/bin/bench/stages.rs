@@ -136,7 +136,7 @@ pub async fn measure(
 
     let cache = StoreCache::new(Clock::system(), stateful_tool::store::StoreOptions::default());
     let client = cache
-        .get(&stateful_tool::store::StoreConfig { url: url.to_owned(), token: None })
+        .get(&stateful_tool::store::StoreConfig { url: url.to_owned(), token: None, min_replicas: 0 })
         .await
         .map_err(|e| anyhow::anyhow!("store client for {url}: {e}"))?;
     let value = record(0).to_bytes();

@@ -13,4 +13,5 @@ pub mod plugin;
 pub mod property;
 pub mod proxy;
 pub mod redis;
+pub mod redis_ha;
 pub mod scenarios;

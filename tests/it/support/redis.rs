@@ -77,6 +77,18 @@ impl RedisServer {
         redis::cmd("GET").arg(key).query(&mut self.conn()).unwrap()
     }
 
+    /// One `INFO <section>` field, if the server answers.
+    pub fn info_field(&self, section: &str, name: &str) -> Option<String> {
+        let mut c = self.client().get_connection().ok()?;
+        let info: String = redis::cmd("INFO").arg(section).query(&mut c).ok()?;
+        info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(|v| v.trim().to_owned())
+    }
+
+    /// False after [`RedisServer::kill9`] until relaunched.
+    pub fn is_up(&self) -> bool {
+        self.child.is_some()
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();

@@ -1,0 +1,372 @@
+//! Redis backend (`redis://`, `redis+cluster://`, `redis+sentinel://` and their TLS forms):
+//! every operation is one atomic step on one key (valid on a Cluster) that also reads `TIME`
+//! on the node owning the key (the lease clock is that node's clock).
+
+mod link;
+mod probe;
+mod scripts;
+pub mod url;
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, Value as RV};
+
+use self::link::{Connector, Link};
+use self::scripts::Scripts;
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+
+pub struct RedisStore {
+    /// The shared connection and its generation (bumped each time it is replaced).
+    link: std::sync::Mutex<(u64, Link)>,
+    connector: Connector,
+    /// Held while a replacement connection is being made; others do not wait for it.
+    reconnecting: tokio::sync::Mutex<()>,
+    scripts: Scripts,
+    /// Replicas that must acknowledge each write (`WAIT`) before it counts; 0 = none.
+    min_replicas: u32,
+    clock: StoreClock,
+    display: std::sync::Mutex<String>,
+    /// Bound of connecting and of calls that carry no timeout of their own (probe, reconnect).
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// Connects (bounded by the call timeout). One multiplexed connection (per node, on a
+    /// Cluster) serves every session: Redis executes commands one at a time anyway.
+    pub async fn connect(url: &str, min_replicas: u32, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
+        let parsed = url::Parsed::parse(url)?;
+        let (connector, link, display) = Connector::open(parsed, timeout).await?;
+        Ok(RedisStore {
+            link: std::sync::Mutex::new((0, link)),
+            connector,
+            reconnecting: tokio::sync::Mutex::new(()),
+            scripts: Scripts::new(),
+            min_replicas,
+            clock: StoreClock::new(host),
+            display: std::sync::Mutex::new(display),
+            timeout,
+        })
+    }
+
+    /// The shared connection (a cheap handle) and its generation.
+    fn link(&self) -> (u64, Link) {
+        let g = self.link.lock().unwrap_or_else(|p| p.into_inner());
+        (g.0, g.1.clone())
+    }
+
+    fn display(&self) -> String {
+        self.display.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    async fn run<T>(
+        &self,
+        generation: u64,
+        timeout: Duration,
+        fut: impl std::future::Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        let result = match tokio::time::timeout(timeout, fut).await {
+            Err(_) => Err(StoreError::Timeout(timeout.as_millis() as u64)),
+            Ok(r) => r.map_err(|e| classify(&self.display(), timeout, e)),
+        };
+        if let Err(e) = &result {
+            let moved = matches!(e, StoreError::Unreachable(..) | StoreError::Interrupted(_) | StoreError::Bad(_));
+            if matches!(e, StoreError::Timeout(_)) || (moved && self.connector.rediscovers()) {
+                self.replace_link(generation).await;
+            }
+        }
+        result
+    }
+
+    /// After a timeout (and, behind Sentinel, after any failure: the master may have moved).
+    /// A timed-out command's answer is still owed on the multiplexed connection and every
+    /// later command queues behind it, so a silent connection would time out every session
+    /// forever. The connection is replaced once per generation, by one caller; the others
+    /// return their error without waiting.
+    async fn replace_link(&self, generation: u64) {
+        let Ok(_one) = self.reconnecting.try_lock() else { return };
+        if self.link().0 != generation {
+            return;
+        }
+        match self.connector.connect(self.timeout).await {
+            Ok((link, at)) => {
+                *self.link.lock().unwrap_or_else(|p| p.into_inner()) = (generation + 1, link);
+                tracing::warn!("redis: a command failed; now using a new connection to {at}");
+                *self.display.lock().unwrap_or_else(|p| p.into_inner()) = at;
+            }
+            Err(e) => tracing::warn!("redis at {}: a command failed and reconnecting failed: {e}", self.display()),
+        }
+    }
+
+    fn observe(&self, secs: i64, micros: i64) -> i64 {
+        let now = secs * 1000 + micros / 1000;
+        self.clock.observe(now);
+        now
+    }
+
+    /// Runs one of the scripts on `key`: `[secs, micros, ...]`, the owning node's clock first.
+    /// With `min_replicas`, the script and a `WAIT` go down one connection in one pipeline,
+    /// and the number of replicas that acknowledged comes back too.
+    async fn script(
+        &self,
+        key: &str,
+        which: &redis::Script,
+        args: &[&[u8]],
+        wait: bool,
+        timeout: Duration,
+    ) -> Result<(Vec<RV>, i64, Option<i64>), StoreError> {
+        let (generation, mut link) = self.link();
+        let plain = match &link {
+            Link::Node(_) => self.scripts.plain(which, key, args),
+            Link::Cluster(_) => None,
+        };
+        let (reply, acks) = if let Some(mut pipe) = plain {
+            // One node: the claim and the read are plain commands pipelined with `TIME` (one
+            // round trip, no script), in the same reply shape as the scripts.
+            let waits = wait && self.min_replicas > 0;
+            if waits {
+                pipe.cmd("WAIT").arg(self.min_replicas).arg(wait_ms(timeout));
+            }
+            let replies = self.run(generation, timeout, self.scripts.run_plain(&mut link, key, &pipe)).await?;
+            let mut replies = replies.into_iter();
+            let (value, time) = (replies.next().unwrap_or(RV::Nil), replies.next());
+            let mut reply = match time {
+                Some(RV::Array(t)) => t,
+                _ => vec![],
+            };
+            reply.push(value);
+            (reply, if waits { Some(replies.next().as_ref().and_then(int).unwrap_or(0)) } else { None })
+        } else if wait && self.min_replicas > 0 {
+            let waiting = self.scripts.with_wait(&mut link, which, key, args, self.min_replicas, wait_ms(timeout));
+            let (reply, acks) = self.run(generation, timeout, waiting).await?;
+            (reply, Some(acks))
+        } else {
+            let mut inv = which.key(key);
+            for a in args {
+                inv.arg(*a);
+            }
+            (self.run(generation, timeout, inv.invoke_async::<Vec<RV>>(&mut link)).await?, None)
+        };
+        let bad = || StoreError::Bad("an unexpected reply to a store script".into());
+        let (secs, micros) = match reply.as_slice() {
+            [s, m, ..] => (int(s).ok_or_else(bad)?, int(m).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        let now = self.observe(secs, micros);
+        Ok((reply, now, acks))
+    }
+
+    /// Why a write does not count: fewer replicas than `min_replicas` confirmed it. Behind
+    /// Sentinel this may be a master that was just demoted or not yet reconfigured: ask again.
+    async fn unreplicated(&self, acks: i64, undone: bool, timeout: Duration) -> StoreError {
+        if self.connector.rediscovers() {
+            self.replace_link(self.link().0).await;
+        }
+        let undone =
+            if undone { "it was rolled back" } else { "rolling it back failed, so it stays until its lease ends" };
+        StoreError::Bad(format!(
+            "only {acks} of the {} replicas required by min_replicas confirmed the write within {} ms; {undone}",
+            self.min_replicas,
+            wait_ms(timeout)
+        ))
+    }
+}
+
+/// How long a `WAIT` may block: a part of the operation's timeout, so the answer still arrives.
+fn wait_ms(timeout: Duration) -> u64 {
+    (timeout.as_millis() as u64 / 2).max(1)
+}
+
+pub(crate) fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreError {
+    if e.is_timeout() {
+        StoreError::Timeout(timeout.as_millis() as u64)
+    } else if e.is_connection_refusal() {
+        StoreError::Unreachable(addr.to_owned(), e.to_string())
+    } else if e.code() == Some("NOAUTH") {
+        StoreError::Unauthorized(format!(
+            "the Redis server at {addr} requires a password (NOAUTH); put it in kv_url: redis://:password@host:port/db"
+        ))
+    } else if is_auth_error(&e) {
+        StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {e}"))
+    } else if e.code() == Some("CLUSTERDOWN") {
+        StoreError::Bad(format!(
+            "the Redis Cluster is down ({e}): some hash slots have no reachable master (uncovered slots, or a \
+             failover in progress)"
+        ))
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        StoreError::Interrupted(e.to_string())
+    } else {
+        StoreError::Bad(format!("a Redis error: {e}"))
+    }
+}
+
+pub(crate) fn is_auth_error(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
+}
+
+/// Redis refused the password in kv_url; the client library reports every refusal alike.
+/// One unauthenticated PING tells the two common mistakes apart: a server without a
+/// password answers it, a server with one answers NOAUTH.
+pub(crate) async fn refused_password(addr: &str, info: &redis::ConnectionInfo, timeout: Duration) -> StoreError {
+    let bare = redis::RedisConnectionInfo::default().set_db(info.redis_settings().db());
+    let bare = info.clone().set_redis_settings(bare);
+    let ping = async {
+        let mut conn = redis::Client::open(bare)?.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await
+    };
+    let what = match tokio::time::timeout(timeout, ping).await {
+        Ok(Ok(_)) => "the server has no password set (it answers without one): remove the user and \
+                      password from kv_url (redis://host:port/db), or set a password on the server"
+            .to_owned(),
+        Ok(Err(e)) if e.code() == Some("NOAUTH") => {
+            "the server requires a password and this one is wrong (or the user does not exist)".to_owned()
+        }
+        _ => "the password is wrong, or the server has none set".to_owned(),
+    };
+    StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {what}"))
+}
+
+fn ttl_ms(ttl: Duration) -> Vec<u8> {
+    (ttl.as_millis() as u64).max(1).to_string().into_bytes()
+}
+
+fn int(v: &RV) -> Option<i64> {
+    match v {
+        RV::Int(i) => Some(*i),
+        RV::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        RV::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn bytes(v: Option<&RV>) -> Option<Vec<u8>> {
+    match v {
+        Some(RV::BulkString(b)) => Some(b.clone()),
+        _ => None,
+    }
+}
+
+fn current(value: Vec<u8>, now: i64) -> Current {
+    Current { version: Version::Value(value.clone()), value, store_now_ms: now }
+}
+
+impl EventStore for RedisStore {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
+        let ttl = ttl_ms(ttl);
+        let (reply, now, acks) = match self.script(key, &self.scripts.create, &[value, &ttl], true, timeout).await {
+            Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
+                // Unknown whether it landed or replicated: never let a read-back accept it.
+                let undone = self.undo_create(key, value, timeout).await;
+                return Err(StoreError::Bad(format!("{e}; the claim was not confirmed replicated ({undone})")));
+            }
+            r => r?,
+        };
+        match bytes(reply.get(2)) {
+            // A retried command can find its own first attempt: that is still our claim.
+            Some(prev) if prev != value => Ok(Created::Exists(current(prev, now))),
+            _ => match acks {
+                Some(acks) if acks < self.min_replicas as i64 => {
+                    let undone = self.undo_create(key, value, timeout).await == "rolled back";
+                    Err(self.unreplicated(acks, undone, timeout).await)
+                }
+                _ => Ok(Created::Created),
+            },
+        }
+    }
+
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        let (reply, now, _) = self.script(key, &self.scripts.read, &[], false, timeout).await?;
+        Ok(bytes(reply.get(2)).map(|v| current(v, now)))
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
+        let Version::Value(expected) = expected else {
+            return Err(StoreError::Bad("a version from another backend".into()));
+        };
+        let ttl = ttl_ms(ttl);
+        let (reply, now, acks) =
+            match self.script(key, &self.scripts.swap, &[expected, value, &ttl], true, timeout).await {
+                Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
+                    let undone = self.undo_swap(key, expected, value, &ttl, timeout).await;
+                    return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
+                }
+                r => r?,
+            };
+        let swapped = matches!(reply.get(2).and_then(int), Some(1));
+        let cur = bytes(reply.get(3));
+        // A retried command can find its own first attempt: that is still our swap.
+        if swapped || cur.as_deref() == Some(value) {
+            if let Some(acks) = acks.filter(|&a| a < self.min_replicas as i64) {
+                let undone = self.undo_swap(key, expected, value, &ttl, timeout).await == "rolled back";
+                return Err(self.unreplicated(acks, undone, timeout).await);
+            }
+            return Ok(Swapped::Swapped);
+        }
+        Ok(Swapped::Changed(cur.map(|v| current(v, now))))
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        let (generation, mut link) = self.link();
+        let mut inv = self.scripts.release.key(key);
+        inv.arg(claim_id).arg(restore.unwrap_or_default()).arg(ttl_ms(ttl));
+        let done: i64 = self.run(generation, timeout, inv.invoke_async(&mut link)).await?;
+        Ok(done == 1)
+    }
+
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        let t = self.timeout;
+        let (generation, mut link) = self.link();
+        let (kind, here) = (self.connector.kind(), self.display());
+        let found = self.run(generation, t, probe::inspect(&mut link, kind, &here, self.min_replicas)).await?;
+        let found = found.map_err(StoreError::Config)?;
+        // Learn the store's clock (of the node owning this key; all masters' clocks agree
+        // within NTP accuracy, far below any lease).
+        self.script("probe", &self.scripts.read, &[], false, t).await?;
+        Ok(Probe {
+            backend: "redis",
+            server: format!("{} ({})", found.summary, self.display()),
+            warnings: found.warnings,
+        })
+    }
+
+    fn clock(&self) -> &StoreClock {
+        &self.clock
+    }
+}
+
+impl RedisStore {
+    /// Deletes our own claim if it is still exactly what we wrote.
+    async fn undo_create(&self, key: &str, value: &[u8], timeout: Duration) -> &'static str {
+        let (_, mut link) = self.link();
+        let mut inv = self.scripts.delete_if.key(key);
+        inv.arg(value);
+        match tokio::time::timeout(timeout, inv.invoke_async::<i64>(&mut link)).await {
+            Ok(Ok(_)) => "rolled back",
+            _ => "rolling it back failed",
+        }
+    }
+
+    /// Puts back what our swap replaced, if our value is still there.
+    async fn undo_swap(&self, key: &str, expected: &[u8], value: &[u8], ttl: &[u8], timeout: Duration) -> &'static str {
+        let (_, mut link) = self.link();
+        let mut inv = self.scripts.swap.key(key);
+        inv.arg(value).arg(expected).arg(ttl);
+        match tokio::time::timeout(timeout, inv.invoke_async::<Vec<RV>>(&mut link)).await {
+            Ok(Ok(_)) => "rolled back",
+            _ => "rolling it back failed",
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The Lua scripts: each touches only KEYS[1] (one atomic step on the node owning the key,
+//! valid on a Cluster) and reports that node's `TIME` first.
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Script, Value};
+
+use super::link::Link;
+
+/// Claim: `SET NX GET PX` → `{secs, micros, previous value or nil}`.
+const CREATE: &str = r"
+local t = redis.call('TIME')
+local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+return {t[1], t[2], prev}
+";
+
+/// `{secs, micros, value or nil}`.
+const READ: &str = r"
+local t = redis.call('TIME')
+return {t[1], t[2], redis.call('GET', KEYS[1])}
+";
+
+/// Compare-and-swap on the whole value → `{secs, micros, 1}` or `{secs, micros, 0, current or nil}`.
+const SWAP: &str = r"
+local t = redis.call('TIME')
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return {t[1], t[2], 1}
+end
+return {t[1], t[2], 0, cur}
+";
+
+/// Compare-and-delete on the whole value (our own write, and nothing else) → 1 or 0.
+const DELETE_IF: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+/// Roll-back of a claim whose outcome is unknown: only while the record still carries the
+/// claim's id (ARGV[1]), delete it, or put back the record it replaced (ARGV[2], non-empty).
+/// A value that is not a JSON object is never ours and is left alone → 1 or 0.
+const RELEASE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local ok, rec = pcall(cjson.decode, cur)
+if not ok or type(rec) ~= 'table' or rec['claim_id'] ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+";
+
+pub struct Scripts {
+    pub create: Script,
+    pub read: Script,
+    pub swap: Script,
+    pub delete_if: Script,
+    pub release: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Self {
+        Scripts {
+            create: Script::new(CREATE),
+            read: Script::new(READ),
+            swap: Script::new(SWAP),
+            delete_if: Script::new(DELETE_IF),
+            release: Script::new(RELEASE),
+        }
+    }
+
+    /// The claim or the read as plain commands followed by `TIME`, for a single node (the
+    /// same effect, one round trip, no script); `None` for the other scripts.
+    pub fn plain(&self, which: &Script, key: &str, args: &[&[u8]]) -> Option<redis::Pipeline> {
+        let mut pipe = redis::pipe();
+        match (which.get_hash() == self.create.get_hash(), which.get_hash() == self.read.get_hash(), args) {
+            (true, _, [value, ttl]) => pipe.cmd("SET").arg(key).arg(*value).arg("NX").arg("GET").arg("PX").arg(*ttl),
+            (_, true, []) => pipe.cmd("GET").arg(key),
+            _ => return None,
+        };
+        pipe.cmd("TIME");
+        Some(pipe)
+    }
+
+    /// Runs a [`Scripts::plain`] pipeline; any error reply fails the whole call.
+    pub async fn run_plain(&self, link: &mut Link, key: &str, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        link.on_key_owner(key, pipe).await?.into_iter().map(Value::extract_error).collect()
+    }
+
+    fn source(&self, which: &Script) -> &'static str {
+        match which.get_hash() {
+            h if h == self.create.get_hash() => CREATE,
+            h if h == self.swap.get_hash() => SWAP,
+            h if h == self.delete_if.get_hash() => DELETE_IF,
+            h if h == self.release.get_hash() => RELEASE,
+            _ => READ,
+        }
+    }
+
+    /// The script and `WAIT min_replicas timeout` in one pipeline on the key owner's
+    /// connection → the script's reply and the number of replicas that acknowledged it.
+    pub async fn with_wait(
+        &self,
+        link: &mut Link,
+        which: &Script,
+        key: &str,
+        args: &[&[u8]],
+        min_replicas: u32,
+        wait_ms: u64,
+    ) -> RedisResult<(Vec<Value>, i64)> {
+        let mut pipe = redis::pipe();
+        let eval = pipe.cmd("EVAL").arg(self.source(which)).arg(1).arg(key);
+        for a in args {
+            eval.arg(*a);
+        }
+        pipe.cmd("WAIT").arg(min_replicas).arg(wait_ms);
+        let mut attempt = 0;
+        loop {
+            let mut replies = link.on_key_owner(key, &pipe).await?.into_iter();
+            let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
+                return Err((redis::ErrorKind::Parse, "a pipeline reply is missing").into());
+            };
+            match reply.extract_error() {
+                // The slot moved (resharding, failover): a keyed command through the cluster
+                // client follows the redirect and refreshes its slot map; then try again.
+                Err(e) if attempt < 2 && e.is_cluster_error() => {
+                    attempt += 1;
+                    let _: Value = link.req_packed_command(redis::cmd("EXISTS").arg(key)).await?;
+                }
+                Err(e) => return Err(e),
+                Ok(reply) => {
+                    let acks = redis::from_redis_value::<i64>(acks.extract_error()?)?;
+                    return Ok((redis::from_redis_value(reply)?, acks));
+                }
+            }
+        }
+    }
+}
