@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use stateful_tool::{call, kv_server, package, runtime};
+use stateful_tool::{call, kv_admin, package, runtime};
 
 #[derive(Parser)]
 #[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]
@@ -20,7 +20,7 @@ enum Command {
     Call(call::CallArgs),
     /// The HTTP key-value container that stores events durably.
     #[command(subcommand)]
-    Kv(kv_server::KvCommand),
+    Kv(kv_admin::KvCommand),
     /// Build the .difypkg package.
     Package(package::PackageArgs),
     /// Generate an RSA key pair (PKCS#1 PEM) for signing packages.
@@ -37,7 +37,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve => runtime::run(),
         Command::Call(args) => call::run(args),
-        Command::Kv(cmd) => kv_server::run(cmd),
+        Command::Kv(cmd) => kv_admin::run(cmd),
         Command::Package(args) => package::run_package(args),
         Command::Keygen(args) => package::run_keygen(args),
         Command::Sign(args) => package::run_sign(args),

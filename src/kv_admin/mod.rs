@@ -1,5 +1,6 @@
-//! Operator commands against a store: `kv ls`, `kv get` (KV container or Redis), `kv backup`
-//! and `kv restore` (KV container).
+//! The `kv` subcommands: `kv serve` and `kv check` (the KV container itself), and the operator
+//! commands against a store: `kv ls`, `kv get` (KV container or Redis), `kv backup` and
+//! `kv restore` (KV container).
 
 mod show;
 mod source;
@@ -11,6 +12,35 @@ use anyhow::{bail, Context};
 
 use crate::kv_server;
 use source::Source;
+
+/// `stateful-tool kv …`.
+#[derive(clap::Subcommand)]
+pub enum KvCommand {
+    /// Serve the v1 KV protocol.
+    Serve(kv_server::ServeArgs),
+    /// List keys (event records decoded) of a KV container or a Redis.
+    Ls(LsArgs),
+    /// Show one key: every field of its event record, lease and TTL left.
+    Get(GetArgs),
+    /// Write a consistent snapshot: online (--url) or from a stopped server's --data.
+    Backup(BackupArgs),
+    /// Restore a snapshot into an empty data directory.
+    Restore(RestoreArgs),
+    /// Verify a stopped store's data file offline: every page checksum and every record.
+    Check(kv_server::CheckArgs),
+}
+
+/// Runs one `kv` subcommand.
+pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        KvCommand::Serve(args) => kv_server::serve(args),
+        KvCommand::Ls(args) => ls(args),
+        KvCommand::Get(args) => get(args),
+        KvCommand::Backup(args) => backup(args),
+        KvCommand::Restore(args) => restore(args),
+        KvCommand::Check(args) => kv_server::check(&args.data),
+    }
+}
 
 #[derive(clap::Args)]
 pub struct LsArgs {

@@ -27,8 +27,7 @@ use super::writer::{Job, Writer};
 
 /// Writes waiting for the writer; a full queue makes request handlers wait (backpressure).
 const QUEUE_DEPTH: usize = 4 * MAX_BATCH;
-/// The database file inside `--data`.
-pub const DB_FILE: &str = "kv.redb";
+pub use super::open::DB_FILE;
 
 /// Cheap-to-clone handle used by the HTTP handlers and the purge task.
 #[derive(Clone)]

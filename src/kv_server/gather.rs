@@ -11,9 +11,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{error::TryRecvError, Receiver};
 
-use super::batch::WriteOp;
-use super::writer::{Job, Reply, MAX_BATCH};
-
 /// Longest wait, whatever the commit time: bounds the latency a slow disk can add.
 const MAX_WAIT: Duration = Duration::from_millis(2);
 /// Stop waiting once no write has arrived for this long: the burst is over.
@@ -34,21 +31,21 @@ impl Gather {
         self.last_commit = took;
     }
 
-    /// Adds queued writes to the batch until it is as large as the last one, the wait
-    /// budget is spent, or writes stop arriving.
-    pub fn top_up(&self, rx: &mut Receiver<Job>, ops: &mut Vec<WriteOp>, replies: &mut Vec<Reply>) {
-        let want = self.last_batch.min(MAX_BATCH);
-        if ops.len() >= want {
+    /// Hands queued writes to `take` until the batch (holding `have` already, at most `max`)
+    /// is as large as the last one, the wait budget is spent, or writes stop arriving.
+    pub fn top_up<T>(&self, rx: &mut Receiver<T>, mut have: usize, max: usize, mut take: impl FnMut(T)) {
+        let want = self.last_batch.min(max);
+        if have >= want {
             return;
         }
         let budget = (self.last_commit / 4).min(MAX_WAIT);
         let start = Instant::now();
         let mut last_arrival = start;
-        while ops.len() < want {
+        while have < want {
             match rx.try_recv() {
                 Ok(job) => {
-                    ops.push(job.op);
-                    replies.push(job.reply);
+                    take(job);
+                    have += 1;
                     last_arrival = Instant::now();
                 }
                 Err(TryRecvError::Empty) => {
@@ -67,36 +64,25 @@ impl Gather {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
-    use tokio::sync::{mpsc, oneshot};
-
-    fn job() -> Job {
-        let op = WriteOp::Put {
-            key: "k".into(),
-            value: Bytes::new(),
-            pre: super::super::batch::Precondition::None,
-            ttl_ms: None,
-        };
-        Job { op, reply: oneshot::channel().0 }
-    }
+    use tokio::sync::mpsc;
 
     #[test]
     fn waits_only_for_as_many_as_the_last_batch_and_never_without_one() {
         let (tx, mut rx) = mpsc::channel(16);
-        for _ in 0..5 {
-            tx.try_send(job()).unwrap();
+        for i in 0..5 {
+            tx.try_send(i).unwrap();
         }
-        let (mut ops, mut replies) = (Vec::new(), Vec::new());
+        let mut batch = Vec::new();
         // No durable commit seen yet: no waiting, nothing taken.
-        Gather::default().top_up(&mut rx, &mut ops, &mut replies);
-        assert!(ops.is_empty());
+        Gather::default().top_up(&mut rx, batch.len(), 1024, |j| batch.push(j));
+        assert!(batch.is_empty());
         let mut g = Gather::default();
         g.committed(3, Duration::from_millis(4));
-        g.top_up(&mut rx, &mut ops, &mut replies);
-        assert_eq!((ops.len(), replies.len()), (3, 3));
+        g.top_up(&mut rx, batch.len(), 1024, |j| batch.push(j));
+        assert_eq!(batch, [0, 1, 2]);
         // Fewer queued than wanted: it takes what comes and stops once writes stop arriving.
         g.committed(10, Duration::from_secs(10));
-        g.top_up(&mut rx, &mut ops, &mut replies);
-        assert_eq!(ops.len(), 5);
+        g.top_up(&mut rx, batch.len(), 1024, |j| batch.push(j));
+        assert_eq!(batch.len(), 5);
     }
 }

@@ -50,22 +50,6 @@ pub use inspect::{inventory, Inventory};
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-#[derive(clap::Subcommand)]
-pub enum KvCommand {
-    /// Serve the v1 KV protocol.
-    Serve(ServeArgs),
-    /// List keys (event records decoded) of a KV container or a Redis.
-    Ls(crate::kv_admin::LsArgs),
-    /// Show one key: every field of its event record, lease and TTL left.
-    Get(crate::kv_admin::GetArgs),
-    /// Write a consistent snapshot: online (--url) or from a stopped server's --data.
-    Backup(crate::kv_admin::BackupArgs),
-    /// Restore a snapshot into an empty data directory.
-    Restore(crate::kv_admin::RestoreArgs),
-    /// Verify a stopped store's data file offline: every page checksum and every record.
-    Check(CheckArgs),
-}
-
 #[derive(clap::Args)]
 pub struct CheckArgs {
     /// Data directory (the server must not be running on it).
@@ -111,19 +95,8 @@ Environment:
   STATEFUL_TOOL_LOG (or RUST_LOG) log filter: error, warn, info, debug (default info); logs go to
                                   stderr, the one `listening on http://ip:port` line to stdout";
 
-pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        KvCommand::Serve(args) => serve(args),
-        KvCommand::Ls(args) => crate::kv_admin::ls(args),
-        KvCommand::Get(args) => crate::kv_admin::get(args),
-        KvCommand::Backup(args) => crate::kv_admin::backup(args),
-        KvCommand::Restore(args) => crate::kv_admin::restore(args),
-        KvCommand::Check(args) => check(&args.data),
-    }
-}
-
 /// `kv check`: exit 0 and a summary when the store is valid, 1 and what is wrong otherwise.
-fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+pub fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let path = dir.join(DB_FILE);
     if !path.exists() {
         eprintln!("kv check: {} does not exist (no store in {})", path.display(), dir.display());
@@ -142,7 +115,7 @@ fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
     let token = match token_text(&args)? {

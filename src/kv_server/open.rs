@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableTable};
 
 use super::batch::{DATA, EXPIRY, META};
-use super::engine::DB_FILE;
 use super::record::Record;
+
+/// The database file inside `--data`.
+pub const DB_FILE: &str = "kv.redb";
 
 /// redb's file signature (the first bytes of every redb file).
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];

@@ -116,7 +116,10 @@ impl Writer {
                 replies.push(job.reply);
             }
             if self.durability == DurabilityMode::Immediate {
-                gather.top_up(&mut self.rx, &mut ops, &mut replies);
+                gather.top_up(&mut self.rx, ops.len(), MAX_BATCH, |job: Job| {
+                    ops.push(job.op);
+                    replies.push(job.reply);
+                });
             }
             // In `none` mode, make one commit per interval durable, even an empty one.
             let flush_due =
