@@ -26,6 +26,25 @@ pub struct IngestRequest {
 }
 
 impl IngestRequest {
+    /// The record a first claim of this event writes at store time `now` (a fresh claim id).
+    pub fn first_claim(&self, now: i64) -> Record {
+        Record {
+            v: 1,
+            event_id: self.event_id.clone(),
+            event_type: self.event_type.clone(),
+            payload: self.payload.clone(),
+            fingerprint: self.fingerprint.clone(),
+            status: Status::Processing,
+            received_at: format_time(now),
+            updated_at: format_time(now),
+            attempt: 1,
+            lease_until_ms: self.lease_ms.map(|l| now + l),
+            completed_at: None,
+            result: None,
+            claim_id: new_claim_id(),
+        }
+    }
+
     pub fn parse(p: &Map<String, Value>, settings: &Settings) -> Result<IngestRequest, ToolError> {
         let event_id = params::required_str(p, "event_id")?;
         validate_event_id(&event_id)?;
@@ -91,21 +110,7 @@ async fn claim<S: EventStore>(
         }
     }
     let now = store.clock().now_ms();
-    let fresh = Record {
-        v: 1,
-        event_id: req.event_id.clone(),
-        event_type: req.event_type.clone(),
-        payload: req.payload.clone(),
-        fingerprint: req.fingerprint.clone(),
-        status: Status::Processing,
-        received_at: format_time(now),
-        updated_at: format_time(now),
-        attempt: 1,
-        lease_until_ms: req.lease_ms.map(|l| now + l),
-        completed_at: None,
-        result: None,
-        claim_id: new_claim_id(),
-    };
+    let fresh = req.first_claim(now);
     let bytes = fresh.to_bytes();
     let ttl = settings.ttl_for(req.lease_ms);
     claims.push(&fresh.claim_id);

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use stateful_tool::protocol::outbound::write_answer_end_lines;
 use stateful_tool::protocol::Inbound;
 use stateful_tool::store::key::storage_key;
-use stateful_tool::store::record::{fingerprint, format_time, new_claim_id, Record, Status};
+use stateful_tool::store::record::fingerprint;
 use stateful_tool::store::{Clock, Created, EventStore, StoreCache};
 use stateful_tool::tools::event_ingest::IngestRequest;
 use stateful_tool::tools::{Answer, Settings};
@@ -98,21 +98,7 @@ pub async fn measure(
     });
     let record = |i: usize| {
         let (req, now) = (&reqs[i], 1_780_000_000_000i64 + i as i64);
-        Record {
-            v: 1,
-            event_id: req.event_id.clone(),
-            event_type: req.event_type.clone(),
-            payload: req.payload.clone(),
-            fingerprint: req.fingerprint.clone(),
-            status: Status::Processing,
-            received_at: format_time(now),
-            updated_at: format_time(now),
-            attempt: 1,
-            lease_until_ms: req.lease_ms.map(|l| now + l),
-            completed_at: None,
-            result: None,
-            claim_id: new_claim_id(),
-        }
+        req.first_claim(now)
     };
     let encode_us = per_call(n, rounds, |i| {
         let rec = record(i);
