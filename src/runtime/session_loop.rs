@@ -62,10 +62,13 @@ async fn drive<R: AsyncBufRead + Unpin>(input: R, outbox: Outbox, app: Arc<App>,
         };
         let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
         let (app, outbox) = (app.clone(), outbox.clone());
-        sessions.spawn(async move {
+        // Boxed: a session's future is ~11 KB (it holds every store's call state), and tokio
+        // moves a task's future by value several times (into the task cell, out as its
+        // output); behind a box each of those moves copies a pointer.
+        sessions.spawn(Box::pin(async move {
             let _permit = permit;
             serve_session(&app, session_id, caller, outbox, data).await;
-        });
+        }));
     };
     // End of input: let every in-flight session answer before the writer is released.
     while sessions.join_next().await.is_some() {}
