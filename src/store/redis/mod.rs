@@ -272,7 +272,8 @@ impl EventStore for RedisStore {
             Some(prev) if prev != value => Ok(Created::Exists(current(prev, now))),
             _ => match acks {
                 Some(acks) if acks < self.min_replicas as i64 => {
-                    let undone = self.undo(key, value, None, ttl, timeout).await == "rolled back";
+                    let undone = self.undo(key, value, None, ttl, timeout).await;
+                    let undone = !undone.starts_with("rolling it back failed");
                     Err(self.unreplicated(acks, undone, timeout).await)
                 }
                 _ => Ok(Created::Created),
@@ -310,7 +311,8 @@ impl EventStore for RedisStore {
         // A retried command can find its own first attempt: that is still our swap.
         if swapped || cur.as_deref() == Some(value) {
             if let Some(acks) = acks.filter(|&a| a < self.min_replicas as i64) {
-                let undone = self.undo(key, value, Some(expected), ttl, timeout).await == "rolled back";
+                let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
+                let undone = !undone.starts_with("rolling it back failed");
                 return Err(self.unreplicated(acks, undone, timeout).await);
             }
             return Ok(Swapped::Swapped);
@@ -378,7 +380,10 @@ impl RedisStore {
             return "rolling it back failed (the write carries no claim_id)";
         };
         match self.release(key, &claim_id, restore, ttl, timeout).await {
-            Ok(_) => "rolled back",
+            Ok(true) => "rolled back",
+            // Replaced since by another writer's compare-and-swap, or (after a lost answer)
+            // never applied: nothing of ours is left.
+            Ok(false) => "nothing of it was left to roll back",
             Err(_) => "rolling it back failed",
         }
     }
