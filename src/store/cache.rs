@@ -50,10 +50,11 @@ impl AllowedHosts {
     /// checked with this, as written in the server's answer (usually an IP address).
     pub fn permits(&self, host: &str, port: u16) -> bool {
         let Some(entries) = &self.0 else { return true };
-        let host = host.to_ascii_lowercase();
-        let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
+        let bare = host.to_ascii_lowercase();
+        let host = if bare.contains(':') && !bare.starts_with('[') { format!("[{bare}]") } else { bare.clone() };
         let with_port = format!("{host}:{port}");
-        entries.iter().any(|e| *e == host || *e == with_port)
+        // An IPv6 entry may be written with or without brackets.
+        entries.iter().any(|e| *e == host || *e == bare || *e == with_port)
     }
 
     /// The list as configured, for messages.

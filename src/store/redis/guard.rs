@@ -150,3 +150,20 @@ pub async fn refused_password(who: &Who<'_>, info: &redis::ConnectionInfo, timeo
     };
     StoreError::Unauthorized(format!("{} refused {which}: {what}", who.node))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_resolver_refuses_hosts_off_the_list_by_name() {
+        let guarded = Guarded(AllowedHosts::parse(Some("127.0.0.1:7000,::1")).unwrap());
+        let found: Vec<SocketAddr> = guarded.resolve("127.0.0.1", 7000).await.unwrap().collect();
+        assert_eq!(found, vec![SocketAddr::from(([127, 0, 0, 1], 7000))]);
+        assert!(guarded.resolve("::1", 7005).await.is_ok());
+        let refused = guarded.resolve("127.0.0.1", 7001).await.err().unwrap().to_string();
+        assert!(refused.contains("the Redis node 127.0.0.1:7001") && refused.contains(NOT_ALLOWED), "{refused}");
+        let everything = Guarded(AllowedHosts::default());
+        assert!(everything.resolve("127.0.0.1", 1).await.is_ok());
+    }
+}

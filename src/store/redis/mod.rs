@@ -397,3 +397,15 @@ fn claim_id_of(value: &[u8]) -> Option<String> {
     }
     serde_json::from_slice::<Claim>(value).ok().map(|c| c.claim_id).filter(|c| !c.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claim_id_of_a_write_is_found_or_none() {
+        assert_eq!(claim_id_of(br#"{"status":"processing","claim_id":"c-1"}"#).as_deref(), Some("c-1"));
+        assert_eq!(claim_id_of(br#"{"claim_id":""}"#), None);
+        assert_eq!(claim_id_of(b"plain text"), None);
+    }
+}

@@ -201,6 +201,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn slot_map_nodes_are_every_master_and_replica_once() {
+        let node = |h: &str, p: i64| Value::Array(vec![Value::BulkString(h.into()), Value::Int(p), Value::Nil]);
+        let range =
+            |a: i64, b: i64, nodes: Vec<Value>| Value::Array([vec![Value::Int(a), Value::Int(b)], nodes].concat());
+        let slots = [
+            range(0, 5460, vec![node("10.0.0.1", 7000), node("10.0.0.2", 7001)]),
+            range(5461, 10922, vec![node("", 7002), node("::1", 7003)]),
+            range(10923, 16383, vec![node("10.0.0.1", 7000)]),
+        ];
+        let found = slot_nodes(&slots);
+        let want = [("10.0.0.1", 7000), ("10.0.0.2", 7001), ("::1", 7003)];
+        assert_eq!(found, want.map(|(h, p)| (h.to_owned(), p)).to_vec());
+    }
+
+    #[test]
     fn persistence_is_described() {
         assert!(!persistence("yes", "always", "").1);
         assert!(!persistence("yes", "everysec", "3600 1").1);
