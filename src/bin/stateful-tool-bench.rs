@@ -39,8 +39,9 @@ struct Args {
     /// Longest a single run may take; it then stops early and reports what it did (default 10 s; 2 s with --quick).
     #[arg(long)]
     max_run_secs: Option<f64>,
-    /// Sections to run: startup, stages, plugin, raw, kv.
-    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv")]
+    /// Sections to run: startup, stages, plugin, raw, kv, cluster (plugin and raw rows on a
+    /// Redis Cluster the bench starts; with the plugin and/or raw sections).
+    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv,cluster")]
     sections: Vec<String>,
     /// Backends for the plugin and raw sections: kv, redis.
     #[arg(long, value_delimiter = ',', default_value = "kv,redis")]

@@ -45,6 +45,23 @@ impl AllowedHosts {
         Ok(AllowedHosts(Some(entries)))
     }
 
+    /// True when a node at `host:port` may be dialled. Nodes a Redis deployment names after
+    /// connecting (Cluster slot owners, redirect targets, the master a Sentinel reports) are
+    /// checked with this, as written in the server's answer (usually an IP address).
+    pub fn permits(&self, host: &str, port: u16) -> bool {
+        let Some(entries) = &self.0 else { return true };
+        let bare = host.to_ascii_lowercase();
+        let host = if bare.contains(':') && !bare.starts_with('[') { format!("[{bare}]") } else { bare.clone() };
+        let with_port = format!("{host}:{port}");
+        // An IPv6 entry may be written with or without brackets.
+        entries.iter().any(|e| *e == host || *e == bare || *e == with_port)
+    }
+
+    /// The list as configured, for messages.
+    pub fn describe(&self) -> String {
+        format!("STATEFUL_TOOL_STORE_HOSTS={}", self.0.as_deref().unwrap_or_default().join(","))
+    }
+
     fn check(&self, url: &str) -> Result<(), StoreError> {
         let Some(entries) = &self.0 else { return Ok(()) };
         // A Cluster or Sentinel kv_url lists several hosts, and each is dialled: all must be allowed.
@@ -149,9 +166,9 @@ async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Resu
         Scheme::KvContainer => {
             AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host, timeout)?)
         }
-        Scheme::Redis => {
-            AnyStore::Redis(Box::new(RedisStore::connect(&cfg.url, cfg.min_replicas, host, timeout).await?))
-        }
+        Scheme::Redis => AnyStore::Redis(Box::new(
+            RedisStore::connect(&cfg.url, cfg.min_replicas, host, timeout, options.allowed_hosts.clone()).await?,
+        )),
         Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
         Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
@@ -179,7 +196,10 @@ mod tests {
             let e = seeds.check(refused).unwrap_err();
             assert!(matches!(&e, StoreError::Config(m) if m.contains("not in the store hosts")), "{refused}: {e}");
         }
+        assert!(seeds.permits("R1", 7005) && seeds.permits("r2", 7001) && seeds.permits("::1", 1));
+        assert!(!seeds.permits("r2", 7002) && !seeds.permits("10.0.0.9", 7000));
         assert!(AllowedHosts::parse(Some("")).unwrap().check("http://anything").is_ok());
+        assert!(AllowedHosts::default().permits("anything", 1));
         assert!(AllowedHosts::parse(Some("a,,b")).is_err());
     }
 

@@ -96,6 +96,42 @@ async fn credential_validation_checks_auth() {
     assert_eq!(right.chunks, vec![json!({"result": true})], "{right:?}");
 }
 
+/// min_replicas=1 on a master without replicas: every write is confirmed by none, so the
+/// plugin answers upstream_error and puts back, by the write's claim_id, exactly what was
+/// there before: nothing for a first claim, the previous record for a completion and for
+/// a re-claim. The event then goes on as if the refused call never happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unreplicated_writes_are_rolled_back_to_the_previous_record() {
+    let r = RedisServer::start(&[]);
+    let p = Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "2000")]).await;
+    let (plain, waits) = (json!({"kv_url": r.url()}), json!({"kv_url": r.url(), "min_replicas": "1"}));
+    let ev = json!({"event_id": "UNREP-1", "event_type": "created"});
+    let key = "evt_UNREP-1";
+    let unconfirmed = |reply: &crate::support::plugin::Reply| {
+        assert_eq!(reply.error_type(), Some("upstream_error"), "{reply:?}");
+        let m = reply.message();
+        assert!(m.contains("only 0 of the 1 replicas") && m.contains("it was rolled back"), "{m}");
+    };
+    // A first claim: deleted again.
+    unconfirmed(&p.invoke("event_ingest", &waits, ev.clone()).await);
+    assert_eq!(r.get(key), None, "the unconfirmed first claim stays");
+    assert_eq!(p.invoke("event_ingest", &plain, ev.clone()).await.outcome(), "accepted");
+    let claimed = r.get(key).unwrap();
+    // A completion: the processing record comes back byte for byte, with a TTL.
+    let fail = json!({"event_id": "UNREP-1", "status": "failed", "attempt": 1});
+    unconfirmed(&p.invoke("event_complete", &waits, fail.clone()).await);
+    assert_eq!(r.get(key).as_deref(), Some(claimed.as_str()));
+    let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut r.conn()).unwrap();
+    assert!(ttl > 0, "the restored record lost its TTL: {ttl}");
+    assert_eq!(p.invoke("event_complete", &plain, fail).await.outcome(), "failed");
+    let failed = r.get(key).unwrap();
+    // A re-claim of the failed event: the failed record comes back.
+    unconfirmed(&p.invoke("event_ingest", &waits, ev.clone()).await);
+    assert_eq!(r.get(key).as_deref(), Some(failed.as_str()));
+    let retry = p.invoke("event_ingest", &plain, ev).await;
+    assert_eq!((retry.outcome().as_str(), retry.json()["attempt"].as_u64()), ("accepted", Some(2)), "{retry:?}");
+}
+
 mod lifecycle {
     use super::RedisServer;
     use crate::support::lifecycle;

@@ -46,10 +46,11 @@ fn quick_bench_completes_and_writes_every_section() {
         ("kv", &["put_if_absent", "get"][..]),
     ] {
         let rows = summary[section].as_array().unwrap_or_else(|| panic!("no {section} section"));
-        for store in if section == "kv" { ["immediate", "none"] } else { ["kv", "redis"] } {
+        let stores: &[&str] = if section == "kv" { &["immediate", "none"] } else { &["kv", "redis", "redis-cluster"] };
+        for store in stores {
             for op in ops {
                 for c in [1, 16, 64] {
-                    let row = rows.iter().find(|r| r["store"] == store && r["op"] == *op && r["c"] == c);
+                    let row = rows.iter().find(|r| r["store"] == *store && r["op"] == *op && r["c"] == c);
                     let row = row.unwrap_or_else(|| panic!("{section}: no row for {store} {op} C={c}"));
                     assert!(row["ops"].as_u64().unwrap() > 0, "{section} {store} {op} C={c} did nothing");
                 }
@@ -64,7 +65,7 @@ fn quick_bench_completes_and_writes_every_section() {
         }
     }
     let targets = summary["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 9);
+    assert_eq!(targets.len(), 11);
     assert!(targets.iter().all(|t| t["pass"].is_boolean()), "every target was measured: {targets:?}");
     assert!(summary["machine"]["nproc"].as_u64().unwrap() > 0);
 }

@@ -10,6 +10,7 @@ mod backend_kv;
 mod backend_redis;
 // Redis Cluster and Sentinel built by the tests: scenarios, validation, failover under load.
 mod redis_cluster;
+mod redis_ha_tls;
 mod redis_persistence;
 mod redis_sentinel;
 mod redis_tls;

@@ -68,6 +68,11 @@ async fn validation_names_the_cluster_and_refuses_uncovered_slots() {
     let text = format!("{}\n{}", std::fs::read_to_string(&log).unwrap(), events.join("\n"));
     assert!(text.contains("Redis Cluster with 3 masters"), "{text}");
     assert!(text.contains("no persistence"), "the test cluster runs without persistence: {text}");
+    // A password the cluster does not have is named as such, not as a wrong one.
+    let pw = p.validate(&creds(&cluster.url().replace("redis+cluster://", "redis+cluster://:pw@"))).await;
+    assert_eq!(pw.error_type(), Some("ToolProviderCredentialValidationError"), "{pw:?}");
+    assert!(pw.message().contains("Redis Cluster node at 127.0.0.1:"), "{}", pw.message());
+    assert!(pw.message().contains("the server has no password set"), "{}", pw.message());
     // min_replicas larger than any master's replica count cannot work.
     let two = p.validate(&json!({"kv_url": cluster.url(), "min_replicas": "2"})).await;
     assert_eq!(two.error_type(), Some("ToolProviderCredentialValidationError"), "{two:?}");

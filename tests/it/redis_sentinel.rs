@@ -42,6 +42,16 @@ async fn every_backend_scenario_through_sentinel() {
     let wrong = p.validate(&creds(&url.replace("/mymaster", "/nosuchmaster"))).await;
     assert_eq!(wrong.error_type(), Some("ToolProviderCredentialValidationError"), "{wrong:?}");
     assert!(wrong.message().contains("nosuchmaster"), "{}", wrong.message());
+    // A password the master or the Sentinels do not have is named as such, and whose it is.
+    let master_pw = p.validate(&creds(&url.replace("redis+sentinel://", "redis+sentinel://:pw@"))).await;
+    assert_eq!(master_pw.error_type(), Some("ToolProviderCredentialValidationError"), "{master_pw:?}");
+    let master = format!("the master \"mymaster\" at 127.0.0.1:{}", s.master.port);
+    assert!(master_pw.message().contains(&master), "{}", master_pw.message());
+    assert!(master_pw.message().contains("the server has no password set"), "{}", master_pw.message());
+    let sentinel_pw = p.validate(&creds(&format!("{url}?sentinel_password=pw"))).await;
+    assert_eq!(sentinel_pw.error_type(), Some("ToolProviderCredentialValidationError"), "{sentinel_pw:?}");
+    assert!(sentinel_pw.message().contains("the Sentinel at 127.0.0.1:"), "{}", sentinel_pw.message());
+    assert!(sentinel_pw.message().contains("the server has no password set"), "{}", sentinel_pw.message());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,20 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::plugin::{creds, Plugin};
+use crate::support::redis_tls::Certs;
 use crate::support::scenarios;
-
-/// A CA, a server certificate for 127.0.0.1 it signed, and an expired one.
-const MAKE_CERTS: &str = r"
-set -e
-openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca
-openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1
-printf 'subjectAltName=IP:127.0.0.1\n' > san.ext
-openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext
-touch index.txt; echo 1000 > serial
-printf '[ca]\ndefault_ca=d\n[d]\ndatabase=index.txt\nserial=serial\nnew_certs_dir=.\ndefault_md=sha256\npolicy=p\n[p]\ncommonName=supplied\n' > ca.cnf
-openssl ca -batch -notext -config ca.cnf -cert ca.pem -keyfile ca.key -in server.csr -out expired.pem \
-  -startdate 20200101000000Z -enddate 20200102000000Z -extfile san.ext
-";
 
 struct TlsRedis {
     child: Child,
@@ -59,17 +47,12 @@ impl Drop for TlsRedis {
     }
 }
 
-fn make_certs(dir: &Path) {
-    let out = Command::new("bash").arg("-c").arg(MAKE_CERTS).current_dir(dir).output().expect("bash and openssl");
-    assert!(out.status.success(), "making the test CA failed: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rediss_with_a_private_ca_and_refused_certificates() {
-    let dir = tempfile::tempdir().unwrap();
-    make_certs(dir.path());
-    let ca = dir.path().join("ca.pem");
-    let good = TlsRedis::start(dir.path(), "server.pem");
+    let certs = Certs::make();
+    let dir = &certs;
+    let ca = certs.ca();
+    let good = TlsRedis::start(dir.dir(), "server.pem");
     let url = format!("rediss://127.0.0.1:{}/0?tls_ca={}", good.port, ca.display());
     scenarios::outcomes(&url).await;
 
@@ -89,7 +72,7 @@ async fn rediss_with_a_private_ca_and_refused_certificates() {
     assert!(missing.message().contains("tls_ca"), "{missing:?}");
 
     // An expired certificate from the trusted CA is refused, and says so.
-    let expired = TlsRedis::start(dir.path(), "expired.pem");
+    let expired = TlsRedis::start(dir.dir(), "expired.pem");
     let url = format!("rediss://127.0.0.1:{}/0?tls_ca={}", expired.port, ca.display());
     let old = p.invoke("event_ingest", &creds(&url), ev).await;
     assert_eq!(old.error_type(), Some("upstream_error"), "{old:?}");

@@ -77,6 +77,8 @@ pub fn targets(r: &Results) -> Vec<Target> {
         target("plugin/raw throughput, KV container, C=64", ratio(r, "kv", 64), ">=", 0.9),
         target("plugin/raw throughput, Redis, C=16", ratio(r, "redis", 16), ">=", 0.7),
         target("plugin/raw throughput, Redis, C=64", ratio(r, "redis", 64), ">=", 0.7),
+        target("plugin/raw throughput, Redis Cluster, C=16", ratio(r, "redis-cluster", 16), ">=", 0.7),
+        target("plugin/raw throughput, Redis Cluster, C=64", ratio(r, "redis-cluster", 64), ">=", 0.7),
         target("plugin CPU per ingest, Redis path, µs (median run)", redis_cpu_us, "<=", 7.0),
         target(
             "KV durable conditional PUTs/s, C=64",

@@ -31,7 +31,7 @@ pub struct Config {
 }
 
 impl Config {
-    fn wants(&self, section: &str) -> bool {
+    pub fn wants(&self, section: &str) -> bool {
         self.sections.iter().any(|s| s == section)
     }
 }
@@ -124,6 +124,9 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
                 }
             }
         }
+    }
+    if cfg.wants("cluster") {
+        super::cluster::run(cfg, tmp, &mut res, &progress).await?;
     }
     if cfg.wants("kv") {
         for durability in ["immediate", "none"] {

@@ -9,8 +9,13 @@ use std::time::Duration;
 
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use super::guard::{
+    auth_problem, cluster_who, host_port, is_refusal, master_who, refused_node, refused_password, sentinel_who,
+    Guarded, Who,
+};
 use super::url::{node_url, Parsed, Target};
-use super::{classify, is_auth_error, refused_password};
+use super::{classify, is_auth_error};
+use crate::store::cache::AllowedHosts;
 use crate::store::StoreError;
 
 /// A live connection. Cheap to clone: clones share one multiplexed connection.
@@ -71,6 +76,8 @@ pub enum Connector {
     Cluster {
         client: ClusterClient,
         seeds: String,
+        /// One plain client per seed, to tell why the Cluster refused us.
+        probes: Vec<(String, redis::Client)>,
     },
     Sentinel {
         sentinels: Vec<(String, redis::Client)>,
@@ -79,6 +86,7 @@ pub enum Connector {
         tls: bool,
         userinfo: String,
         ca: Option<Vec<u8>>,
+        allowed: AllowedHosts,
     },
 }
 
@@ -106,8 +114,14 @@ fn bad_url(e: redis::RedisError) -> StoreError {
     StoreError::BadUrl(format!("kv_url is not a usable Redis URL: {e}"))
 }
 
-fn cluster_client(nodes: Vec<String>, ca: &Option<Vec<u8>>, t: Duration) -> Result<ClusterClient, StoreError> {
-    let mut builder = ClusterClient::builder(nodes);
+/// A Cluster client whose every dial passes the allow-list (see [`Guarded`]).
+fn cluster_client(
+    nodes: Vec<String>,
+    ca: &Option<Vec<u8>>,
+    t: Duration,
+    allowed: &AllowedHosts,
+) -> Result<ClusterClient, StoreError> {
+    let mut builder = ClusterClient::builder(nodes).async_dns_resolver(Guarded(allowed.clone()));
     if let Some(pem) = ca {
         builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(pem.clone()) });
     }
@@ -128,7 +142,11 @@ async fn bounded<T>(
 impl Connector {
     /// The connector for `target`, and its first connection. A `redis://` URL that reaches a
     /// Cluster node becomes a Cluster connector seeded with that node.
-    pub async fn open(parsed: Parsed, t: Duration) -> Result<(Connector, Link, String), StoreError> {
+    pub async fn open(
+        parsed: Parsed,
+        t: Duration,
+        allowed: AllowedHosts,
+    ) -> Result<(Connector, Link, String), StoreError> {
         let ca = match &parsed.tls_ca {
             None => None,
             Some(path) => Some(std::fs::read(path).map_err(|e| {
@@ -147,21 +165,30 @@ impl Connector {
                     Ok(Err(e))
                         if is_auth_error(&e) && client.get_connection_info().redis_settings().password().is_some() =>
                     {
-                        return Err(refused_password(&addr, client.get_connection_info(), t).await)
+                        let who = Who {
+                            node: format!("the Redis server at {addr}"),
+                            which: "the password in kv_url",
+                            missing: "put it in kv_url: redis://:password@host:port/db",
+                            remove: "redis://host:port/db",
+                        };
+                        return Err(refused_password(&who, client.get_connection_info(), t).await);
                     }
                     Ok(Err(e)) => return Err(classify(&addr, t, e)),
                 };
                 let info: String = bounded(&addr, t, redis::cmd("INFO").arg("cluster").query_async(&mut conn)).await?;
                 if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
-                    Connector::Cluster { client: cluster_client(vec![url], &ca, t)?, seeds: addr }
+                    let probes = vec![(addr.clone(), client)];
+                    Connector::Cluster { client: cluster_client(vec![url], &ca, t, &allowed)?, seeds: addr, probes }
                 } else {
                     return Ok((Connector::Node { client, config, addr: addr.clone() }, Link::Node(conn), addr));
                 }
             }
             Target::Cluster { nodes, tls, userinfo } => {
                 let seeds = nodes.join(",");
-                let urls = nodes.iter().map(|n| node_url(tls, &userinfo, n, 0)).collect();
-                Connector::Cluster { client: cluster_client(urls, &ca, t)?, seeds }
+                let urls: Vec<String> = nodes.iter().map(|n| node_url(tls, &userinfo, n, 0)).collect();
+                let probes =
+                    nodes.iter().zip(&urls).map(|(n, u)| Ok((n.clone(), client(u, &ca)?))).collect::<Result<_, _>>()?;
+                Connector::Cluster { client: cluster_client(urls, &ca, t, &allowed)?, seeds, probes }
             }
             Target::Sentinel { sentinels, master, db, tls, userinfo, sentinel_userinfo } => {
                 let sentinels = sentinels
@@ -171,7 +198,7 @@ impl Connector {
                         Ok((s.clone(), client(&url, &ca)?))
                     })
                     .collect::<Result<_, StoreError>>()?;
-                Connector::Sentinel { sentinels, master, db, tls, userinfo, ca }
+                Connector::Sentinel { sentinels, master, db, tls, userinfo, ca, allowed }
             }
         };
         let (link, at) = connector.connect(t).await?;
@@ -185,17 +212,51 @@ impl Connector {
                 let conn = bounded(addr, t, client.get_connection_manager_with_config(config.clone())).await?;
                 Ok((Link::Node(conn), addr.clone()))
             }
-            Connector::Cluster { client, seeds } => {
-                let conn = bounded(seeds, t, client.get_async_connection()).await?;
-                Ok((Link::Cluster(conn), format!("the cluster seeded by {seeds}")))
+            Connector::Cluster { client, seeds, probes } => {
+                match tokio::time::timeout(t, client.get_async_connection()).await {
+                    Err(_) => Err(StoreError::Timeout(t.as_millis() as u64)),
+                    Ok(Ok(conn)) => Ok((Link::Cluster(conn), format!("the cluster seeded by {seeds}"))),
+                    Ok(Err(e)) => {
+                        // The Cluster client reports a refused password as a failed start: ask
+                        // the seeds one by one which password problem it is, if it is one.
+                        for (seed, probe) in probes {
+                            if let Some(refused) = auth_problem(probe, &cluster_who(seed), t).await {
+                                return Err(refused);
+                            }
+                        }
+                        Err(classify(seeds, t, e))
+                    }
+                }
             }
-            Connector::Sentinel { master, db, tls, userinfo, ca, .. } => {
-                let (addr, via) = self.discover(t).await?;
+            Connector::Sentinel { master, db, tls, userinfo, ca, allowed, .. } => {
+                let (host, port, via) = self.discover(t).await?;
+                // The master's address comes from a Sentinel, not from kv_url: it must pass
+                // the allow-list before it is dialled.
+                if !allowed.permits(&host, port) {
+                    return Err(refused_node(&host, port, &format!("the Sentinel at {via}"), allowed));
+                }
+                let addr = host_port(&host, port);
                 let client = client(&node_url(*tls, userinfo, &addr, *db), ca)?;
-                let mut conn = bounded(&addr, t, client.get_connection_manager_with_config(manager_config(t))).await?;
+                let who = master_who(master, &addr, &via);
+                let refused = |e: redis::RedisError| async {
+                    match is_refusal(&e) {
+                        true => auth_problem(&client, &who, t).await.unwrap_or_else(|| classify(&addr, t, e)),
+                        false => classify(&addr, t, e),
+                    }
+                };
+                let mut conn =
+                    match tokio::time::timeout(t, client.get_connection_manager_with_config(manager_config(t))).await {
+                        Err(_) => return Err(StoreError::Timeout(t.as_millis() as u64)),
+                        Ok(Ok(conn)) => conn,
+                        Ok(Err(e)) => return Err(refused(e).await),
+                    };
                 // Sentinel can lag a failover by a moment: only a node that says it is the
                 // master is used, so a claim never lands on a replica-to-be.
-                let role: Vec<Value> = bounded(&addr, t, redis::cmd("ROLE").query_async(&mut conn)).await?;
+                let role: Vec<Value> = match tokio::time::timeout(t, redis::cmd("ROLE").query_async(&mut conn)).await {
+                    Err(_) => return Err(StoreError::Timeout(t.as_millis() as u64)),
+                    Ok(Ok(role)) => role,
+                    Ok(Err(e)) => return Err(refused(e).await),
+                };
                 if !matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") {
                     return Err(StoreError::Interrupted(format!(
                         "Sentinel at {via} names {addr} as master {master:?}, but it is not a master (yet)"
@@ -206,36 +267,39 @@ impl Connector {
         }
     }
 
-    /// Asks each Sentinel in turn for the master's address; the first answer wins.
-    async fn discover(&self, t: Duration) -> Result<(String, String), StoreError> {
+    /// Asks each Sentinel in turn for the master's address → (host, port, which Sentinel
+    /// answered); the first answer wins.
+    async fn discover(&self, t: Duration) -> Result<(String, u16, String), StoreError> {
         let Connector::Sentinel { sentinels, master, .. } = self else { unreachable!("discover is for Sentinel") };
-        let mut errors = vec![];
-        let mut unknown = 0;
+        let (mut errors, mut unknown, mut refused) = (vec![], 0, None);
         for (at, client) in sentinels {
             let asked = async {
-                let mut conn = bounded(at, t, client.get_multiplexed_async_connection()).await?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
                 let cmd = redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(master).to_owned();
-                bounded(at, t, cmd.query_async::<Option<(String, u16)>>(&mut conn)).await
+                cmd.query_async::<Option<(String, u16)>>(&mut conn).await
             };
-            match asked.await {
-                Ok(Some((host, port))) => {
-                    let host = if host.contains(':') { format!("[{host}]") } else { host };
-                    return Ok((format!("{host}:{port}"), at.clone()));
+            match tokio::time::timeout(t, asked).await {
+                Ok(Ok(Some((host, port)))) => return Ok((host, port, at.clone())),
+                Ok(Ok(None)) => unknown += 1,
+                Err(_) => errors.push(format!("{at}: {}", StoreError::Timeout(t.as_millis() as u64))),
+                Ok(Err(e)) => {
+                    if refused.is_none() && is_refusal(&e) {
+                        refused = auth_problem(client, &sentinel_who(at), t).await;
+                    }
+                    errors.push(format!("{at}: {}", classify(at, t, e)));
                 }
-                Ok(None) => unknown += 1,
-                Err(e) => errors.push(format!("{at}: {e}")),
             }
         }
+        let asked = sentinels.iter().map(|s| s.0.as_str()).collect::<Vec<_>>().join(", ");
         if unknown > 0 && errors.is_empty() {
             return Err(StoreError::Config(format!(
-                "no Sentinel knows a master named {master:?} (asked {}); check the name after the last / in kv_url",
-                sentinels.iter().map(|s| s.0.as_str()).collect::<Vec<_>>().join(", ")
+                "no Sentinel knows a master named {master:?} (asked {asked}); check the name after the last / in kv_url"
             )));
         }
-        Err(StoreError::Unreachable(
-            sentinels.iter().map(|s| s.0.as_str()).collect::<Vec<_>>().join(","),
-            format!("no Sentinel named the master {master:?}: {}", errors.join("; ")),
-        ))
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
+        Err(StoreError::Unreachable(asked, format!("no Sentinel named the master {master:?}: {}", errors.join("; "))))
     }
 
     /// The topology, for messages.

@@ -2,6 +2,7 @@
 //! every operation is one atomic step on one key (valid on a Cluster) that also reads `TIME`
 //! on the node owning the key (the lease clock is that node's clock).
 
+mod guard;
 mod link;
 mod probe;
 mod scripts;
@@ -13,6 +14,7 @@ use redis::{ErrorKind, RedisError, Value as RV};
 
 use self::link::{Connector, Link};
 use self::scripts::Scripts;
+use super::cache::AllowedHosts;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 pub struct RedisStore {
@@ -28,14 +30,22 @@ pub struct RedisStore {
     display: std::sync::Mutex<String>,
     /// Bound of connecting and of calls that carry no timeout of their own (probe, reconnect).
     timeout: Duration,
+    /// The store hosts this process may dial, checked again for every node Redis names.
+    allowed: AllowedHosts,
 }
 
 impl RedisStore {
     /// Connects (bounded by the call timeout). One multiplexed connection (per node, on a
     /// Cluster) serves every session: Redis executes commands one at a time anyway.
-    pub async fn connect(url: &str, min_replicas: u32, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
+    pub async fn connect(
+        url: &str,
+        min_replicas: u32,
+        host: Clock,
+        timeout: Duration,
+        allowed: AllowedHosts,
+    ) -> Result<Self, StoreError> {
         let parsed = url::Parsed::parse(url)?;
-        let (connector, link, display) = Connector::open(parsed, timeout).await?;
+        let (connector, link, display) = Connector::open(parsed, timeout, allowed.clone()).await?;
         Ok(RedisStore {
             link: std::sync::Mutex::new((0, link)),
             connector,
@@ -45,6 +55,7 @@ impl RedisStore {
             clock: StoreClock::new(host),
             display: std::sync::Mutex::new(display),
             timeout,
+            allowed,
         })
     }
 
@@ -177,13 +188,20 @@ fn wait_ms(timeout: Duration) -> u64 {
 }
 
 pub(crate) fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreError {
-    if e.is_timeout() {
+    let text = e.to_string();
+    if text.contains(guard::NOT_ALLOWED) {
+        // The client library wraps the resolver's refusal in its own words: keep ours.
+        StoreError::Config(text.find("the Redis node ").map_or(text.clone(), |at| text[at..].to_owned()))
+    } else if let Some(why) = tls_refusal(&e) {
+        StoreError::Unreachable(addr.to_owned(), why)
+    } else if e.is_timeout() {
         StoreError::Timeout(timeout.as_millis() as u64)
     } else if e.is_connection_refusal() {
         StoreError::Unreachable(addr.to_owned(), e.to_string())
     } else if e.code() == Some("NOAUTH") {
         StoreError::Unauthorized(format!(
-            "the Redis server at {addr} requires a password (NOAUTH); put it in kv_url: redis://:password@host:port/db"
+            "the Redis server at {addr} requires a password (NOAUTH); put it in kv_url: redis://:password@host:port/db \
+             (redis+cluster://:password@host:port,… or redis+sentinel://:password@host:26379,…/master)"
         ))
     } else if is_auth_error(&e) {
         StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {e}"))
@@ -199,30 +217,19 @@ pub(crate) fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreErr
     }
 }
 
-pub(crate) fn is_auth_error(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
+/// A TLS handshake that refused the server's certificate: nothing was sent, and the fix is
+/// in kv_url (`tls_ca`) or in the server's certificate.
+fn tls_refusal(e: &RedisError) -> Option<String> {
+    let text = e.to_string();
+    let detail = text.split_once("invalid peer certificate: ")?.1;
+    Some(format!(
+        "its TLS certificate was refused ({detail}): it must chain to the CA named by tls_ca in kv_url (without \
+         tls_ca, to the public roots), be valid now, and name the address the plugin dials"
+    ))
 }
 
-/// Redis refused the password in kv_url; the client library reports every refusal alike.
-/// One unauthenticated PING tells the two common mistakes apart: a server without a
-/// password answers it, a server with one answers NOAUTH.
-pub(crate) async fn refused_password(addr: &str, info: &redis::ConnectionInfo, timeout: Duration) -> StoreError {
-    let bare = redis::RedisConnectionInfo::default().set_db(info.redis_settings().db());
-    let bare = info.clone().set_redis_settings(bare);
-    let ping = async {
-        let mut conn = redis::Client::open(bare)?.get_multiplexed_async_connection().await?;
-        redis::cmd("PING").query_async::<String>(&mut conn).await
-    };
-    let what = match tokio::time::timeout(timeout, ping).await {
-        Ok(Ok(_)) => "the server has no password set (it answers without one): remove the user and \
-                      password from kv_url (redis://host:port/db), or set a password on the server"
-            .to_owned(),
-        Ok(Err(e)) if e.code() == Some("NOAUTH") => {
-            "the server requires a password and this one is wrong (or the user does not exist)".to_owned()
-        }
-        _ => "the password is wrong, or the server has none set".to_owned(),
-    };
-    StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {what}"))
+pub(crate) fn is_auth_error(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
 }
 
 fn ttl_ms(ttl: Duration) -> Vec<u8> {
@@ -251,11 +258,11 @@ fn current(value: Vec<u8>, now: i64) -> Current {
 
 impl EventStore for RedisStore {
     async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        let ttl = ttl_ms(ttl);
-        let (reply, now, acks) = match self.script(key, &self.scripts.create, &[value, &ttl], true, timeout).await {
+        let ttl_arg = ttl_ms(ttl);
+        let (reply, now, acks) = match self.script(key, &self.scripts.create, &[value, &ttl_arg], true, timeout).await {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 // Unknown whether it landed or replicated: never let a read-back accept it.
-                let undone = self.undo_create(key, value, timeout).await;
+                let undone = self.undo(key, value, None, ttl, timeout).await;
                 return Err(StoreError::Bad(format!("{e}; the claim was not confirmed replicated ({undone})")));
             }
             r => r?,
@@ -265,7 +272,8 @@ impl EventStore for RedisStore {
             Some(prev) if prev != value => Ok(Created::Exists(current(prev, now))),
             _ => match acks {
                 Some(acks) if acks < self.min_replicas as i64 => {
-                    let undone = self.undo_create(key, value, timeout).await == "rolled back";
+                    let undone = self.undo(key, value, None, ttl, timeout).await;
+                    let undone = !undone.starts_with("rolling it back failed");
                     Err(self.unreplicated(acks, undone, timeout).await)
                 }
                 _ => Ok(Created::Created),
@@ -289,11 +297,11 @@ impl EventStore for RedisStore {
         let Version::Value(expected) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
-        let ttl = ttl_ms(ttl);
+        let ttl_arg = ttl_ms(ttl);
         let (reply, now, acks) =
-            match self.script(key, &self.scripts.swap, &[expected, value, &ttl], true, timeout).await {
+            match self.script(key, &self.scripts.swap, &[expected, value, &ttl_arg], true, timeout).await {
                 Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
-                    let undone = self.undo_swap(key, expected, value, &ttl, timeout).await;
+                    let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
                     return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
                 }
                 r => r?,
@@ -303,7 +311,8 @@ impl EventStore for RedisStore {
         // A retried command can find its own first attempt: that is still our swap.
         if swapped || cur.as_deref() == Some(value) {
             if let Some(acks) = acks.filter(|&a| a < self.min_replicas as i64) {
-                let undone = self.undo_swap(key, expected, value, &ttl, timeout).await == "rolled back";
+                let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
+                let undone = !undone.starts_with("rolling it back failed");
                 return Err(self.unreplicated(acks, undone, timeout).await);
             }
             return Ok(Swapped::Swapped);
@@ -330,7 +339,8 @@ impl EventStore for RedisStore {
         let t = self.timeout;
         let (generation, mut link) = self.link();
         let (kind, here) = (self.connector.kind(), self.display());
-        let found = self.run(generation, t, probe::inspect(&mut link, kind, &here, self.min_replicas)).await?;
+        let found =
+            self.run(generation, t, probe::inspect(&mut link, kind, &here, self.min_replicas, &self.allowed)).await?;
         let found = found.map_err(StoreError::Config)?;
         // Learn the store's clock (of the node owning this key; all masters' clocks agree
         // within NTP accuracy, far below any lease).
@@ -347,26 +357,55 @@ impl EventStore for RedisStore {
     }
 }
 
+// Undoing a write that too few replicas confirmed goes through `release`, the one
+// compare-by-claim_id roll-back of this backend (the tools use it for a claim whose answer
+// was lost). Every write carries a fresh claim_id, so "the record still carries the
+// claim_id of our write" is "our write is still there". The two callers restore different
+// records on purpose: a lost answer is rolled forward to a `failed` attempt (a delete would
+// let a late create land unseen), while an unreplicated write is put back to exactly what
+// the replicas still hold (nothing, or the record it replaced), so that a failover and a
+// roll-back leave the same state.
 impl RedisStore {
-    /// Deletes our own claim if it is still exactly what we wrote.
-    async fn undo_create(&self, key: &str, value: &[u8], timeout: Duration) -> &'static str {
-        let (_, mut link) = self.link();
-        let mut inv = self.scripts.delete_if.key(key);
-        inv.arg(value);
-        match tokio::time::timeout(timeout, inv.invoke_async::<i64>(&mut link)).await {
-            Ok(Ok(_)) => "rolled back",
-            _ => "rolling it back failed",
+    /// Rolls back our write of `value` (delete it, or put `restore` back) while the key still
+    /// carries its claim_id.
+    async fn undo(
+        &self,
+        key: &str,
+        value: &[u8],
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> &'static str {
+        let Some(claim_id) = claim_id_of(value) else {
+            return "rolling it back failed (the write carries no claim_id)";
+        };
+        match self.release(key, &claim_id, restore, ttl, timeout).await {
+            Ok(true) => "rolled back",
+            // Replaced since by another writer's compare-and-swap, or (after a lost answer)
+            // never applied: nothing of ours is left.
+            Ok(false) => "nothing of it was left to roll back",
+            Err(_) => "rolling it back failed",
         }
     }
+}
 
-    /// Puts back what our swap replaced, if our value is still there.
-    async fn undo_swap(&self, key: &str, expected: &[u8], value: &[u8], ttl: &[u8], timeout: Duration) -> &'static str {
-        let (_, mut link) = self.link();
-        let mut inv = self.scripts.swap.key(key);
-        inv.arg(value).arg(expected).arg(ttl);
-        match tokio::time::timeout(timeout, inv.invoke_async::<Vec<RV>>(&mut link)).await {
-            Ok(Ok(_)) => "rolled back",
-            _ => "rolling it back failed",
-        }
+/// The `claim_id` of a record as written.
+fn claim_id_of(value: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Claim {
+        claim_id: String,
+    }
+    serde_json::from_slice::<Claim>(value).ok().map(|c| c.claim_id).filter(|c| !c.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claim_id_of_a_write_is_found_or_none() {
+        assert_eq!(claim_id_of(br#"{"status":"processing","claim_id":"c-1"}"#).as_deref(), Some("c-1"));
+        assert_eq!(claim_id_of(br#"{"claim_id":""}"#), None);
+        assert_eq!(claim_id_of(b"plain text"), None);
     }
 }

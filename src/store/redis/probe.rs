@@ -4,7 +4,9 @@
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{Cmd, RedisResult, Value};
 
+use super::guard::refused_node_text;
 use super::link::Link;
+use crate::store::cache::AllowedHosts;
 
 /// What validation found: a one-line description and what to warn about.
 pub struct Found {
@@ -34,6 +36,26 @@ async fn per_master(link: &mut Link, cmd: Cmd, here: &str) -> RedisResult<Vec<(S
             }
         }
     }
+}
+
+/// Every (host, port) in a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, …], …], …]`.
+/// An empty host means "the node that answered", which was dialled already.
+fn slot_nodes(slots: &[Value]) -> Vec<(String, u16)> {
+    let mut nodes = vec![];
+    for range in slots {
+        let Value::Array(parts) = range else { continue };
+        for node in parts.iter().skip(2) {
+            let Value::Array(n) = node else { continue };
+            let host = n.first().map(text).unwrap_or_default();
+            let port = n.get(1).and_then(|p| redis::from_redis_value_ref::<u16>(p).ok());
+            if let (false, Some(port)) = (host.is_empty() || host == "?", port) {
+                nodes.push((host, port));
+            }
+        }
+    }
+    nodes.sort();
+    nodes.dedup();
+    nodes
 }
 
 fn text(v: &Value) -> String {
@@ -73,7 +95,13 @@ pub fn persistence(appendonly: &str, appendfsync: &str, save: &str) -> (String, 
 }
 
 /// Inspects every master. `Err(text)` = this deployment cannot work (refused).
-pub async fn inspect(link: &mut Link, kind: &str, here: &str, min_replicas: u32) -> RedisResult<Result<Found, String>> {
+pub async fn inspect(
+    link: &mut Link,
+    kind: &str,
+    here: &str,
+    min_replicas: u32,
+    allowed: &AllowedHosts,
+) -> RedisResult<Result<Found, String>> {
     let mut warnings = vec![];
     if let Link::Cluster(c) = link {
         let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(c).await?;
@@ -84,6 +112,15 @@ pub async fn inspect(link: &mut Link, kind: &str, here: &str, min_replicas: u32)
                  slots could not be recorded",
                 field(&info, "cluster_state").unwrap_or("unknown")
             )));
+        }
+        // Every node the slot map names may be dialled (a redirect, a failover): each must
+        // pass the allow-list. The client refuses to dial one that does not; this says so
+        // up front, naming it.
+        let slots: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(c).await?;
+        for (host, port) in slot_nodes(&slots) {
+            if !allowed.permits(&host, port) {
+                return Ok(Err(refused_node_text(&host, port, "CLUSTER SLOTS", allowed)));
+            }
         }
     }
     let servers = per_master(link, redis::cmd("INFO").arg("server").to_owned(), here).await?;
@@ -162,6 +199,21 @@ pub async fn inspect(link: &mut Link, kind: &str, here: &str, min_replicas: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_map_nodes_are_every_master_and_replica_once() {
+        let node = |h: &str, p: i64| Value::Array(vec![Value::BulkString(h.into()), Value::Int(p), Value::Nil]);
+        let range =
+            |a: i64, b: i64, nodes: Vec<Value>| Value::Array([vec![Value::Int(a), Value::Int(b)], nodes].concat());
+        let slots = [
+            range(0, 5460, vec![node("10.0.0.1", 7000), node("10.0.0.2", 7001)]),
+            range(5461, 10922, vec![node("", 7002), node("::1", 7003)]),
+            range(10923, 16383, vec![node("10.0.0.1", 7000)]),
+        ];
+        let found = slot_nodes(&slots);
+        let want = [("10.0.0.1", 7000), ("10.0.0.2", 7001), ("::1", 7003)];
+        assert_eq!(found, want.map(|(h, p)| (h.to_owned(), p)).to_vec());
+    }
 
     #[test]
     fn persistence_is_described() {

@@ -30,16 +30,9 @@ end
 return {t[1], t[2], 0, cur}
 ";
 
-/// Compare-and-delete on the whole value (our own write, and nothing else) → 1 or 0.
-const DELETE_IF: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-";
-
-/// Roll-back of a claim whose outcome is unknown: only while the record still carries the
-/// claim's id (ARGV[1]), delete it, or put back the record it replaced (ARGV[2], non-empty).
+/// Roll-back of a write whose outcome is unknown or that too few replicas confirmed: only
+/// while the record still carries the write's claim_id (ARGV[1]), delete it, or put back
+/// another record (ARGV[2], non-empty).
 /// A value that is not a JSON object is never ours and is left alone → 1 or 0.
 const RELEASE: &str = r"
 local cur = redis.call('GET', KEYS[1])
@@ -58,7 +51,6 @@ pub struct Scripts {
     pub create: Script,
     pub read: Script,
     pub swap: Script,
-    pub delete_if: Script,
     pub release: Script,
 }
 
@@ -68,7 +60,6 @@ impl Scripts {
             create: Script::new(CREATE),
             read: Script::new(READ),
             swap: Script::new(SWAP),
-            delete_if: Script::new(DELETE_IF),
             release: Script::new(RELEASE),
         }
     }
@@ -95,7 +86,6 @@ impl Scripts {
         match which.get_hash() {
             h if h == self.create.get_hash() => CREATE,
             h if h == self.swap.get_hash() => SWAP,
-            h if h == self.delete_if.get_hash() => DELETE_IF,
             h if h == self.release.get_hash() => RELEASE,
             _ => READ,
         }

@@ -14,4 +14,5 @@ pub mod property;
 pub mod proxy;
 pub mod redis;
 pub mod redis_ha;
+pub mod redis_tls;
 pub mod scenarios;

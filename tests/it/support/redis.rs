@@ -1,14 +1,60 @@
 //! A real `redis-server` on an ephemeral loopback port, owned by one test.
 
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// How clients reach a server: plain or TLS only (certificates from
+/// [`super::redis_tls::Certs`]), and its password (also the one it replicates with).
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// The directory holding `ca.pem`, `server.pem`, `server.key`: TLS only, no plain port.
+    pub tls: Option<PathBuf>,
+    pub password: Option<String>,
+}
+
+impl Access {
+    /// The server arguments for TLS (`--port 0`, so nothing listens in plain text) and the
+    /// password; `port` is the TLS port.
+    pub fn server_args(&self, port: u16) -> Vec<String> {
+        let mut a: Vec<String> = vec![];
+        if let Some(dir) = &self.tls {
+            let f = |n: &str| dir.join(n).display().to_string();
+            a.extend(["--port".into(), "0".into(), "--tls-port".into(), port.to_string()]);
+            a.extend(["--tls-cert-file".into(), f("server.pem"), "--tls-key-file".into(), f("server.key")]);
+            a.extend(["--tls-ca-cert-file".into(), f("ca.pem"), "--tls-auth-clients".into(), "no".into()]);
+            a.extend(["--tls-replication".into(), "yes".into()]);
+        }
+        if let Some(pw) = &self.password {
+            a.extend(["--requirepass".into(), pw.clone(), "--masterauth".into(), pw.clone()]);
+        }
+        a
+    }
+
+    /// A client for the node at `port`, with this access's TLS and password.
+    pub fn client(&self, port: u16) -> redis::Client {
+        let auth = self.password.as_ref().map(|p| format!(":{p}@")).unwrap_or_default();
+        match &self.tls {
+            None => redis::Client::open(format!("redis://{auth}127.0.0.1:{port}/0")).unwrap(),
+            Some(dir) => redis::Client::build_with_tls(
+                format!("rediss://{auth}127.0.0.1:{port}/0"),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(std::fs::read(dir.join("ca.pem")).unwrap()),
+                },
+            )
+            .unwrap(),
+        }
+    }
+}
 
 pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    pub access: Access,
 }
 
 fn free_port() -> u16 {
@@ -18,11 +64,17 @@ fn free_port() -> u16 {
 impl RedisServer {
     /// Starts redis-server (no persistence unless `extra` asks for it).
     pub fn start(extra: &[&str]) -> RedisServer {
+        Self::start_as(Access::default(), extra)
+    }
+
+    /// Starts redis-server reached as `access` says (TLS only, and/or with a password).
+    pub fn start_as(access: Access, extra: &[&str]) -> RedisServer {
         let mut s = RedisServer {
             child: None,
             port: free_port(),
             dir: tempfile::tempdir().unwrap(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            access,
         };
         s.spawn();
         s
@@ -32,6 +84,8 @@ impl RedisServer {
         let mut cmd = Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()));
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
         cmd.arg("--dir").arg(self.dir.path());
+        // Later arguments win: TLS turns the plain port off.
+        cmd.args(self.access.server_args(self.port));
         cmd.args(&self.extra);
         let child = cmd
             .stdout(Stdio::null())
@@ -60,8 +114,9 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// A client for this server (TLS and password as it is reached).
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).unwrap()
+        self.access.client(self.port)
     }
 
     pub fn conn(&self) -> redis::Connection {

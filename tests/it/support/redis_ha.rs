@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::load::{event, Call};
 use super::plugin::Plugin;
-use super::redis::RedisServer;
+use super::redis::{Access, RedisServer};
 
 /// Ingest goes on in the same plugin processes: each of them gets a new id accepted
 /// (retrying while the store settles; no restart).
@@ -54,9 +54,8 @@ fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
     }
 }
 
-fn info(port: u16, section: &str) -> String {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    client.get_connection().and_then(|mut c| redis::cmd("INFO").arg(section).query(&mut c)).unwrap_or_default()
+fn info(node: &RedisServer, section: &str) -> String {
+    node.client().get_connection().and_then(|mut c| redis::cmd("INFO").arg(section).query(&mut c)).unwrap_or_default()
 }
 
 fn field(info: &str, name: &str) -> Option<String> {
@@ -66,14 +65,22 @@ fn field(info: &str, name: &str) -> Option<String> {
 /// Six `--cluster-enabled` nodes joined by `redis-cli --cluster create --cluster-replicas 1`.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    pub access: Access,
 }
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        Self::start_as(Access::default())
+    }
+
+    /// A cluster reached as `access` says; with TLS, the cluster bus and replication use
+    /// TLS too (`tls-cluster`, `tls-replication`) and no node listens in plain text.
+    pub fn start_as(access: Access) -> RedisCluster {
+        let tls_cluster: &[&str] = if access.tls.is_some() { &["--tls-cluster", "yes"] } else { &[] };
         let mut nodes = vec![];
         for _ in 0..6 {
             let bus = free_port().to_string();
-            nodes.push(RedisServer::start(&[
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-port",
@@ -84,9 +91,17 @@ impl RedisCluster {
                 // kills masters and must not wait for a validity window.
                 "--cluster-replica-validity-factor",
                 "0",
-            ]));
+            ];
+            args.extend(tls_cluster);
+            nodes.push(RedisServer::start_as(access.clone(), &args));
         }
         let mut create = Command::new("redis-cli");
+        if let Some(dir) = &access.tls {
+            create.arg("--tls").arg("--cacert").arg(dir.join("ca.pem"));
+        }
+        if let Some(pw) = &access.password {
+            create.args(["-a", pw, "--no-auth-warning"]);
+        }
         create.arg("--cluster").arg("create");
         for n in &nodes {
             create.arg(format!("127.0.0.1:{}", n.port));
@@ -97,7 +112,7 @@ impl RedisCluster {
             .output()
             .expect("redis-cli must be installed (scripts/ensure-redis.sh)");
         assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, access };
         cluster.wait_healthy();
         cluster
     }
@@ -106,7 +121,7 @@ impl RedisCluster {
     pub fn wait_healthy(&self) {
         wait_for("the cluster to be ok", Duration::from_secs(30), || {
             self.nodes.iter().filter(|n| n.is_up()).all(|n| {
-                let i = info_cluster(n.port);
+                let i = info_cluster(n);
                 i.contains("cluster_state:ok") && i.contains("cluster_slots_ok:16384")
             }) && self.masters().len() == 3
         });
@@ -114,29 +129,42 @@ impl RedisCluster {
 
     /// `redis+cluster://` seed list of every node.
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        format!("redis+cluster://{}", self.seeds())
+    }
+
+    /// `host:port,host:port,…` of every node.
+    pub fn seeds(&self) -> String {
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",")
     }
 
     /// Ports of the nodes that currently are masters.
     pub fn masters(&self) -> Vec<u16> {
         self.nodes
             .iter()
-            .filter(|n| n.is_up() && field(&info(n.port, "replication"), "role").as_deref() == Some("master"))
+            .filter(|n| n.is_up() && field(&info(n, "replication"), "role").as_deref() == Some("master"))
             .map(|n| n.port)
             .collect()
     }
 
     /// Keys matching `pattern` on the master at `port`.
     pub fn keys_on(&self, port: u16, pattern: &str) -> Vec<String> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-        redis::cmd("KEYS").arg(pattern).query(&mut client.get_connection().unwrap()).unwrap()
+        let node = self.nodes.iter().find(|n| n.port == port).unwrap();
+        redis::cmd("KEYS").arg(pattern).query(&mut node.client().get_connection().unwrap()).unwrap()
     }
 
     /// A cluster-aware connection for checks.
     pub fn conn(&self) -> redis::cluster::ClusterConnection {
-        let seeds: Vec<String> = self.nodes.iter().filter(|n| n.is_up()).map(|n| n.url()).collect();
-        redis::cluster::ClusterClient::new(seeds).unwrap().get_connection().unwrap()
+        let seeds: Vec<_> =
+            self.nodes.iter().filter(|n| n.is_up()).map(|n| n.client().get_connection_info().clone()).collect();
+        let mut b = redis::cluster::ClusterClient::builder(seeds);
+        if let Some(dir) = &self.access.tls {
+            let root_cert = Some(std::fs::read(dir.join("ca.pem")).unwrap());
+            b = b.certs(redis::TlsCertificates { client_tls: None, root_cert });
+        }
+        if let Some(pw) = &self.access.password {
+            b = b.password(pw.clone());
+        }
+        b.build().unwrap().get_connection().unwrap()
     }
 
     pub fn node(&mut self, port: u16) -> &mut RedisServer {
@@ -144,9 +172,8 @@ impl RedisCluster {
     }
 }
 
-fn info_cluster(port: u16) -> String {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    client.get_connection().and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query(&mut c)).unwrap_or_default()
+fn info_cluster(node: &RedisServer) -> String {
+    node.client().get_connection().and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query(&mut c)).unwrap_or_default()
 }
 
 /// One master, one replica, three Sentinels watching `mymaster` (quorum 2).
@@ -154,6 +181,8 @@ pub struct RedisSentinel {
     pub master: RedisServer,
     pub replica: RedisServer,
     sentinels: Vec<(u16, Child)>,
+    /// How the Sentinels are reached: the data nodes' TLS, and the Sentinels' own password.
+    sentinel_access: Access,
     _dir: tempfile::TempDir,
 }
 
@@ -161,53 +190,85 @@ pub const MASTER_NAME: &str = "mymaster";
 
 impl RedisSentinel {
     pub fn start() -> RedisSentinel {
-        let master = RedisServer::start(&[]);
+        Self::start_as(Access::default(), None)
+    }
+
+    /// Master and replica reached as `access` says; the Sentinels use the same TLS (to
+    /// clients and to the nodes they watch) and require `sentinel_password` if given.
+    pub fn start_as(access: Access, sentinel_password: Option<&str>) -> RedisSentinel {
+        let master = RedisServer::start_as(access.clone(), &[]);
         let mp = master.port.to_string();
-        let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &mp]);
+        let replica = RedisServer::start_as(access.clone(), &["--replicaof", "127.0.0.1", &mp]);
         let dir = tempfile::tempdir().unwrap();
+        let sentinel_access = Access { tls: access.tls.clone(), password: sentinel_password.map(str::to_owned) };
         let mut sentinels = vec![];
         for i in 0..3 {
             let port = free_port();
             let conf = dir.path().join(format!("sentinel-{i}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER_NAME} 127.0.0.1 {mp} 2\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} 1000\nsentinel failover-timeout {MASTER_NAME} 5000\n",
-                    dir.path().display()
+            let mut text = match &access.tls {
+                None => format!("port {port}\n"),
+                Some(certs) => format!(
+                    "port 0\ntls-port {port}\ntls-cert-file {0}/server.pem\ntls-key-file {0}/server.key\n\
+                     tls-ca-cert-file {0}/ca.pem\ntls-auth-clients no\ntls-replication yes\n",
+                    certs.display()
                 ),
-            )
-            .unwrap();
+            };
+            text += &format!(
+                "bind 127.0.0.1\ndir {}\nsentinel monitor {MASTER_NAME} 127.0.0.1 {mp} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\nsentinel failover-timeout {MASTER_NAME} 5000\n",
+                dir.path().display()
+            );
+            if let Some(pw) = &access.password {
+                text += &format!("sentinel auth-pass {MASTER_NAME} {pw}\n");
+            }
+            if let Some(pw) = sentinel_password {
+                // Sentinels also use it with one another.
+                text += &format!("requirepass {pw}\n");
+            }
+            std::fs::write(&conf, text).unwrap();
             sentinels.push((port, spawn_sentinel(&conf)));
         }
-        let s = RedisSentinel { master, replica, sentinels, _dir: dir };
+        let s = RedisSentinel { master, replica, sentinels, sentinel_access, _dir: dir };
         // Ready when every Sentinel knows the replica and the two other Sentinels.
         wait_for("the sentinels to see each other", Duration::from_secs(30), || {
             s.sentinels.iter().all(|(port, _)| {
-                let m = sentinel_master(*port);
+                let m = s.sentinel_master(*port);
                 m.get("num-other-sentinels").map(String::as_str) == Some("2")
                     && m.get("num-slaves").map(String::as_str) == Some("1")
             })
         });
         wait_for("the replica to be in sync", Duration::from_secs(30), || {
-            field(&info(s.replica.port, "replication"), "master_link_status").as_deref() == Some("up")
+            field(&info(&s.replica, "replication"), "master_link_status").as_deref() == Some("up")
         });
         s
     }
 
     /// `redis+sentinel://` with every Sentinel.
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self.sentinels.iter().map(|(p, _)| format!("127.0.0.1:{p}")).collect();
-        format!("redis+sentinel://{}/{MASTER_NAME}", seeds.join(","))
+        format!("redis+sentinel://{}/{MASTER_NAME}", self.seeds())
+    }
+
+    /// `host:port,host:port,…` of every Sentinel.
+    pub fn seeds(&self) -> String {
+        self.sentinels.iter().map(|(p, _)| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
     }
 
     /// The master's port as the first Sentinel reports it.
     pub fn master_port(&self) -> Option<u16> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.sentinels[0].0)).unwrap();
-        let mut c = client.get_connection().ok()?;
+        let mut c = self.sentinel_access.client(self.sentinels[0].0).get_connection().ok()?;
         let addr: Option<(String, u16)> =
             redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME).query(&mut c).ok()?;
         addr.map(|a| a.1)
+    }
+
+    fn sentinel_master(&self, port: u16) -> std::collections::HashMap<String, String> {
+        let flat: Vec<String> = self
+            .sentinel_access
+            .client(port)
+            .get_connection()
+            .and_then(|mut c| redis::cmd("SENTINEL").arg("MASTER").arg(MASTER_NAME).query(&mut c))
+            .unwrap_or_default();
+        flat.chunks(2).filter(|p| p.len() == 2).map(|p| (p[0].clone(), p[1].clone())).collect()
     }
 }
 
@@ -219,15 +280,6 @@ fn spawn_sentinel(conf: &Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server must be installed (scripts/ensure-redis.sh)")
-}
-
-fn sentinel_master(port: u16) -> std::collections::HashMap<String, String> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let flat: Vec<String> = client
-        .get_connection()
-        .and_then(|mut c| redis::cmd("SENTINEL").arg("MASTER").arg(MASTER_NAME).query(&mut c))
-        .unwrap_or_default();
-    flat.chunks(2).filter(|p| p.len() == 2).map(|p| (p[0].clone(), p[1].clone())).collect()
 }
 
 impl Drop for RedisSentinel {
