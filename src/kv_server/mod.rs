@@ -46,6 +46,7 @@ use anyhow::Context;
 pub use backup::{backup_dir, read_snapshot, restore, Summary};
 pub use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
+pub use open::sync_parent;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

@@ -53,9 +53,7 @@ pub fn open(dir: &Path) -> anyhow::Result<(Database, Checked)> {
     let created_dir = !dir.exists();
     std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
     if created_dir {
-        if let Some(parent) = dir.parent() {
-            sync_dir(if parent.as_os_str().is_empty() { Path::new(".") } else { parent })?;
-        }
+        sync_parent(dir)?;
     }
     let path = dir.join(DB_FILE);
     match std::fs::symlink_metadata(&path) {
@@ -182,6 +180,14 @@ fn create_tables(db: Database) -> anyhow::Result<Database> {
 
 fn damaged(path: &Path, dir: &Path, why: String) -> anyhow::Error {
     Damaged { path: path.display().to_string(), dir: dir.display().to_string(), why }.into()
+}
+
+/// fsync of the directory holding `path`, after `path` was created or renamed into it.
+pub fn sync_parent(path: &Path) -> anyhow::Result<()> {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => sync_dir(p),
+        _ => sync_dir(Path::new(".")),
+    }
 }
 
 /// fsync of a directory: makes the entries created or renamed in it durable.

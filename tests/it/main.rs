@@ -27,6 +27,7 @@ mod kv_connections;
 mod kv_defences;
 mod kv_durability;
 mod kv_files;
+mod kv_fsync;
 mod kv_limits;
 mod kv_protocol;
 mod kv_ttl;
