@@ -24,6 +24,7 @@ mod exactly_once;
 mod kv_auth;
 mod kv_concurrency;
 mod kv_connections;
+mod kv_damage;
 mod kv_defences;
 mod kv_durability;
 mod kv_files;
