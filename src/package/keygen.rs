@@ -12,14 +12,15 @@ use num_integer::Integer;
 use pkcs1::der::asn1::UintRef;
 use pkcs1::der::Encode;
 
-use super::keys::{pem_encode, public_key_from_pem, PrivateKey, PRIVATE_KEY_BITS};
+use super::keys::{pem_encode, public_key_from_pem, signable_bits, PrivateKey};
 
 /// The public exponent every common tool uses (and `ring`'s minimum for a private key).
 const E: u32 = 65537;
 
 fn bits_error(bits: usize) -> String {
     format!(
-        "--bits {bits}: choose 2048 to 4096 (4096 recommended); the signer (ring) signs only with keys of that size"
+        "--bits {bits}: choose 2048, 2560, 3072, 3584 or 4096 (4096 recommended); the signer (ring) signs only \
+         with keys of those sizes"
     )
 }
 
@@ -32,7 +33,7 @@ fn generate_der(bits: usize) -> Result<(Vec<u8>, Vec<u8>), String> {
         // gen_prime sets the top two bits, so the product has exactly `bits` bits.
         let a = rng.gen_prime(bits / 2);
         let b = rng.gen_prime(bits - bits / 2);
-        // ring wants p > q (the CRT coefficient is q⁻¹ mod p).
+        // p > q, the order ring's consistency check assumes (the CRT coefficient is q⁻¹ mod p).
         let (p, q) = if a > b { (a, b) } else { (b, a) };
         if p == q {
             continue;
@@ -70,11 +71,11 @@ fn generate_der(bits: usize) -> Result<(Vec<u8>, Vec<u8>), String> {
     }
 }
 
-/// Generates a key pair of `bits` (2048 to 4096) bits and returns its private and public
+/// Generates a key pair of `bits` bits (2048 to 4096 in steps of 512) and returns its private and public
 /// PEM (64-character lines, exactly one final `\n`), after proving the pair works: `ring`
 /// accepts the private key, and a signature it makes verifies with the public PEM as read back.
 pub fn generate_pem_pair(bits: usize) -> Result<(String, String), String> {
-    if !PRIVATE_KEY_BITS.contains(&bits) {
+    if !signable_bits(bits) {
         return Err(bits_error(bits));
     }
     let (private_der, public_der) = generate_der(bits)?;
@@ -141,7 +142,7 @@ pub fn write_key_pair(dir: &Path, name: &str, bits: usize) -> Result<(PathBuf, P
     if name.is_empty() || name.contains('/') {
         return Err(format!("--name `{name}`: must be a plain file name prefix"));
     }
-    if !PRIVATE_KEY_BITS.contains(&bits) {
+    if !signable_bits(bits) {
         return Err(bits_error(bits));
     }
     let private = dir.join(format!("{name}.private.pem"));
@@ -160,4 +161,24 @@ pub fn write_key_pair(dir: &Path, name: &str, bits: usize) -> Result<(PathBuf, P
         return Err(e);
     }
     Ok((private, public))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_ring_cannot_sign_with_are_refused_when_loaded_and_good_ones_round_trip() {
+        let (der, _) = generate_der(1024).unwrap();
+        let err = PrivateKey::from_pkcs1_der(&der).err().expect("a 1024-bit key is refused");
+        assert!(err.contains("1024 bits") && err.contains("2048, 2560, 3072, 3584 or 4096"), "{err}");
+        let (private, public) = generate_pem_pair(2048).unwrap();
+        let key = super::super::keys::private_key_from_pem(private.as_bytes()).unwrap();
+        let public = public_key_from_pem(public.as_bytes()).unwrap();
+        assert_eq!((key.bits(), public.bits()), (2048, 2048));
+        let signature = key.sign_pkcs1_sha256(b"data").unwrap();
+        assert!(public.verify_pkcs1_sha256(b"data", &signature));
+        assert!(!public.verify_pkcs1_sha256(b"date", &signature));
+        assert!(generate_pem_pair(2056).unwrap_err().contains("--bits 2056"));
+    }
 }

@@ -106,8 +106,14 @@ fn pem_block(data: &[u8], want: &str, what: &str) -> Result<Vec<u8>, String> {
 /// Public keys we verify with: 1024 bits (the daemon's Go loader refuses less) up to 8192
 /// (the most `ring` verifies).
 pub const PUBLIC_KEY_BITS: std::ops::RangeInclusive<usize> = 1024..=8192;
-/// Private keys we sign with: what `ring` signs with.
+/// Private keys we sign with: what `ring` signs with (also a multiple of 512 bits, see
+/// [`signable_bits`]).
 pub const PRIVATE_KEY_BITS: std::ops::RangeInclusive<usize> = 2048..=4096;
+
+/// Whether `ring` signs with a key of this size: 2048, 2560, 3072, 3584 or 4096 bits.
+pub fn signable_bits(bits: usize) -> bool {
+    PRIVATE_KEY_BITS.contains(&bits) && bits.is_multiple_of(512)
+}
 
 /// Bit length of a big-endian unsigned integer.
 pub(super) fn bit_len(be: &[u8]) -> usize {
@@ -170,8 +176,10 @@ impl PrivateKey {
     pub fn from_pkcs1_der(der: &[u8]) -> Result<PrivateKey, String> {
         let parsed = pkcs1::RsaPrivateKey::from_der(der).map_err(|e| format!("not a PKCS#1 RSA private key: {e}"))?;
         let bits = bit_len(parsed.modulus.as_bytes());
-        if !PRIVATE_KEY_BITS.contains(&bits) {
-            return Err(format!("the key has {bits} bits; signing needs a 2048- to 4096-bit RSA key"));
+        if !signable_bits(bits) {
+            return Err(format!(
+                "the key has {bits} bits; signing needs an RSA key of 2048, 2560, 3072, 3584 or 4096 bits"
+            ));
         }
         let pair = RsaKeyPair::from_der(der).map_err(|e| format!("unusable RSA private key: {e}"))?;
         Ok(PrivateKey { pair })
@@ -204,7 +212,7 @@ pub fn public_key_from_pem(data: &[u8]) -> Result<PublicKey, String> {
     PublicKey::new(parsed.modulus.as_bytes(), parsed.public_exponent.as_bytes())
 }
 
-/// Parses a PKCS#1 `RSA PRIVATE KEY` PEM: 2048 to 4096 bits ([`PRIVATE_KEY_BITS`]).
+/// Parses a PKCS#1 `RSA PRIVATE KEY` PEM of a size `ring` signs with ([`signable_bits`]).
 pub fn private_key_from_pem(data: &[u8]) -> Result<PrivateKey, String> {
     PrivateKey::from_pkcs1_der(&pem_block(data, "RSA PRIVATE KEY", "private key")?)
 }

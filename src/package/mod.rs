@@ -67,7 +67,7 @@ pub struct KeygenArgs {
     /// File name prefix: NAME.private.pem and NAME.public.pem.
     #[arg(long, default_value = "stateful_tool_signing_key")]
     pub name: String,
-    /// RSA modulus size in bits: 2048 to 4096, the sizes the signer (ring) signs with.
+    /// RSA modulus size in bits: 2048, 2560, 3072, 3584 or 4096, the sizes the signer (ring) signs with.
     #[arg(long, default_value_t = 4096)]
     pub bits: usize,
 }

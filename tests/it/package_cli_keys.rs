@@ -87,11 +87,11 @@ fn verify_rejects_key_files_the_daemon_rejects() {
 #[test]
 fn keygen_refuses_sizes_the_signer_cannot_use_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    for bits in ["1024", "2047", "4097", "8192", "16384"] {
+    for bits in ["1024", "2047", "2056", "3071", "4097", "8192", "16384"] {
         let out = run(&["keygen", "--out-dir", s(dir.path()), "--name", "k", "--bits", bits]);
         assert!(!out.status.success(), "--bits {bits} accepted");
         let text = all_output(&out);
-        assert!(text.contains(&format!("--bits {bits}: choose 2048 to 4096")), "{text}");
+        assert!(text.contains(&format!("--bits {bits}: choose 2048, 2560, 3072, 3584 or 4096")), "{text}");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "--bits {bits} left files behind");
     }
 }
