@@ -40,8 +40,9 @@ struct Args {
     #[arg(long)]
     max_run_secs: Option<f64>,
     /// Sections to run: startup, stages, plugin, raw, kv, cluster (plugin and raw rows on a
-    /// Redis Cluster the bench starts; with the plugin and/or raw sections).
-    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv,cluster")]
+    /// Redis Cluster the bench starts; with the plugin and/or raw sections), burst (10,000
+    /// sessions at once).
+    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv,cluster,burst")]
     sections: Vec<String>,
     /// Backends for the plugin and raw sections: kv, redis.
     #[arg(long, value_delimiter = ',', default_value = "kv,redis")]
@@ -104,6 +105,7 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         sections: args.sections.clone(),
         stage_calls: if args.quick { 1_000 } else { 50_000 },
         stage_creates: if args.quick { 50 } else { 2_000 },
+        burst_sessions: if args.quick { bench::burst::QUICK_SESSIONS } else { bench::burst::SESSIONS },
     })
 }
 
@@ -131,7 +133,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let load_after = load1();
     let all_runs = results.plugin.iter().chain(&results.raw).chain(&results.kv);
     let foreign = all_runs.clone().map(|r| r.m.foreign_cpu_cores).fold(0.0, f64::max);
-    let ok = all_runs.clone().all(|r| r.m.unexpected == 0);
+    let ok = all_runs.clone().all(|r| r.m.unexpected == 0)
+        && results.burst.as_ref().is_none_or(|b| b.m.unexpected == 0 && b.answered == b.sessions);
     println!(
         "Noise: load average {load_before:.2} before, {load_after:.2} after; other processes used at most \
          {foreign:.2} cores during any run.{}",
@@ -151,6 +154,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         "raw": results.raw,
         "kv": results.kv,
         "stages": results.stages,
+        "burst": results.burst,
         "targets": targets,
         "all_outcomes_as_expected": ok,
     });

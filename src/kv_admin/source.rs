@@ -7,7 +7,7 @@ use anyhow::{bail, ensure, Context};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::kv_server::{read_snapshot, Summary};
+use crate::kv_server::{read_snapshot, sync_parent, Summary};
 use crate::store::url::redact;
 
 /// One key as read from the store, with the store's clock at the time of reading.
@@ -188,6 +188,8 @@ pub async fn download_backup(url: &str, token: Option<&str>, out: &Path) -> anyh
         drop(file);
         let summary = read_snapshot(&tmp, |_, _| Ok(()))?;
         tokio::fs::rename(&tmp, out).await?;
+        // The rename is durable only once the directory is.
+        sync_parent(out)?;
         Ok(summary)
     }
     .await;

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::batch::{DATA, EXPIRY, META, REV_KEY};
 use super::engine::DB_FILE;
+use super::open::{sync_dir, sync_parent};
 use super::record::{system_now_ms, Record};
 
 const FORMAT: &str = "stateful-tool-kv-backup";
@@ -119,6 +120,8 @@ fn write_atomically<T>(path: &Path, fill: impl FnOnce(&mut BufWriter<File>) -> a
     match result {
         Ok(t) => {
             std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+            // The rename is durable only once the directory is.
+            sync_parent(path)?;
             Ok(t)
         }
         Err(e) => {
@@ -178,7 +181,10 @@ pub fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
     let target = dir.join(DB_FILE);
     ensure!(!target.exists(), "{} already exists: restore into an empty data directory", target.display());
     read_snapshot(file, |_, _| Ok(()))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        sync_parent(dir)?;
+    }
     let tmp = partial(&target);
     let _ = std::fs::remove_file(&tmp);
     let built = (|| -> anyhow::Result<Summary> {
@@ -204,7 +210,7 @@ pub fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
     match built {
         Ok(summary) => {
             std::fs::rename(&tmp, &target)?;
-            File::open(dir)?.sync_all()?;
+            sync_dir(dir)?;
             Ok(summary)
         }
         Err(e) => {

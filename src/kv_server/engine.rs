@@ -56,19 +56,41 @@ impl WriterHandle {
 impl Engine {
     /// Opens `<dir>/kv.redb` (creating it only when the directory has no data file; refusing
     /// one that is not a complete, valid store) and starts the writer thread.
+    #[cfg(test)]
     pub fn open(dir: &Path, durability: DurabilityMode, clock: Clock) -> anyhow::Result<(Engine, WriterHandle)> {
-        Self::open_gated(dir, durability, clock, None)
+        Self::open_cached(dir, durability, clock, super::open::DEFAULT_CACHE_MB << 20)
+    }
+
+    /// Like [`Engine::open`], with a page cache of `cache_bytes` (`--cache-mb`).
+    pub fn open_cached(
+        dir: &Path,
+        durability: DurabilityMode,
+        clock: Clock,
+        cache_bytes: usize,
+    ) -> anyhow::Result<(Engine, WriterHandle)> {
+        Self::start(dir, durability, clock, cache_bytes, None)
     }
 
     /// Like [`Engine::open`], but the writer waits for `gate` before its first batch, so a
     /// test can fill the queue first and observe batching deterministically.
+    #[cfg(test)]
     pub(crate) fn open_gated(
         dir: &Path,
         durability: DurabilityMode,
         clock: Clock,
         gate: Option<std::sync::mpsc::Receiver<()>>,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
-        let (db, checked) = super::open::open(dir)?;
+        Self::start(dir, durability, clock, super::open::DEFAULT_CACHE_MB << 20, gate)
+    }
+
+    fn start(
+        dir: &Path,
+        durability: DurabilityMode,
+        clock: Clock,
+        cache_bytes: usize,
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+    ) -> anyhow::Result<(Engine, WriterHandle)> {
+        let (db, checked) = super::open::open(dir, cache_bytes)?;
         if !checked.created {
             tracing::info!(
                 "kv: {} checked: {} records, every page intact",
@@ -76,7 +98,7 @@ impl Engine {
                 checked.records
             );
         }
-        let slot = Arc::new(DbSlot::new(dir.join(DB_FILE), db));
+        let slot = Arc::new(DbSlot::new(dir.join(DB_FILE), db, cache_bytes));
         let health = Arc::new(Health::default());
         let (queue, rx) = mpsc::channel(QUEUE_DEPTH);
         let stats = Arc::new(Stats::default());
@@ -103,7 +125,7 @@ impl Engine {
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
     pub async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
-        let db = self.slot.get().ok_or(EngineError::Unavailable)?;
+        let db = self.db()?;
         let clock = self.clock.clone();
         let health = self.health.clone();
         match tokio::task::spawn_blocking(move || read_live(&db, &key, clock.now_ms())).await {
@@ -143,9 +165,13 @@ impl Engine {
         &self.metrics
     }
 
-    /// The database, for read-only snapshots (listing, backups, key counts); unavailable
-    /// while the store is being reopened after a failed write.
+    /// The database, for reads and read-only snapshots (listing, backups, key counts);
+    /// unavailable while the store is being reopened after a failed write, refused once the
+    /// data file is known to be damaged.
     pub(super) fn db(&self) -> Result<Arc<Database>, EngineError> {
+        if let Some(why) = self.health.damage() {
+            return Err(EngineError::Storage(why));
+        }
         self.slot.get().ok_or(EngineError::Unavailable)
     }
 

@@ -52,6 +52,12 @@ impl Health {
         }
     }
 
+    /// Once damage is known, nothing is read or written: the store cannot tell a damaged page
+    /// that still parses from a good one, and a wrong "not found" would let an event through twice.
+    pub fn damage(&self) -> Option<String> {
+        self.lock().damage.as_ref().map(|d| format!("the data file is damaged ({d}); restart after `kv check`"))
+    }
+
     pub fn problem(&self) -> Option<Problem> {
         let s = self.lock();
         if let Some(d) = &s.damage {

@@ -46,6 +46,7 @@ use anyhow::Context;
 pub use backup::{backup_dir, read_snapshot, restore, Summary};
 pub use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
+pub use open::sync_parent;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -81,6 +82,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub purge_interval_ms: u64,
+    /// Page cache of the data file, in MiB (redb's own default). Pages stay in memory up to
+    /// this size; damage to the file under a cached page is seen once it is read again.
+    #[arg(long, default_value_t = open::DEFAULT_CACHE_MB as u64, value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
+    pub cache_mb: u64,
     /// Serve `GET /metrics` without the token (for a scraper on a trusted network).
     #[arg(long)]
     pub metrics_public: bool,
@@ -116,6 +121,7 @@ pub fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
 }
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    log_panics();
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
     let token = match token_text(&args)? {
@@ -133,7 +139,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         format!("cannot listen on {listen} (another `kv serve` on this port? choose another --listen)")
     })?;
     listener.set_nonblocking(true)?;
-    let (engine, writer) = engine::Engine::open(&args.data, args.durability, record::Clock::system())?;
+    let (engine, writer) = engine::Engine::open_cached(
+        &args.data,
+        args.durability,
+        record::Clock::system(),
+        (args.cache_mb as usize) << 20,
+    )?;
     tracing::info!(
         "kv: data in {} (durability {}, auth {})",
         args.data.join(DB_FILE).display(),
@@ -155,6 +166,23 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(Duration::from_secs(1));
     writer.join();
     result
+}
+
+/// A panic inside the storage engine (it asserts on damaged pages) is caught where it
+/// happens and reported through `/healthz`; the log gets one line saying where, not a raw
+/// backtrace on stderr.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info.location().map(|l| l.to_string()).unwrap_or_default();
+        let thread = std::thread::current().name().unwrap_or("unnamed").to_owned();
+        tracing::error!("kv: internal failure in thread {thread} at {at}: {msg}");
+    }));
 }
 
 /// The token from `--token-file` (first line, surrounding blanks trimmed), else `--token` /

@@ -17,6 +17,11 @@ use super::record::Record;
 /// The database file inside `--data`.
 pub const DB_FILE: &str = "kv.redb";
 
+/// redb's page cache by default (`--cache-mb`), its own default: pages read or written stay
+/// in memory up to this size, so damage to the file under them is only seen once they are
+/// read from the file again.
+pub const DEFAULT_CACHE_MB: usize = 1024;
+
 /// redb's file signature (the first bytes of every redb file).
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
@@ -42,7 +47,7 @@ pub struct Checked {
 
 /// Opens `<dir>/kv.redb`, creating it only when the directory holds no data file; checks
 /// every page and record of an existing one first.
-pub fn open(dir: &Path) -> anyhow::Result<(Database, Checked)> {
+pub fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, Checked)> {
     use anyhow::Context;
     if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
         anyhow::bail!(
@@ -53,14 +58,12 @@ pub fn open(dir: &Path) -> anyhow::Result<(Database, Checked)> {
     let created_dir = !dir.exists();
     std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
     if created_dir {
-        if let Some(parent) = dir.parent() {
-            sync_dir(if parent.as_os_str().is_empty() { Path::new(".") } else { parent })?;
-        }
+        sync_parent(dir)?;
     }
     let path = dir.join(DB_FILE);
     match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let db = quietly(|| Database::builder().create(&path))
+            let db = quietly(|| builder(cache_bytes).create(&path))
                 .map_err(|why| damaged(&path, dir, why))?
                 .with_context(|| format!("creating {}", path.display()))?;
             // The new file's directory entry must survive a power loss like its contents.
@@ -72,7 +75,7 @@ pub fn open(dir: &Path) -> anyhow::Result<(Database, Checked)> {
         Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         Ok(_) => {
             refuse_if_open_elsewhere(&path)?;
-            let (db, records) = check(&path).map_err(|why| damaged(&path, dir, why))?;
+            let (db, records) = check_cached(&path, cache_bytes).map_err(|why| damaged(&path, dir, why))?;
             // The verification copy came and went in this directory.
             sync_dir(dir)?;
             Ok((create_tables(db)?, Checked { records, created: false }))
@@ -96,6 +99,11 @@ fn refuse_if_open_elsewhere(path: &Path) -> anyhow::Result<()> {
 
 /// Checks an existing data file (server stopped); `Err` says what is wrong with it.
 pub fn check(path: &Path) -> Result<(Database, u64), String> {
+    check_cached(path, DEFAULT_CACHE_MB << 20)
+}
+
+/// [`check`], the database opened with a page cache of `cache_bytes`.
+fn check_cached(path: &Path, cache_bytes: usize) -> Result<(Database, u64), String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
     if !meta.is_file() {
         return Err("it is not a regular file".into());
@@ -111,18 +119,18 @@ pub fn check(path: &Path) -> Result<(Database, u64), String> {
         return Err("it does not start with the store's file signature (overwritten, or not a store)".into());
     }
     verify_copy(path)?;
-    let db = quietly(|| open_existing(path))?.map_err(|e| format!("it cannot be opened: {e}"))?;
+    let db = quietly(|| builder(cache_bytes).open(path))?.map_err(|e| format!("it cannot be opened: {e}"))?;
     let records = quietly(|| scan(&db))??;
     Ok((db, records))
 }
 
-fn open_existing(path: &Path) -> Result<Database, redb::DatabaseError> {
-    Database::builder()
-        .set_repair_callback(|s| {
-            // Only after an unclean shutdown (kill -9, power loss): committed data is intact.
-            tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", s.progress() * 100.0)
-        })
-        .open(path)
+fn builder(cache_bytes: usize) -> redb::Builder {
+    let mut builder = Database::builder();
+    builder.set_cache_size(cache_bytes).set_repair_callback(|s| {
+        // Only after an unclean shutdown (kill -9, power loss): committed data is intact.
+        tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", s.progress() * 100.0)
+    });
+    builder
 }
 
 /// Verifies every page checksum on a copy: redb's integrity check repairs what it finds
@@ -138,7 +146,7 @@ fn verify_copy(path: &Path) -> Result<(), String> {
         return Ok(());
     }
     let verdict = quietly(|| -> Result<(), String> {
-        let mut db = open_existing(&copy).map_err(|e| format!("it cannot be opened: {e}"))?;
+        let mut db = builder(DEFAULT_CACHE_MB << 20).open(&copy).map_err(|e| format!("it cannot be opened: {e}"))?;
         match db.check_integrity() {
             Ok(true) => Ok(()),
             Ok(false) => Err("some page checksums do not match".into()),
@@ -184,6 +192,14 @@ fn damaged(path: &Path, dir: &Path, why: String) -> anyhow::Error {
     Damaged { path: path.display().to_string(), dir: dir.display().to_string(), why }.into()
 }
 
+/// fsync of the directory holding `path`, after `path` was created or renamed into it.
+pub fn sync_parent(path: &Path) -> anyhow::Result<()> {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => sync_dir(p),
+        _ => sync_dir(Path::new(".")),
+    }
+}
+
 /// fsync of a directory: makes the entries created or renamed in it durable.
 pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
     File::open(dir)
@@ -212,6 +228,7 @@ fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 /// is reopened, so the writer closes and reopens it once writes can succeed again.
 pub struct DbSlot {
     path: PathBuf,
+    cache_bytes: usize,
     db: RwLock<Option<Arc<Database>>>,
 }
 
@@ -219,8 +236,8 @@ pub struct DbSlot {
 const READERS_GRACE: Duration = Duration::from_secs(2);
 
 impl DbSlot {
-    pub fn new(path: PathBuf, db: Database) -> Self {
-        DbSlot { path, db: RwLock::new(Some(Arc::new(db))) }
+    pub fn new(path: PathBuf, db: Database, cache_bytes: usize) -> Self {
+        DbSlot { path, cache_bytes, db: RwLock::new(Some(Arc::new(db))) }
     }
 
     /// The current handle; `None` while a reopen is under way or failed.
@@ -253,7 +270,7 @@ impl DbSlot {
                 }
             }
         }
-        let opened = panic::catch_unwind(AssertUnwindSafe(|| Database::builder().open(&self.path)))
+        let opened = panic::catch_unwind(AssertUnwindSafe(|| builder(self.cache_bytes).open(&self.path)))
             .map_err(|_| "the storage engine panicked reopening the data file".to_owned())?
             .map_err(|e| format!("reopening {} failed: {e}", self.path.display()))?;
         *self.db.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(opened));

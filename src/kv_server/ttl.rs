@@ -18,6 +18,10 @@ pub async fn purge_loop(engine: Engine, every: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if engine.health().damage().is_some() {
+            // Reported once by /healthz and the log; nothing to purge until a restart.
+            continue;
+        }
         for _ in 0..MAX_BATCHES_PER_TICK {
             match engine.write(WriteOp::Purge { limit: PURGE_BATCH }).await {
                 Ok(Outcome::Purged(n)) => {

@@ -181,6 +181,11 @@ impl Writer {
         if self.stats.fail_next_batch.swap(false, Ordering::SeqCst) {
             return Err(BatchError::RevisionOverflow.to_string());
         }
+        // Damage is not something a reopen fixes, and redb's repair on reopen would write to
+        // the damaged file the operator needs as it is: refuse until a restart.
+        if let Some(why) = self.health.damage() {
+            return Err(why);
+        }
         let recovering = self.broken.is_some();
         if let Some((opened, why)) = &mut self.broken {
             if opened.elapsed() < REOPEN_EVERY {

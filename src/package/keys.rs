@@ -1,17 +1,16 @@
-//! RSA key files: PKCS#1 PEM only, parsed as strictly as the daemon's Go loader, and keygen.
+//! RSA key files: PKCS#1 PEM only, parsed as strictly as the daemon's Go loader; `ring`
+//! holds the private key and verifies, so no RSA arithmetic of our own touches a secret.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::Path;
 
 use base64::alphabet::STANDARD;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
-use rsa::pkcs1::der::Decode;
-use rsa::pkcs1::{DecodeRsaPrivateKey, EncodeRsaPrivateKey, EncodeRsaPublicKey, LineEnding};
-use rsa::traits::PublicKeyParts;
-use rsa::{BigUint, RsaPrivateKey, RsaPublicKey};
+use pkcs1::der::Decode;
+use ring::signature::{RsaKeyPair, RsaPublicKeyComponents, RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY};
+
+pub use super::keygen::{generate_pem_pair, write_key_pair};
 
 /// The marketplace key embedded in the daemon (`pkg/license/public_key/PUBLIC_KEY.pem`).
 pub const OFFICIAL_PUBLIC_KEY_PEM: &str = include_str!("official_marketplace.public.pem");
@@ -104,120 +103,197 @@ fn pem_block(data: &[u8], want: &str, what: &str) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Parses a PKCS#1 `RSA PUBLIC KEY` PEM. Like Go's crypto/rsa, keys under 1024 bits are
-/// refused; keys up to 16384 bits are accepted.
-pub fn public_key_from_pem(data: &[u8]) -> Result<RsaPublicKey, String> {
-    let der = pem_block(data, "RSA PUBLIC KEY", "public key")?;
-    let parsed = rsa::pkcs1::RsaPublicKey::from_der(&der).map_err(|e| format!("not a PKCS#1 RSA public key: {e}"))?;
-    let n = BigUint::from_bytes_be(parsed.modulus.as_bytes());
-    let e = BigUint::from_bytes_be(parsed.public_exponent.as_bytes());
-    let key = RsaPublicKey::new_with_max_size(n, e, 16384).map_err(|e| format!("unusable RSA public key: {e}"))?;
-    if key.n().bits() < 1024 {
-        return Err(format!("the key has {} bits; the daemon refuses keys under 1024 bits", key.n().bits()));
-    }
-    Ok(key)
+/// Public keys we verify with: 1024 bits (the daemon's Go loader refuses less) up to 8192
+/// (the most `ring` verifies).
+pub const PUBLIC_KEY_BITS: std::ops::RangeInclusive<usize> = 1024..=8192;
+/// Private keys we sign with: what `ring` signs with (also a multiple of 512 bits, see
+/// [`signable_bits`]).
+pub const PRIVATE_KEY_BITS: std::ops::RangeInclusive<usize> = 2048..=4096;
+
+/// Whether `ring` signs with a key of this size: 2048, 2560, 3072, 3584 or 4096 bits.
+pub fn signable_bits(bits: usize) -> bool {
+    PRIVATE_KEY_BITS.contains(&bits) && bits.is_multiple_of(512)
 }
 
-/// Parses a PKCS#1 `RSA PRIVATE KEY` PEM.
-pub fn private_key_from_pem(data: &[u8]) -> Result<RsaPrivateKey, String> {
-    let der = pem_block(data, "RSA PRIVATE KEY", "private key")?;
-    RsaPrivateKey::from_pkcs1_der(&der).map_err(|e| format!("not a PKCS#1 RSA private key: {e}"))
+/// Bit length of a big-endian unsigned integer.
+pub(super) fn bit_len(be: &[u8]) -> usize {
+    match be.iter().position(|b| *b != 0) {
+        Some(i) => (be.len() - i) * 8 - be[i].leading_zeros() as usize,
+        None => 0,
+    }
+}
+
+/// An RSA public key: modulus and exponent, big-endian without leading zeros.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicKey {
+    n: Vec<u8>,
+    e: Vec<u8>,
+}
+
+impl PublicKey {
+    /// Checks what `ring` will need to verify with the key, so an unusable key is reported
+    /// when it is loaded instead of as a signature mismatch.
+    fn new(n: &[u8], e: &[u8]) -> Result<PublicKey, String> {
+        let strip = |x: &[u8]| x[x.iter().position(|b| *b != 0).unwrap_or(x.len())..].to_vec();
+        let (n, e) = (strip(n), strip(e));
+        let bits = bit_len(&n);
+        if bits < *PUBLIC_KEY_BITS.start() {
+            return Err(format!("the key has {bits} bits; the daemon refuses keys under 1024 bits"));
+        }
+        if bits > *PUBLIC_KEY_BITS.end() {
+            return Err(format!("the key has {bits} bits; keys over 8192 bits are not supported"));
+        }
+        if n.last().is_some_and(|b| b & 1 == 0) {
+            return Err("unusable RSA public key: the modulus is even".into());
+        }
+        let e_value = e.iter().fold(0u64, |acc, b| acc.saturating_mul(256).saturating_add(u64::from(*b)));
+        if e.len() > 5 || !(3..=(1 << 33) - 1).contains(&e_value) || e_value & 1 == 0 {
+            return Err("unusable RSA public key: the exponent must be odd, at least 3 and at most 33 bits".into());
+        }
+        Ok(PublicKey { n, e })
+    }
+
+    /// Modulus size in bits.
+    pub fn bits(&self) -> usize {
+        bit_len(&self.n)
+    }
+
+    /// RSASSA-PKCS1-v1_5 with SHA-256 over `message`, as Go's `rsa.VerifyPKCS1v15` checks it
+    /// (the signature must be exactly as long as the modulus).
+    pub fn verify_pkcs1_sha256(&self, message: &[u8], signature: &[u8]) -> bool {
+        let key = RsaPublicKeyComponents { n: &self.n, e: &self.e };
+        key.verify(&RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY, message, signature).is_ok()
+    }
+}
+
+/// An RSA private key, validated and held by `ring` (constant-time private-key operations).
+pub struct PrivateKey {
+    pair: RsaKeyPair,
+}
+
+impl PrivateKey {
+    /// From PKCS#1 `RSAPrivateKey` DER; `ring` checks the key's consistency.
+    pub fn from_pkcs1_der(der: &[u8]) -> Result<PrivateKey, String> {
+        let parsed = pkcs1::RsaPrivateKey::from_der(der).map_err(|e| format!("not a PKCS#1 RSA private key: {e}"))?;
+        let bits = bit_len(parsed.modulus.as_bytes());
+        if !signable_bits(bits) {
+            return Err(format!(
+                "the key has {bits} bits; signing needs an RSA key of 2048, 2560, 3072, 3584 or 4096 bits"
+            ));
+        }
+        let pair = RsaKeyPair::from_der(der).map_err(|e| format!("unusable RSA private key: {e}"))?;
+        Ok(PrivateKey { pair })
+    }
+
+    pub fn public_key(&self) -> PublicKey {
+        let parts: RsaPublicKeyComponents<Vec<u8>> = self.pair.public().into();
+        PublicKey { n: parts.n, e: parts.e }
+    }
+
+    pub fn bits(&self) -> usize {
+        self.public_key().bits()
+    }
+
+    /// RSASSA-PKCS1-v1_5 over SHA-256(`data`). The signature is deterministic, so it is
+    /// byte-identical to any correct signer's.
+    pub fn sign_pkcs1_sha256(&self, data: &[u8]) -> Result<Vec<u8>, String> {
+        let mut signature = vec![0; self.pair.public().modulus_len()];
+        self.pair
+            .sign(&ring::signature::RSA_PKCS1_SHA256, &ring::rand::SystemRandom::new(), data, &mut signature)
+            .map_err(|_| "RSA signing failed".to_owned())?;
+        Ok(signature)
+    }
+}
+
+/// Parses a PKCS#1 `RSA PUBLIC KEY` PEM: 1024 to 8192 bits ([`PUBLIC_KEY_BITS`]).
+pub fn public_key_from_pem(data: &[u8]) -> Result<PublicKey, String> {
+    let der = pem_block(data, "RSA PUBLIC KEY", "public key")?;
+    let parsed = pkcs1::RsaPublicKey::from_der(&der).map_err(|e| format!("not a PKCS#1 RSA public key: {e}"))?;
+    PublicKey::new(parsed.modulus.as_bytes(), parsed.public_exponent.as_bytes())
+}
+
+/// Parses a PKCS#1 `RSA PRIVATE KEY` PEM of a size `ring` signs with ([`signable_bits`]).
+pub fn private_key_from_pem(data: &[u8]) -> Result<PrivateKey, String> {
+    PrivateKey::from_pkcs1_der(&pem_block(data, "RSA PRIVATE KEY", "private key")?)
+}
+
+/// PEM text the way `openssl` writes it: 64-character lines, one final `\n`.
+pub(super) fn pem_encode(label: &str, der: &[u8]) -> String {
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut text = format!("-----BEGIN {label}-----\n");
+    for line in body.as_bytes().chunks(64) {
+        text.push_str(std::str::from_utf8(line).unwrap_or_default());
+        text.push('\n');
+    }
+    text.push_str(&format!("-----END {label}-----\n"));
+    text
 }
 
 fn read_key_file(path: &Path) -> Result<Vec<u8>, String> {
     fs::read(path).map_err(|e| format!("key file {}: {e}", path.display()))
 }
 
-pub fn load_public_key(path: &Path) -> Result<RsaPublicKey, String> {
+pub fn load_public_key(path: &Path) -> Result<PublicKey, String> {
     public_key_from_pem(&read_key_file(path)?).map_err(|e| format!("key file {}: {e}", path.display()))
 }
 
-pub fn load_private_key(path: &Path) -> Result<RsaPrivateKey, String> {
+pub fn load_private_key(path: &Path) -> Result<PrivateKey, String> {
     private_key_from_pem(&read_key_file(path)?).map_err(|e| format!("key file {}: {e}", path.display()))
 }
 
-pub fn official_public_key() -> RsaPublicKey {
+pub fn official_public_key() -> PublicKey {
     public_key_from_pem(OFFICIAL_PUBLIC_KEY_PEM.as_bytes()).expect("the embedded official key is valid")
 }
 
-/// Generates a key pair; both PEMs use 64-character lines and end in exactly one `\n`.
-pub fn generate_pem_pair(bits: usize) -> Result<(String, String), String> {
-    if !(1024..=16384).contains(&bits) {
-        return Err(format!("--bits {bits}: choose 1024 to 16384 (4096 recommended)"));
-    }
-    let key = RsaPrivateKey::new(&mut rand::rngs::OsRng, bits).map_err(|e| format!("key generation failed: {e}"))?;
-    let private = key.to_pkcs1_pem(LineEnding::LF).map_err(|e| e.to_string())?;
-    let public = key.to_public_key().to_pkcs1_pem(LineEnding::LF).map_err(|e| e.to_string())?;
-    Ok((private.to_string(), public))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn create_new(path: &Path, mode: u32, text: &str) -> Result<(), String> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    // The umask may have narrowed the mode; set it exactly.
-    file.set_permissions(fs::Permissions::from_mode(mode))
-        .and_then(|()| file.write_all(text.as_bytes()))
-        .and_then(|()| file.sync_all())
-        .map_err(|e| {
-            // A half-written key file is worse than none.
-            let _ = fs::remove_file(path);
-            format!("cannot write {}: {e}", path.display())
-        })
-}
-
-/// Makes sure `dir` exists (creating it, and missing parents, mode 0700: it will hold a
-/// private key) and that a file can be created in it, so that a bad destination fails
-/// before the slow key generation and before anything is written.
-fn prepare_dir(dir: &Path) -> Result<(), String> {
-    match fs::metadata(dir) {
-        Ok(m) if !m.is_dir() => {
-            return Err(format!("--out-dir {}: that path is a file, not a directory", dir.display()))
+    /// DER of a PKCS#1 `RSAPublicKey` (lengths up to 65535 bytes).
+    fn public_der(n: &[u8], e: &[u8]) -> Vec<u8> {
+        fn tlv(tag: u8, body: &[u8]) -> Vec<u8> {
+            let len = body.len();
+            let mut out = vec![tag];
+            match len {
+                0..=127 => out.push(len as u8),
+                128..=255 => out.extend([0x81, len as u8]),
+                _ => out.extend([0x82, (len >> 8) as u8, len as u8]),
+            }
+            out.extend_from_slice(body);
+            out
         }
-        Ok(_) => {}
-        Err(_) => fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?,
+        // DER: a leading zero only where the top bit would make the integer negative.
+        let int = |x: &[u8]| tlv(0x02, &[if x[0] & 0x80 != 0 { &[0u8][..] } else { &[] }, x].concat());
+        tlv(0x30, &[int(n), int(e)].concat())
     }
-    let probe = dir.join(format!(".keygen-probe-{}", std::process::id()));
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&probe)
-        .map_err(|e| format!("cannot write into {}: {e}", dir.display()))?;
-    fs::remove_file(&probe).map_err(|e| format!("cannot remove {}: {e}", probe.display()))
-}
 
-/// Writes `NAME.private.pem` (0600) and `NAME.public.pem` (0644) into `dir`; refuses to
-/// overwrite either file, checking before spending time on key generation. Either both
-/// files are written or neither is left behind.
-pub fn write_key_pair(dir: &Path, name: &str, bits: usize) -> Result<(PathBuf, PathBuf), String> {
-    if name.is_empty() || name.contains('/') {
-        return Err(format!("--name `{name}`: must be a plain file name prefix"));
+    fn key_of(n_bits: usize, e: &[u8]) -> Result<PublicKey, String> {
+        let mut n = vec![0xffu8; n_bits.div_ceil(8)];
+        n[0] >>= (8 - n_bits % 8) % 8;
+        public_key_from_pem(pem_encode("RSA PUBLIC KEY", &public_der(&n, e)).as_bytes())
     }
-    if !(1024..=16384).contains(&bits) {
-        return Err(format!("--bits {bits}: choose 1024 to 16384 (4096 recommended)"));
-    }
-    let private = dir.join(format!("{name}.private.pem"));
-    let public = dir.join(format!("{name}.public.pem"));
-    for path in [&private, &public] {
-        if fs::symlink_metadata(path).is_ok() {
-            return Err(format!("{} already exists; refusing to overwrite it", path.display()));
+
+    #[test]
+    fn public_keys_outside_what_ring_verifies_are_refused_when_loaded() {
+        assert_eq!(key_of(1024, &[1, 0, 1]).unwrap().bits(), 1024);
+        assert_eq!(key_of(8192, &[3]).unwrap().bits(), 8192);
+        assert!(key_of(1023, &[1, 0, 1]).unwrap_err().contains("refuses keys under 1024 bits"));
+        assert!(key_of(8193, &[1, 0, 1]).unwrap_err().contains("over 8192 bits"));
+        for e in [&[1u8][..], &[2], &[1, 0, 0], &[2, 0, 0, 0, 1]] {
+            assert!(key_of(2048, e).unwrap_err().contains("exponent"), "{e:?}");
         }
+        let official = official_public_key();
+        assert_eq!(official.bits(), 4096);
+        assert!(!official.verify_pkcs1_sha256(b"x", &[0; 512]));
     }
-    prepare_dir(dir)?;
-    let (private_pem, public_pem) = generate_pem_pair(bits)?;
-    create_new(&private, 0o600, &private_pem)?;
-    if let Err(e) = create_new(&public, 0o644, &public_pem) {
-        // A private key without its public half is useless and a secret left lying around.
-        let _ = fs::remove_file(&private);
-        return Err(e);
+
+    #[test]
+    fn pem_lines_are_64_characters_with_one_final_newline() {
+        let text = pem_encode("RSA PUBLIC KEY", &[7u8; 100]);
+        assert!(
+            text.starts_with("-----BEGIN RSA PUBLIC KEY-----\n") && text.ends_with("-----END RSA PUBLIC KEY-----\n")
+        );
+        assert_eq!(text.lines().nth(1).unwrap().len(), 64);
+        assert_eq!(pem_block(text.as_bytes(), "RSA PUBLIC KEY", "public key").unwrap(), vec![7u8; 100]);
     }
-    Ok((private, public))
 }

@@ -17,6 +17,7 @@ pub mod checksum;
 pub mod decl_check;
 pub mod field_rules;
 pub mod gofs;
+pub mod keygen;
 pub mod keys;
 pub mod layout;
 pub mod manifest_rules;
@@ -66,7 +67,7 @@ pub struct KeygenArgs {
     /// File name prefix: NAME.private.pem and NAME.public.pem.
     #[arg(long, default_value = "stateful_tool_signing_key")]
     pub name: String,
-    /// RSA modulus size.
+    /// RSA modulus size in bits: 2048, 2560, 3072, 3584 or 4096, the sizes the signer (ring) signs with.
     #[arg(long, default_value_t = 4096)]
     pub bits: usize,
 }
@@ -177,7 +178,7 @@ pub fn run_sign(args: SignArgs) -> anyhow::Result<ExitCode> {
     pack::write_atomically(&out, &zip).with_context(|| format!("cannot write {}", out.display()))?;
     println!("signed: {} ({} bytes, category: {}, time: {time})", out.display(), zip.len(), args.category.as_str());
     // Self-check with the matching public key before reporting success.
-    let outcome = verify::verify_bytes(zip, &[key.to_public_key()]);
+    let outcome = verify::verify_bytes(zip, &[key.public_key()]);
     if let Err(failure) = outcome.result {
         anyhow::bail!("internal error: {} does not verify: {failure}", out.display());
     }

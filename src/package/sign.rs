@@ -2,11 +2,10 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use rsa::pkcs1::EncodeRsaPrivateKey;
-use rsa::RsaPrivateKey;
 use sha2::{Digest, Sha256};
 
 use super::archive::{read_package, write_zip, Entry};
+use super::keys::PrivateKey;
 use super::layout::VERIFICATION_FILE;
 
 /// `authorized_category` values (`decoder/entities.go`), always written in lower case.
@@ -57,34 +56,22 @@ pub struct Signed {
 
 /// Signs `entries` in their order. RSASSA-PKCS1-v1_5 with SHA-256 is deterministic, so
 /// the same key, entries, category and time always give the same comment.
-pub fn sign_entries(entries: Vec<Entry>, key: &RsaPrivateKey, category: Category, time: i64) -> Result<Signed, String> {
+pub fn sign_entries(entries: Vec<Entry>, key: &PrivateKey, category: Category, time: i64) -> Result<Signed, String> {
     // A second verification file would make the daemon read the first copy twice.
     let mut entries: Vec<Entry> = entries.into_iter().filter(|e| e.name != VERIFICATION_FILE).collect();
     entries.push(Entry::new(VERIFICATION_FILE, verification_json(category)));
     let data = signed_data(entries.iter().map(|e| e.data.as_slice()), time);
-    let signature = rsa_pkcs1_sha256(key, &data)?;
+    // Computed by `ring`, whose private-key operations are constant-time.
+    let signature = key.sign_pkcs1_sha256(&data)?;
     let comment = comment_json(&signature, time);
     Ok(Signed { entries, signature, comment })
-}
-
-/// RSASSA-PKCS1-v1_5 over SHA-256(`data`), computed by `ring`, whose private-key operations
-/// are constant-time (the `rsa` crate's are not: RUSTSEC-2023-0071, the Marvin attack).
-/// The signature is deterministic, so it is byte-identical to any correct signer's.
-fn rsa_pkcs1_sha256(key: &RsaPrivateKey, data: &[u8]) -> Result<Vec<u8>, String> {
-    let der = key.to_pkcs1_der().map_err(|e| format!("cannot encode the private key: {e}"))?;
-    let pair = ring::signature::RsaKeyPair::from_der(der.as_bytes())
-        .map_err(|e| format!("this key cannot sign ({e}); signing needs a 2048- to 4096-bit RSA key"))?;
-    let mut signature = vec![0; pair.public().modulus_len()];
-    pair.sign(&ring::signature::RSA_PKCS1_SHA256, &ring::rand::SystemRandom::new(), data, &mut signature)
-        .map_err(|_| "RSA signing failed".to_owned())?;
-    Ok(signature)
 }
 
 /// Signs a package: reads it strictly (no directory entries, duplicates or unsafe names),
 /// keeps the entries' bytes and order, and returns the new archive with its details.
 pub fn sign_package(
     bytes: Vec<u8>,
-    key: &RsaPrivateKey,
+    key: &PrivateKey,
     category: Category,
     time: i64,
 ) -> Result<(Vec<u8>, Signed), String> {

@@ -2,15 +2,11 @@
 
 use std::fmt;
 
-use rsa::pkcs1v15::{Signature, VerifyingKey};
-use rsa::signature::Verifier;
-use rsa::RsaPublicKey;
 use serde_json::Value;
-use sha2::Sha256;
 
 use super::checksum::{checksum_of_zip, unique_identifier};
 use super::gofs::DaemonView;
-use super::keys::go_std_base64;
+use super::keys::{go_std_base64, PublicKey};
 use super::layout::VERIFICATION_FILE;
 use super::zipread::RawZip;
 
@@ -126,22 +122,18 @@ fn identifier_of(view: &DaemonView, checksum: &str) -> Option<String> {
     Some(unique_identifier(&field("author")?, &field("name")?, &field("version")?, checksum))
 }
 
-fn check_signature(zip: &RawZip, view: &DaemonView, keys: &[RsaPublicKey]) -> Result<Verified, Failure> {
+fn check_signature(zip: &RawZip, view: &DaemonView, keys: &[PublicKey]) -> Result<Verified, Failure> {
     let hashes = view.walk_hashes().map_err(Failure::Entry)?;
     let (signature, time) = parse_comment(&zip.comment)?;
     let mut data: Vec<u8> = hashes.iter().flat_map(|(_, h)| h.iter().copied()).collect();
     data.extend_from_slice(time.to_string().as_bytes());
     let raw = go_std_base64(signature.as_bytes()).map_err(Failure::Base64)?;
-    let signature = Signature::try_from(raw.as_slice()).map_err(|_| Failure::Mismatch)?;
-    let key_index = keys
-        .iter()
-        .position(|key| VerifyingKey::<Sha256>::new(key.clone()).verify(&data, &signature).is_ok())
-        .ok_or(Failure::Mismatch)?;
+    let key_index = keys.iter().position(|key| key.verify_pkcs1_sha256(&data, &raw)).ok_or(Failure::Mismatch)?;
     Ok(Verified { key_index, time, category: category_of(view) })
 }
 
 /// Verifies package bytes against `keys` (tried in order) and computes its checksum.
-pub fn verify_bytes(bytes: Vec<u8>, keys: &[RsaPublicKey]) -> Outcome {
+pub fn verify_bytes(bytes: Vec<u8>, keys: &[PublicKey]) -> Outcome {
     let zip = match RawZip::parse(bytes) {
         Ok(zip) => zip,
         Err(e) => return Outcome { checksum: Err(e.clone()), identifier: None, result: Err(Failure::Archive(e)) },

@@ -65,7 +65,10 @@ fn quick_bench_completes_and_writes_every_section() {
         }
     }
     let targets = summary["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 11);
+    let burst = &summary["burst"];
+    assert_eq!(burst["answered"], burst["sessions"], "{burst}");
+    assert!(burst["sessions"].as_u64().unwrap() > 0 && burst["peak_rss_kib"].as_u64().unwrap() > 0, "{burst}");
+    assert_eq!(targets.len(), 13);
     assert!(targets.iter().all(|t| t["pass"].is_boolean()), "every target was measured: {targets:?}");
     assert!(summary["machine"]["nproc"].as_u64().unwrap() > 0);
 }

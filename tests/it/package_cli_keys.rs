@@ -7,7 +7,7 @@ use crate::support::package::*;
 #[test]
 fn keygen_writes_pkcs1_pems_with_safe_modes_and_never_overwrites() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&["keygen", "--out-dir", s(dir.path()), "--name", "k", "--bits", "1024"]);
+    let out = run(&["keygen", "--out-dir", s(dir.path()), "--name", "k", "--bits", "2048"]);
     assert!(out.status.success(), "{}", all_output(&out));
     let private = dir.path().join("k.private.pem");
     let public = dir.path().join("k.public.pem");
@@ -20,7 +20,7 @@ fn keygen_writes_pkcs1_pems_with_safe_modes_and_never_overwrites() {
         assert!(text.lines().all(|l| l.len() <= 64 || l.starts_with("-----")));
     }
     let before = fs::read(&private).unwrap();
-    let again = run(&["keygen", "--out-dir", s(dir.path()), "--name", "k", "--bits", "1024"]);
+    let again = run(&["keygen", "--out-dir", s(dir.path()), "--name", "k", "--bits", "2048"]);
     assert!(!again.status.success());
     assert!(all_output(&again).contains("already exists; refusing to overwrite"), "{}", all_output(&again));
     assert_eq!(fs::read(&private).unwrap(), before);
@@ -31,7 +31,7 @@ fn keygen_creates_a_missing_out_dir_0700_and_writes_nothing_into_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();
     // A fresh clone has no keys/ directory: the README's command must work there.
     let keys = dir.path().join("keys");
-    let out = run(&["keygen", "--out-dir", s(&keys), "--name", "k", "--bits", "1024"]);
+    let out = run(&["keygen", "--out-dir", s(&keys), "--name", "k", "--bits", "2048"]);
     assert!(out.status.success(), "{}", all_output(&out));
     assert_eq!(mode(&keys), 0o700);
     assert_eq!(mode(&keys.join("k.private.pem")), 0o600);
@@ -40,11 +40,11 @@ fn keygen_creates_a_missing_out_dir_0700_and_writes_nothing_into_a_bad_one() {
     // A destination that cannot be a directory fails up front, leaving nothing behind.
     let file = dir.path().join("file");
     fs::write(&file, "x").unwrap();
-    let out = run(&["keygen", "--out-dir", s(&file), "--bits", "1024"]);
+    let out = run(&["keygen", "--out-dir", s(&file), "--bits", "2048"]);
     assert!(!out.status.success());
     assert!(all_output(&out).contains("that path is a file, not a directory"), "{}", all_output(&out));
     let under_file = file.join("keys");
-    let out = run(&["keygen", "--out-dir", s(&under_file), "--bits", "1024"]);
+    let out = run(&["keygen", "--out-dir", s(&under_file), "--bits", "2048"]);
     assert!(!out.status.success());
     assert!(all_output(&out).contains("cannot create the directory"), "{}", all_output(&out));
     let mut left: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -82,4 +82,16 @@ fn verify_rejects_key_files_the_daemon_rejects() {
     assert!(run(&["verify", s(&signed), "--key", s(&crlf)]).status.success());
     // Without any key there is nothing to trust.
     assert!(!run(&["verify", s(&signed)]).status.success());
+}
+
+#[test]
+fn keygen_refuses_sizes_the_signer_cannot_use_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for bits in ["1024", "2047", "2056", "3071", "4097", "8192", "16384"] {
+        let out = run(&["keygen", "--out-dir", s(dir.path()), "--name", "k", "--bits", bits]);
+        assert!(!out.status.success(), "--bits {bits} accepted");
+        let text = all_output(&out);
+        assert!(text.contains(&format!("--bits {bits}: choose 2048, 2560, 3072, 3584 or 4096")), "{text}");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "--bits {bits} left files behind");
+    }
 }

@@ -1,5 +1,6 @@
 //! Building blocks of `stateful-tool-bench`: processes, wire clients, load loops, report.
 
+pub mod burst;
 pub mod cluster;
 pub mod measure;
 pub mod plugin;

@@ -123,6 +123,42 @@ impl Plugin {
         Ok(meter.finish(latencies, tally, expected, next < n))
     }
 
+    /// Writes all `lines` at once and reads until every session has ended; latency runs from
+    /// the start of the burst. The lines are written from their own task: the plugin stops
+    /// reading stdin while its answers wait to be read, so writing inline could deadlock.
+    pub async fn burst(
+        &mut self,
+        run: u32,
+        lines: Vec<Vec<u8>>,
+        store_pid: u32,
+        expected: &str,
+    ) -> anyhow::Result<Measure> {
+        let n = lines.len();
+        let mut stdin = self.stdin.take().context("stdin already closed")?;
+        let meter = Meter::start(Some(self.pid), store_pid);
+        let t0 = Instant::now();
+        let writer = tokio::spawn(async move { stdin.write_all(&lines.concat()).await.map(|()| stdin) });
+        let (mut ended, mut latencies, mut tally) = (vec![false; n], Vec::with_capacity(n), Tally::default());
+        while latencies.len() < n {
+            if !self.read_line(STALL).await? {
+                bail!("the plugin closed its output with {} sessions open", n - latencies.len());
+            }
+            let Some((sid, kind, rest)) = session_line(&self.line) else { continue };
+            let Some((_, i)) = parse_session_id(sid).filter(|&(r, i)| r == run && i < n) else {
+                bail!("a session line for a session this run did not open: {}", String::from_utf8_lossy(&self.line));
+            };
+            match kind {
+                b"stream" => json_outcome(rest).into_iter().for_each(|o| tally.add(o)),
+                b"error" => tally.add(&format!("error:{}", error_type(rest).unwrap_or("?"))),
+                b"end" if !std::mem::replace(&mut ended[i], true) => latencies.push(micros_since(t0)),
+                b"end" => bail!("two ends for one session"),
+                other => bail!("unexpected session message type {:?}", String::from_utf8_lossy(other)),
+            }
+        }
+        self.stdin = Some(writer.await?.context("writing the burst")?);
+        Ok(meter.finish(latencies, tally, expected, false))
+    }
+
     async fn send(&mut self, sent: &mut [Option<Instant>], lines: &[Vec<u8>], i: usize) -> anyhow::Result<()> {
         let stdin = self.stdin.as_mut().context("stdin already closed")?;
         sent[i] = Some(Instant::now());

@@ -89,6 +89,18 @@ pub fn targets(r: &Results) -> Vec<Target> {
         target("plugin peak RSS through the whole bench, MB", peak_rss_mb(r, None), "<=", 16.0),
         target("plugin peak RSS at C=16, MB", peak_rss_mb(r, Some(16)), "<=", 7.0),
         target("spawn → first heartbeat, ms (worst spawn)", max(heartbeats), "<=", 50.0),
+        target(
+            "burst of sessions written at once: share answered",
+            r.burst.as_ref().map(|b| b.answered as f64 / b.sessions as f64),
+            ">=",
+            1.0,
+        ),
+        target(
+            "burst of sessions written at once: plugin peak RSS, MB",
+            r.burst.as_ref().map(|b| b.peak_rss_mb()),
+            "<=",
+            super::burst::PEAK_RSS_LIMIT_MB,
+        ),
     ]
 }
 
@@ -188,6 +200,9 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
                 row.m.ops_per_s, row.m.p50_ms, row.m.p99_ms
             );
         }
+    }
+    if let Some(b) = &r.burst {
+        let _ = writeln!(s, "\n{}", b.summary());
     }
     stage_table(&mut s, r);
     let hb = &r.startup.first_heartbeat_ms;

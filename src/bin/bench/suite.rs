@@ -28,6 +28,8 @@ pub struct Config {
     /// Calls per stage in the per-stage section, and store creates timed there.
     pub stage_calls: usize,
     pub stage_creates: usize,
+    /// Sessions in the burst section.
+    pub burst_sessions: usize,
 }
 
 impl Config {
@@ -67,6 +69,8 @@ pub struct Results {
     pub kv: Vec<Row>,
     /// Plugin CPU per ingest by stage, one entry per backend.
     pub stages: Vec<Stages>,
+    /// The burst section (10,000 sessions at once).
+    pub burst: Option<super::burst::Burst>,
 }
 
 fn store_name(s: Store) -> &'static str {
@@ -145,6 +149,11 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
                 }
             }
         }
+    }
+    if cfg.wants("burst") {
+        let b = super::burst::run(cfg, tmp, cfg.burst_sessions).await?;
+        eprintln!("  {}", b.summary());
+        res.burst = Some(b);
     }
     Ok(res)
 }
