@@ -1,7 +1,9 @@
 //! The KV container's accept loop: hyper (HTTP/1.1 and h2c) over sockets we track, so every
 //! connection has a header deadline, an idle deadline, a bounded read buffer and a place
 //! under the connection cap. At the cap the oldest connection that is not serving a request
-//! is closed to make room: idle sockets cannot lock a health check or a client out.
+//! is closed to make room: idle sockets cannot lock a health check or a client out. No
+//! accepted connection is ever dropped unanswered: while the evicted ones are still closing
+//! (the hard ceiling), new connections wait in the kernel's listen queue.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -15,7 +17,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use super::limits::Limits;
 use super::metrics::Metrics;
@@ -29,7 +31,8 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 #[derive(Default)]
 struct Counters {
     evicted: AtomicU64,
-    refused: AtomicU64,
+    /// Times the accept loop waited at the hard ceiling for a connection to finish closing.
+    paused: AtomicU64,
     header_timeouts: AtomicU64,
     idle_timeouts: AtomicU64,
     accept_errors: AtomicU64,
@@ -40,7 +43,10 @@ struct Conns {
     epoch: Epoch,
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<ConnState>>>,
+    /// Signalled each time a connection is gone, for an accept loop waiting at the ceiling.
+    gone: Notify,
     counters: Counters,
+    metrics: Arc<Metrics>,
 }
 
 impl Conns {
@@ -48,24 +54,51 @@ impl Conns {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Makes room for one more connection. False when even the overflow is full.
-    fn admit(&self) -> bool {
+    /// Makes room for the connection just accepted: at the cap, the quietest connection not
+    /// serving a request is told to close. Returns whether one was.
+    fn make_room(&self) -> bool {
         let open = self.lock();
         if open.len() < self.limits.max_connections {
-            return true;
+            return false;
         }
-        // The oldest-quiet connection that is not serving a request goes first.
         let victim = open
             .values()
             .filter(|c| !c.closing.load(Relaxed) && c.in_flight.load(Relaxed) == 0)
             .min_by_key(|c| c.last_io_ms.load(Relaxed));
-        if let Some(victim) = victim {
-            if victim.request_close() {
-                self.counters.evicted.fetch_add(1, Relaxed);
-            }
+        let evicted = victim.is_some_and(|v| v.request_close());
+        if evicted {
+            self.counters.evicted.fetch_add(1, Relaxed);
+            self.metrics.connection_evicted();
         }
-        // Closing takes a moment; a bounded overflow keeps the fd count bounded meanwhile.
-        open.len() < self.limits.hard_ceiling()
+        evicted
+    }
+
+    /// Waits until fewer than the hard ceiling are open. Closing takes a moment; accepting
+    /// meanwhile and dropping the socket would turn a health probe away unanswered, so the
+    /// next connections wait in the kernel's listen queue instead (bounded fds either way).
+    async fn wait_below_ceiling(&self) {
+        let mut paused = false;
+        loop {
+            let gone = self.gone.notified();
+            tokio::pin!(gone);
+            // Registered before the check: a close between the check and the wait still wakes us.
+            gone.as_mut().enable();
+            if self.lock().len() < self.limits.hard_ceiling() {
+                return;
+            }
+            if !paused {
+                paused = true;
+                self.counters.paused.fetch_add(1, Relaxed);
+            }
+            // Every connection may be serving a request: try again as they finish.
+            self.make_room();
+            let _ = tokio::time::timeout(Duration::from_millis(100), gone).await;
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+        self.gone.notify_waiters();
     }
 
     fn sweep(&self) {
@@ -95,13 +128,13 @@ impl Conns {
     fn log_counters(&self) {
         let take = |c: &AtomicU64| c.swap(0, Relaxed);
         let c = &self.counters;
-        let (evicted, refused, accept_errors) = (take(&c.evicted), take(&c.refused), take(&c.accept_errors));
+        let (evicted, paused, accept_errors) = (take(&c.evicted), take(&c.paused), take(&c.accept_errors));
         let (header, idle) = (take(&c.header_timeouts), take(&c.idle_timeouts));
         let open = self.lock().len();
-        if evicted + refused + accept_errors > 0 {
+        if evicted + paused + accept_errors > 0 {
             tracing::warn!(
-                "kv: connection limit {} reached: {evicted} quiet connections closed to make room, {refused} refused, \
-                 {accept_errors} accept errors in the last {}s ({open} open)",
+                "kv: connection limit {} reached: {evicted} quiet connections closed to make room, accepting paused \
+                 {paused} times until closing ones were gone, {accept_errors} accept errors in the last {}s ({open} open)",
                 self.limits.max_connections,
                 LOG_EVERY.as_secs()
             );
@@ -133,11 +166,17 @@ pub async fn serve(
         epoch: Epoch::new(),
         next_id: AtomicU64::new(0),
         open: Mutex::new(HashMap::new()),
+        gone: Notify::new(),
         counters: Counters::default(),
+        metrics: metrics.clone(),
     });
     let builder = Arc::new(builder(&conns.limits));
     let housekeeping = tokio::spawn(housekeeping(conns.clone()));
     loop {
+        tokio::select! {
+            () = conns.wait_below_ceiling() => {}
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => break,
@@ -152,12 +191,7 @@ pub async fn serve(
                 continue;
             }
         };
-        if !conns.admit() {
-            conns.counters.refused.fetch_add(1, Relaxed);
-            metrics.connection_refused();
-            drop(tcp);
-            continue;
-        }
+        conns.make_room();
         let _ = tcp.set_nodelay(true);
         let id = conns.next_id.fetch_add(1, Relaxed);
         let state = Arc::new(ConnState::new(conns.epoch));
@@ -167,7 +201,7 @@ pub async fn serve(
         let metrics = metrics.clone();
         tokio::spawn(async move {
             serve_one(tcp, state, &builder, router, shutdown).await;
-            conns.lock().remove(&id);
+            conns.remove(id);
             metrics.connection_closed();
         });
     }

@@ -40,8 +40,8 @@ pub struct Metrics {
     purged: Counter,
     writer_errors: Counter,
     open_connections: Gauge,
-    /// Connections turned away (e.g. over a connection cap): [`Metrics::connection_refused`].
-    refused_connections: Counter,
+    /// Quiet connections closed to make room at the connection cap.
+    evicted_connections: Counter,
     keys: Gauge,
     data_bytes: Gauge,
 }
@@ -82,8 +82,12 @@ impl Default for Metrics {
         );
         let open_connections = Gauge::default();
         registry.register("open_connections", "Client connections currently open", open_connections.clone());
-        let refused_connections = Counter::default();
-        registry.register("refused_connections", "Client connections refused", refused_connections.clone());
+        let evicted_connections = Counter::default();
+        registry.register(
+            "evicted_connections",
+            "Quiet client connections closed to make room at the connection cap",
+            evicted_connections.clone(),
+        );
         let keys = Gauge::default();
         registry.register("keys", "Keys stored (expired keys count until they are purged)", keys.clone());
         let data_bytes = Gauge::default();
@@ -97,7 +101,7 @@ impl Default for Metrics {
             purged,
             writer_errors,
             open_connections,
-            refused_connections,
+            evicted_connections,
             keys,
             data_bytes,
         }
@@ -119,9 +123,9 @@ impl Metrics {
         self.purged.inc_by(keys as u64);
     }
 
-    /// A connection turned away by the connection cap.
-    pub fn connection_refused(&self) {
-        self.refused_connections.inc();
+    /// A quiet connection was closed to make room at the connection cap.
+    pub fn connection_evicted(&self) {
+        self.evicted_connections.inc();
     }
 
     /// A client connection was accepted.
