@@ -130,7 +130,15 @@ pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl
     let mut run_id = 0u32;
     for &c in &cfg.concurrency {
         if cfg.wants("raw") {
-            let row = |op, m| Row { store: STORE, op, c, m, peak_rss_kib: None, first_heartbeat_ms: None };
+            let row = |op, m| Row {
+                store: STORE,
+                op,
+                c,
+                m,
+                peak_rss_kib: None,
+                private_rss_kib: None,
+                first_heartbeat_ms: None,
+            };
             let con = client.get_async_connection().await.context("connecting to the cluster")?;
             let warm = keys(&event_ids(&format!("cluster-raw-warm-c{c}"), cfg.warmup));
             raw(&cluster, &con, warm, c, cfg.cap, true, "created").await?;
@@ -164,9 +172,11 @@ pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl
                 measured.push(with_cluster_cpu(m, &cluster, t0));
             }
             let (rss, hb) = (Some(p.peak_rss_kib()), Some(p.first_heartbeat.as_secs_f64() * 1000.0));
+            let private = Some(super::procs::vm_kib(p.pid, "RssAnon"));
             p.shutdown().await?;
             for (op, m) in ["ingest_new", "ingest_dup", "status"].into_iter().zip(measured) {
-                let r = Row { store: STORE, op, c, m, peak_rss_kib: rss, first_heartbeat_ms: hb };
+                let r =
+                    Row { store: STORE, op, c, m, peak_rss_kib: rss, private_rss_kib: private, first_heartbeat_ms: hb };
                 progress("plugin", &r);
                 res.plugin.push(r);
             }

@@ -104,6 +104,28 @@ pub fn targets(r: &Results) -> Vec<Target> {
     ]
 }
 
+/// What the plugin's peak RSS is made of at each concurrency: its private memory, the rest
+/// being the mapped executable and libraries (clean file pages, shared with the page cache).
+fn memory_line(s: &mut String, r: &Results) {
+    let mut parts = Vec::new();
+    for row in r.plugin.iter().filter(|row| row.op == "ingest_new") {
+        if let (Some(peak), Some(private)) = (row.peak_rss_kib, row.private_rss_kib) {
+            let mb = |k: u64| k as f64 * 1024.0 / 1e6;
+            parts.push(format!(
+                "{} C={}: {:.1} MB = {:.1} private + {:.1} mapped",
+                row.store,
+                row.c,
+                mb(peak),
+                mb(private),
+                mb(peak.saturating_sub(private))
+            ));
+        }
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(s, "\nPlugin peak RSS (VmHWM) = private memory (RssAnon at the end of the runs) + mapped binary and libraries: {}.", parts.join("; "));
+    }
+}
+
 /// Plugin CPU per ingest by stage, next to the whole process's CPU per ingest at C=16; the
 /// rest is the runtime, tasks, pipes and scheduling around the stages.
 fn stage_table(s: &mut String, r: &Results) {
@@ -218,6 +240,7 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
             r.startup.idle_peak_rss_kib as f64 * 1024.0 / 1e6
         );
     }
+    memory_line(&mut s, r);
     let _ = writeln!(s, "\n| target | measured | limit | result |\n|---|---:|---:|---|");
     for t in targets {
         let verdict = match t.pass {

@@ -49,6 +49,10 @@ pub struct Row {
     pub m: Measure,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_rss_kib: Option<u64>,
+    /// The plugin's private memory (`RssAnon`) at the end of its runs: what VmHWM holds
+    /// besides the mapped binary and libraries, which are clean pages shared with the page cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_rss_kib: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_heartbeat_ms: Option<f64>,
 }
@@ -108,7 +112,15 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
         }
         for &c in &cfg.concurrency {
             if cfg.wants("raw") {
-                let row = |op, m| Row { store: name, op, c, m, peak_rss_kib: None, first_heartbeat_ms: None };
+                let row = |op, m| Row {
+                    store: name,
+                    op,
+                    c,
+                    m,
+                    peak_rss_kib: None,
+                    private_rss_kib: None,
+                    first_heartbeat_ms: None,
+                };
                 let warm = keys(&event_ids(&format!("raw-warm-c{c}"), cfg.warmup));
                 raw_run(&server, store, Op::Claim, warm, c, cfg.cap, "created").await?;
                 let ids = event_ids(&format!("raw-c{c}"), cfg.n);
@@ -136,7 +148,15 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
         for durability in ["immediate", "none"] {
             let server = start_store(cfg, tmp, Store::Kv, durability)?;
             for &c in &cfg.concurrency {
-                let row = |op, m| Row { store: durability, op, c, m, peak_rss_kib: None, first_heartbeat_ms: None };
+                let row = |op, m| Row {
+                    store: durability,
+                    op,
+                    c,
+                    m,
+                    peak_rss_kib: None,
+                    private_rss_kib: None,
+                    first_heartbeat_ms: None,
+                };
                 let warm = keys(&event_ids(&format!("kv-warm-c{c}"), cfg.warmup));
                 raw_run(&server, Store::Kv, Op::Claim, warm, c, cfg.cap, "created").await?;
                 let ids = event_ids(&format!("kv-c{c}"), cfg.n);
@@ -188,10 +208,19 @@ async fn plugin_rows(
     let (r, lines) = phase(&|r| status_lines(r, &url, ids));
     let status = p.run(r, &lines, c, cfg.cap, pid, "found").await?;
     let (rss, hb) = (Some(p.peak_rss_kib()), Some(p.first_heartbeat.as_secs_f64() * 1000.0));
+    let private = Some(super::procs::vm_kib(p.pid, "RssAnon"));
     p.shutdown().await?;
     Ok([("ingest_new", new), ("ingest_dup", dup), ("status", status)]
         .into_iter()
-        .map(|(op, m)| Row { store: name, op, c, m, peak_rss_kib: rss, first_heartbeat_ms: hb })
+        .map(|(op, m)| Row {
+            store: name,
+            op,
+            c,
+            m,
+            peak_rss_kib: rss,
+            private_rss_kib: private,
+            first_heartbeat_ms: hb,
+        })
         .collect())
 }
 
