@@ -14,9 +14,9 @@ use anyhow::Context;
 use clap::Parser;
 use serde_json::json;
 
+use bench::config::Config;
 use bench::procs::{load1, machine, TempDir};
 use bench::raw::Store;
-use bench::suite::Config;
 
 #[derive(Parser)]
 #[command(name = "stateful-tool-bench", about = "Benchmarks: plugin vs raw store, KV container durability")]

@@ -112,7 +112,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     // all sessions on one event loop a request costs no thread hand-off. Two workers plus
     // the main thread spent about a third of the plugin's CPU on waking each other.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    options.store.allowed_hosts = crate::store::cache::AllowedHosts::parse(settings.get(STORE_HOSTS_VAR).as_deref())?;
+    options.store.allowed_hosts = crate::store::hosts::AllowedHosts::parse(settings.get(STORE_HOSTS_VAR).as_deref())?;
     let app = App::new(options.clock, options.store);
     let result = match method.as_str() {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions { logs: LogRoute::Protocol, ..options.serve })),

@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod canonical;
 pub mod clock;
+pub mod hosts;
 pub mod key;
 pub mod kv_client;
 pub mod memory;

@@ -3,10 +3,10 @@
 
 use serde::Serialize;
 
+use super::config::Config;
 use super::measure::Measure;
 use super::plugin::Plugin;
 use super::procs::{start_kv, TempDir};
-use super::suite::Config;
 use super::workload::{event_ids, ingest_lines};
 
 /// Sessions in the burst (issue 14's figure); `--quick` (debug builds in CI) writes fewer.

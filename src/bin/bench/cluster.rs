@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
 use super::plugin::Plugin;
 use super::procs::{cpu_ticks, TempDir, TICKS_PER_SEC};
-use super::suite::{Config, Results, Row};
+use super::results::{Results, Row};
 use super::workload::{event_ids, ingest_lines, keys, record_value, status_lines, TTL_MS};
 
 const STORE: &str = "redis-cluster";

@@ -2,11 +2,13 @@
 
 pub mod burst;
 pub mod cluster;
+pub mod config;
 pub mod measure;
 pub mod plugin;
 pub mod procs;
 pub mod raw;
 pub mod report;
+pub mod results;
 pub mod stages;
 pub mod suite;
 pub mod wire;

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::measure::Measure;
-use super::suite::{Results, Row};
+use super::results::{Results, Row};
 
 /// One performance target and how this run fared.
 #[derive(Debug, Serialize)]

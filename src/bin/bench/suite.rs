@@ -1,81 +1,16 @@
 //! The benchmark run: start-up, then per backend raw store and plugin side by side, then the KV alone.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
+use super::config::Config;
 use super::measure::Measure;
 use super::plugin::Plugin;
 use super::procs::{start_kv, start_redis, Proc, TempDir};
 use super::raw::{self, Op, Store};
-use super::stages::{self, Stages};
+use super::results::{Results, Row};
+use super::stages;
 use super::workload::{event_ids, ingest_lines, keys, record_value, status_lines};
-
-/// Everything a run needs to know.
-pub struct Config {
-    pub plugin: PathBuf,
-    pub wrapper: Vec<String>,
-    pub redis: String,
-    pub n: usize,
-    pub warmup: usize,
-    pub spawns: usize,
-    pub concurrency: Vec<usize>,
-    pub cap: Duration,
-    pub backends: Vec<Store>,
-    pub sections: Vec<String>,
-    /// Calls per stage in the per-stage section, and store creates timed there.
-    pub stage_calls: usize,
-    pub stage_creates: usize,
-    /// Sessions in the burst section.
-    pub burst_sessions: usize,
-}
-
-impl Config {
-    pub fn wants(&self, section: &str) -> bool {
-        self.sections.iter().any(|s| s == section)
-    }
-}
-
-/// One line of a result table.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    /// `kv` / `redis` (plugin and raw rows) or `immediate` / `none` (KV container rows).
-    pub store: &'static str,
-    pub op: &'static str,
-    pub c: usize,
-    #[serde(flatten)]
-    pub m: Measure,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub peak_rss_kib: Option<u64>,
-    /// The plugin's private memory (`RssAnon`) at the end of its runs: what VmHWM holds
-    /// besides the mapped binary and libraries, which are clean pages shared with the page cache.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub private_rss_kib: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_heartbeat_ms: Option<f64>,
-}
-
-#[derive(Debug, Default, Serialize)]
-pub struct Startup {
-    /// Spawn → first heartbeat line, one entry per spawn.
-    pub first_heartbeat_ms: Vec<f64>,
-    /// VmHWM of an idle plugin right after its first heartbeat.
-    pub idle_peak_rss_kib: u64,
-}
-
-#[derive(Debug, Default, Serialize)]
-pub struct Results {
-    pub startup: Startup,
-    pub plugin: Vec<Row>,
-    pub raw: Vec<Row>,
-    pub kv: Vec<Row>,
-    /// Plugin CPU per ingest by stage, one entry per backend.
-    pub stages: Vec<Stages>,
-    /// The burst section (10,000 sessions at once).
-    pub burst: Option<super::burst::Burst>,
-}
 
 fn store_name(s: Store) -> &'static str {
     match s {

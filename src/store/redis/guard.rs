@@ -7,13 +7,9 @@ use std::time::Duration;
 use redis::io::AsyncDNSResolver;
 use redis::{ErrorKind, RedisError, RedisFuture};
 
-use super::is_auth_error;
-use crate::store::cache::AllowedHosts;
+use super::errors::{is_auth_error, NOT_ALLOWED};
+use crate::store::hosts::AllowedHosts;
 use crate::store::StoreError;
-
-/// Words every refusal of a host carries, so the refusal is recognised however the client
-/// library wraps it.
-pub const NOT_ALLOWED: &str = "is not in the store hosts this plugin may use";
 
 /// Resolves hosts for the Cluster client, refusing any host the allow-list does not permit.
 /// The client dials every node through its resolver (seeds, the owners in `CLUSTER SLOTS`,

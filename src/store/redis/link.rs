@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use super::errors::{classify, is_auth_error};
 use super::guard::{
     auth_problem, cluster_who, host_port, is_refusal, master_who, refused_node, refused_password, sentinel_who,
     Guarded, Who,
 };
 use super::url::{node_url, Parsed, Target};
-use super::{classify, is_auth_error};
-use crate::store::cache::AllowedHosts;
+use crate::store::hosts::AllowedHosts;
 use crate::store::StoreError;
 
 /// A live connection. Cheap to clone: clones share one multiplexed connection.

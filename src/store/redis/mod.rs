@@ -2,19 +2,23 @@
 //! every operation is one atomic step on one key (valid on a Cluster) that also reads `TIME`
 //! on the node owning the key (the lease clock is that node's clock).
 
+mod errors;
 mod guard;
 mod link;
 mod probe;
+mod replicas;
 mod scripts;
 pub mod url;
 
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, Value as RV};
+use redis::{RedisError, Value as RV};
 
+use self::errors::classify;
 use self::link::{Connector, Link};
+use self::replicas::wait_ms;
 use self::scripts::Scripts;
-use super::cache::AllowedHosts;
+use super::hosts::AllowedHosts;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 pub struct RedisStore {
@@ -165,71 +169,6 @@ impl RedisStore {
         let now = self.observe(secs, micros);
         Ok((reply, now, acks))
     }
-
-    /// Why a write does not count: fewer replicas than `min_replicas` confirmed it. Behind
-    /// Sentinel this may be a master that was just demoted or not yet reconfigured: ask again.
-    async fn unreplicated(&self, acks: i64, undone: bool, timeout: Duration) -> StoreError {
-        if self.connector.rediscovers() {
-            self.replace_link(self.link().0).await;
-        }
-        let undone =
-            if undone { "it was rolled back" } else { "rolling it back failed, so it stays until its lease ends" };
-        StoreError::Bad(format!(
-            "only {acks} of the {} replicas required by min_replicas confirmed the write within {} ms; {undone}",
-            self.min_replicas,
-            wait_ms(timeout)
-        ))
-    }
-}
-
-/// How long a `WAIT` may block: a part of the operation's timeout, so the answer still arrives.
-fn wait_ms(timeout: Duration) -> u64 {
-    (timeout.as_millis() as u64 / 2).max(1)
-}
-
-pub(crate) fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreError {
-    let text = e.to_string();
-    if text.contains(guard::NOT_ALLOWED) {
-        // The client library wraps the resolver's refusal in its own words: keep ours.
-        StoreError::Config(text.find("the Redis node ").map_or(text.clone(), |at| text[at..].to_owned()))
-    } else if let Some(why) = tls_refusal(&e) {
-        StoreError::Unreachable(addr.to_owned(), why)
-    } else if e.is_timeout() {
-        StoreError::Timeout(timeout.as_millis() as u64)
-    } else if e.is_connection_refusal() {
-        StoreError::Unreachable(addr.to_owned(), e.to_string())
-    } else if e.code() == Some("NOAUTH") {
-        StoreError::Unauthorized(format!(
-            "the Redis server at {addr} requires a password (NOAUTH); put it in kv_url: redis://:password@host:port/db \
-             (redis+cluster://:password@host:port,… or redis+sentinel://:password@host:26379,…/master)"
-        ))
-    } else if is_auth_error(&e) {
-        StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {e}"))
-    } else if e.code() == Some("CLUSTERDOWN") {
-        StoreError::Bad(format!(
-            "the Redis Cluster is down ({e}): some hash slots have no reachable master (uncovered slots, or a \
-             failover in progress)"
-        ))
-    } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-        StoreError::Interrupted(e.to_string())
-    } else {
-        StoreError::Bad(format!("a Redis error: {e}"))
-    }
-}
-
-/// A TLS handshake that refused the server's certificate: nothing was sent, and the fix is
-/// in kv_url (`tls_ca`) or in the server's certificate.
-fn tls_refusal(e: &RedisError) -> Option<String> {
-    let text = e.to_string();
-    let detail = text.split_once("invalid peer certificate: ")?.1;
-    Some(format!(
-        "its TLS certificate was refused ({detail}): it must chain to the CA named by tls_ca in kv_url (without \
-         tls_ca, to the public roots), be valid now, and name the address the plugin dials"
-    ))
-}
-
-pub(crate) fn is_auth_error(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
 }
 
 fn ttl_ms(ttl: Duration) -> Vec<u8> {
@@ -354,58 +293,5 @@ impl EventStore for RedisStore {
 
     fn clock(&self) -> &StoreClock {
         &self.clock
-    }
-}
-
-// Undoing a write that too few replicas confirmed goes through `release`, the one
-// compare-by-claim_id roll-back of this backend (the tools use it for a claim whose answer
-// was lost). Every write carries a fresh claim_id, so "the record still carries the
-// claim_id of our write" is "our write is still there". The two callers restore different
-// records on purpose: a lost answer is rolled forward to a `failed` attempt (a delete would
-// let a late create land unseen), while an unreplicated write is put back to exactly what
-// the replicas still hold (nothing, or the record it replaced), so that a failover and a
-// roll-back leave the same state.
-impl RedisStore {
-    /// Rolls back our write of `value` (delete it, or put `restore` back) while the key still
-    /// carries its claim_id.
-    async fn undo(
-        &self,
-        key: &str,
-        value: &[u8],
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-    ) -> &'static str {
-        let Some(claim_id) = claim_id_of(value) else {
-            return "rolling it back failed (the write carries no claim_id)";
-        };
-        match self.release(key, &claim_id, restore, ttl, timeout).await {
-            Ok(true) => "rolled back",
-            // Replaced since by another writer's compare-and-swap, or (after a lost answer)
-            // never applied: nothing of ours is left.
-            Ok(false) => "nothing of it was left to roll back",
-            Err(_) => "rolling it back failed",
-        }
-    }
-}
-
-/// The `claim_id` of a record as written.
-fn claim_id_of(value: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Claim {
-        claim_id: String,
-    }
-    serde_json::from_slice::<Claim>(value).ok().map(|c| c.claim_id).filter(|c| !c.is_empty())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_claim_id_of_a_write_is_found_or_none() {
-        assert_eq!(claim_id_of(br#"{"status":"processing","claim_id":"c-1"}"#).as_deref(), Some("c-1"));
-        assert_eq!(claim_id_of(br#"{"claim_id":""}"#), None);
-        assert_eq!(claim_id_of(b"plain text"), None);
     }
 }

@@ -1,0 +1,31 @@
+//! What a benchmark run is asked to do (from the command line).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::raw::Store;
+
+/// Everything a run needs to know.
+pub struct Config {
+    pub plugin: PathBuf,
+    pub wrapper: Vec<String>,
+    pub redis: String,
+    pub n: usize,
+    pub warmup: usize,
+    pub spawns: usize,
+    pub concurrency: Vec<usize>,
+    pub cap: Duration,
+    pub backends: Vec<Store>,
+    pub sections: Vec<String>,
+    /// Calls per stage in the per-stage section, and store creates timed there.
+    pub stage_calls: usize,
+    pub stage_creates: usize,
+    /// Sessions in the burst section.
+    pub burst_sessions: usize,
+}
+
+impl Config {
+    pub fn wants(&self, section: &str) -> bool {
+        self.sections.iter().any(|s| s == section)
+    }
+}
