@@ -80,3 +80,61 @@ async fn damage_found_while_serving_is_reported_and_never_served_as_data() {
     // The storage engine's assertion is logged as one line, not as a raw panic on stderr.
     assert!(logged.contains("kv: internal failure") && !logged.contains("panicked at"), "{logged}");
 }
+
+/// A value damaged inside its page, in a way that still parses as JSON: the record's
+/// checksum catches it on the read, while serving, and at the next start.
+#[tokio::test]
+async fn a_damaged_value_that_still_parses_is_refused_while_serving_and_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let log = tmp.path().join("kv.log");
+    let mut server = KvServer::start_logged(&data, &["--cache-mb", "0"], &[], &log);
+    let http = reqwest::Client::new();
+    const MARKER: &str = "amount-0001234500-EUR";
+    for key in ["before", "victim", "after"] {
+        let body = format!("{{\"key\":\"{key}\",\"note\":\"{MARKER}\"}}");
+        let (code, text) = status(http.put(format!("{}/state/{key}", server.url())).body(body)).await;
+        assert_eq!(code, 201, "{text}");
+    }
+    let victim = format!("{{\"key\":\"victim\",\"note\":\"{MARKER}\"}}");
+
+    // One digit of the victim's amount changes in every copy the file holds: still JSON.
+    let file = data.join("kv.redb");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mut changed = 0;
+    let mut at = 0;
+    while let Some(found) = find(&bytes[at..], victim.as_bytes()) {
+        let digit = at + found + victim.find("12345").unwrap();
+        bytes[digit] = b'9';
+        changed += 1;
+        at += found + victim.len();
+    }
+    assert!(changed >= 1, "the victim's value is in the file");
+    std::fs::write(&file, &bytes).unwrap();
+
+    let (code, text) = status(http.get(format!("{}/state/victim", server.url()))).await;
+    assert!((500..600).contains(&code), "a damaged value was answered {code}: {text}");
+    assert!(!text.contains("amount-0009"), "the damaged value was served: {text}");
+    let (code, text) = status(http.get(format!("{}/healthz", server.url()))).await;
+    assert_eq!(code, 503, "{text}");
+    let health: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(health["status"], "damaged", "{health}");
+    let reason = health["reason"].as_str().unwrap();
+    assert!(reason.contains("\"victim\"") && reason.contains("checksum"), "{health}");
+    server.terminate();
+
+    // Offline, the file is refused (redb's page checksums see it too once the file is at rest).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stateful-tool"))
+        .args(["kv", "check", "--data"])
+        .arg(&data)
+        .env_remove("KV_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "kv check accepted a damaged value: {stderr}");
+    assert!(stderr.contains("not a complete, valid store"), "{stderr}");
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
