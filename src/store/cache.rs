@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
+use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, AnyStore, Clock, StoreError};
+use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

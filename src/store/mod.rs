@@ -4,6 +4,7 @@
 //! compare-and-swap (`swap`) against the version that was read, so two deliveries can never
 //! both win, and a late writer can never overwrite a newer state.
 
+pub mod any;
 pub mod cache;
 pub mod canonical;
 pub mod clock;
@@ -131,56 +132,4 @@ pub trait EventStore: Send + Sync {
     fn probe(&self) -> impl Future<Output = Result<Probe, StoreError>> + Send;
     /// The store's clock, as last observed (used to stamp lease deadlines).
     fn clock(&self) -> &StoreClock;
-}
-
-/// One of the backends, chosen by the `kv_url` scheme.
-pub enum AnyStore {
-    KvContainer(kv_client::KvClientStore),
-    Redis(Box<redis::RedisStore>),
-    Memory(memory::MemoryStore),
-}
-
-macro_rules! each_backend {
-    ($self:ident, $s:ident => $e:expr) => {
-        match $self {
-            AnyStore::KvContainer($s) => $e,
-            AnyStore::Redis($s) => $e,
-            AnyStore::Memory($s) => $e,
-        }
-    };
-}
-
-impl EventStore for AnyStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        each_backend!(self, s => s.create(key, value, ttl, timeout).await)
-    }
-    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
-        each_backend!(self, s => s.read(key, timeout).await)
-    }
-    async fn swap(
-        &self,
-        key: &str,
-        expected: &Version,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-    ) -> Result<Swapped, StoreError> {
-        each_backend!(self, s => s.swap(key, expected, value, ttl, timeout).await)
-    }
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-    ) -> Result<bool, StoreError> {
-        each_backend!(self, s => s.release(key, claim_id, restore, ttl, timeout).await)
-    }
-    async fn probe(&self) -> Result<Probe, StoreError> {
-        each_backend!(self, s => s.probe().await)
-    }
-    fn clock(&self) -> &StoreClock {
-        each_backend!(self, s => s.clock())
-    }
 }

@@ -1,0 +1,58 @@
+//! `AnyStore`: the backend a `kv_url` chose, behind the one `EventStore` interface.
+
+use std::time::Duration;
+
+use super::{kv_client, memory, redis};
+use super::{Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+
+/// One of the backends, chosen by the `kv_url` scheme.
+pub enum AnyStore {
+    KvContainer(kv_client::KvClientStore),
+    Redis(Box<redis::RedisStore>),
+    Memory(memory::MemoryStore),
+}
+
+macro_rules! each_backend {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            AnyStore::KvContainer($s) => $e,
+            AnyStore::Redis($s) => $e,
+            AnyStore::Memory($s) => $e,
+        }
+    };
+}
+
+impl EventStore for AnyStore {
+    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
+        each_backend!(self, s => s.create(key, value, ttl, timeout).await)
+    }
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        each_backend!(self, s => s.read(key, timeout).await)
+    }
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Version,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Swapped, StoreError> {
+        each_backend!(self, s => s.swap(key, expected, value, ttl, timeout).await)
+    }
+    async fn release(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        each_backend!(self, s => s.release(key, claim_id, restore, ttl, timeout).await)
+    }
+    async fn probe(&self) -> Result<Probe, StoreError> {
+        each_backend!(self, s => s.probe().await)
+    }
+    fn clock(&self) -> &StoreClock {
+        each_backend!(self, s => s.clock())
+    }
+}
