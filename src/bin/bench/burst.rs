@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::config::Config;
-use super::measure::Measure;
+use super::measure::{kib_to_mb, Measure};
 use super::plugin::Plugin;
 use super::procs::{start_kv, TempDir};
 use super::workload::{event_ids, ingest_lines};
@@ -29,7 +29,7 @@ pub struct Burst {
 
 impl Burst {
     pub fn peak_rss_mb(&self) -> f64 {
-        self.peak_rss_kib as f64 * 1024.0 / 1e6
+        kib_to_mb(self.peak_rss_kib)
     }
 
     /// The report's sentence.

@@ -131,15 +131,7 @@ pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl
     let mut run_id = 0u32;
     for &c in &cfg.concurrency {
         if cfg.wants("raw") {
-            let row = |op, m| Row {
-                store: STORE,
-                op,
-                c,
-                m,
-                peak_rss_kib: None,
-                private_rss_kib: None,
-                first_heartbeat_ms: None,
-            };
+            let row = |op, m| Row::store_only(STORE, op, c, m);
             let con = client.get_async_connection().await.context("connecting to the cluster")?;
             let warm = keys(&event_ids(&format!("cluster-raw-warm-c{c}"), cfg.warmup));
             raw(&cluster, &con, warm, c, cfg.cap, true, "created").await?;
@@ -172,12 +164,10 @@ pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl
                 let m = p.run(run_id, &lines, c, cfg.cap, store_pid, expected).await?;
                 measured.push(with_cluster_cpu(m, &cluster, t0));
             }
-            let (rss, hb) = (Some(p.peak_rss_kib()), Some(p.first_heartbeat.as_secs_f64() * 1000.0));
-            let private = Some(super::procs::vm_kib(p.pid, "RssAnon"));
+            let footprint = p.footprint();
             p.shutdown().await?;
             for (op, m) in ["ingest_new", "ingest_dup", "status"].into_iter().zip(measured) {
-                let r =
-                    Row { store: STORE, op, c, m, peak_rss_kib: rss, private_rss_kib: private, first_heartbeat_ms: hb };
+                let r = Row::plugin(STORE, op, c, m, footprint);
                 progress("plugin", &r);
                 res.plugin.push(r);
             }

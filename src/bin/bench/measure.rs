@@ -109,6 +109,11 @@ impl Meter {
     }
 }
 
+/// KiB as the kernel counts them (`/proc/PID/status`) in MB (10^6 bytes), as targets are stated.
+pub fn kib_to_mb(kib: u64) -> f64 {
+    kib as f64 * 1024.0 / 1e6
+}
+
 /// Microseconds since `t`, saturating (a latency above 71 minutes is not a latency).
 pub fn micros_since(t: Instant) -> u32 {
     t.elapsed().as_micros().min(u32::MAX as u128) as u32

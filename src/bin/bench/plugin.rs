@@ -14,6 +14,16 @@ use super::workload::parse_session_id;
 /// Longest silence tolerated from the plugin while sessions are open.
 const STALL: Duration = Duration::from_secs(30);
 
+/// A plugin process's memory at the end of its runs, and how fast it started.
+#[derive(Debug, Clone, Copy)]
+pub struct Footprint {
+    /// VmHWM.
+    pub peak_rss_kib: u64,
+    /// RssAnon: what VmHWM holds besides the mapped binary and libraries.
+    pub private_rss_kib: u64,
+    pub first_heartbeat_ms: f64,
+}
+
 pub struct Plugin {
     child: Child,
     pub pid: u32,
@@ -169,6 +179,15 @@ impl Plugin {
     /// Peak resident set size so far (VmHWM), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
         super::procs::vm_kib(self.pid, "VmHWM")
+    }
+
+    /// What the process holds now, for the rows of the runs it served.
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            peak_rss_kib: self.peak_rss_kib(),
+            private_rss_kib: super::procs::vm_kib(self.pid, "RssAnon"),
+            first_heartbeat_ms: self.first_heartbeat.as_secs_f64() * 1000.0,
+        }
     }
 
     /// Closes stdin (how the daemon ends a plugin gracefully) and waits for the exit.

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::measure::Measure;
+use super::measure::{kib_to_mb, Measure};
 use super::results::{Results, Row};
 
 /// One performance target and how this run fared.
@@ -59,7 +59,7 @@ fn ratio(r: &Results, store: &str, c: usize) -> Option<f64> {
 fn peak_rss_mb(r: &Results, c: Option<usize>) -> Option<f64> {
     let rows = r.plugin.iter().filter(|row| c.is_none_or(|c| row.c == c)).filter_map(|row| row.peak_rss_kib);
     let idle = c.is_none().then_some(r.startup.idle_peak_rss_kib);
-    max(rows.chain(idle).map(|k| k as f64)).filter(|&k| k > 0.0).map(|k| k * 1024.0 / 1e6)
+    max(rows.chain(idle).filter(|&k| k > 0).map(kib_to_mb))
 }
 
 pub fn targets(r: &Results) -> Vec<Target> {
@@ -110,14 +110,13 @@ fn memory_line(s: &mut String, r: &Results) {
     let mut parts = Vec::new();
     for row in r.plugin.iter().filter(|row| row.op == "ingest_new") {
         if let (Some(peak), Some(private)) = (row.peak_rss_kib, row.private_rss_kib) {
-            let mb = |k: u64| k as f64 * 1024.0 / 1e6;
             parts.push(format!(
                 "{} C={}: {:.1} MB = {:.1} private + {:.1} mapped",
                 row.store,
                 row.c,
-                mb(peak),
-                mb(private),
-                mb(peak.saturating_sub(private))
+                kib_to_mb(peak),
+                kib_to_mb(private),
+                kib_to_mb(peak.saturating_sub(private))
             ));
         }
     }
@@ -198,7 +197,7 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
             opt(raw.map(|x| p.m.ops_per_s / x.m.ops_per_s), 2),
             opt(p.m.subject_cpu_ms_per_op.map(|ms| ms * 1000.0), 1),
             p.m.store_cpu_ms_per_op,
-            opt(p.peak_rss_kib.map(|k| k as f64 * 1024.0 / 1e6), 1),
+            opt(p.peak_rss_kib.map(kib_to_mb), 1),
         );
     }
     if r.plugin.is_empty() && !r.raw.is_empty() {
@@ -237,7 +236,7 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
             hb.len(),
             sorted[sorted.len() / 2],
             sorted[sorted.len() - 1],
-            r.startup.idle_peak_rss_kib as f64 * 1024.0 / 1e6
+            kib_to_mb(r.startup.idle_peak_rss_kib)
         );
     }
     memory_line(&mut s, r);

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::burst::Burst;
 use super::measure::Measure;
+use super::plugin::Footprint;
 use super::stages::Stages;
 
 /// One line of a result table.
@@ -23,6 +24,26 @@ pub struct Row {
     pub private_rss_kib: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_heartbeat_ms: Option<f64>,
+}
+
+impl Row {
+    /// A row of a run without a plugin (the raw store, the KV container alone).
+    pub fn store_only(store: &'static str, op: &'static str, c: usize, m: Measure) -> Row {
+        Row { store, op, c, m, peak_rss_kib: None, private_rss_kib: None, first_heartbeat_ms: None }
+    }
+
+    /// A row of a plugin run, with what the plugin held at the end of its runs.
+    pub fn plugin(store: &'static str, op: &'static str, c: usize, m: Measure, f: Footprint) -> Row {
+        Row {
+            store,
+            op,
+            c,
+            m,
+            peak_rss_kib: Some(f.peak_rss_kib),
+            private_rss_kib: Some(f.private_rss_kib),
+            first_heartbeat_ms: Some(f.first_heartbeat_ms),
+        }
+    }
 }
 
 #[derive(Debug, Default, Serialize)]

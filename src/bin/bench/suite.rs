@@ -47,15 +47,7 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
         }
         for &c in &cfg.concurrency {
             if cfg.wants("raw") {
-                let row = |op, m| Row {
-                    store: name,
-                    op,
-                    c,
-                    m,
-                    peak_rss_kib: None,
-                    private_rss_kib: None,
-                    first_heartbeat_ms: None,
-                };
+                let row = |op, m| Row::store_only(name, op, c, m);
                 let warm = keys(&event_ids(&format!("raw-warm-c{c}"), cfg.warmup));
                 raw_run(&server, store, Op::Claim, warm, c, cfg.cap, "created").await?;
                 let ids = event_ids(&format!("raw-c{c}"), cfg.n);
@@ -83,15 +75,7 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
         for durability in ["immediate", "none"] {
             let server = start_store(cfg, tmp, Store::Kv, durability)?;
             for &c in &cfg.concurrency {
-                let row = |op, m| Row {
-                    store: durability,
-                    op,
-                    c,
-                    m,
-                    peak_rss_kib: None,
-                    private_rss_kib: None,
-                    first_heartbeat_ms: None,
-                };
+                let row = |op, m| Row::store_only(durability, op, c, m);
                 let warm = keys(&event_ids(&format!("kv-warm-c{c}"), cfg.warmup));
                 raw_run(&server, Store::Kv, Op::Claim, warm, c, cfg.cap, "created").await?;
                 let ids = event_ids(&format!("kv-c{c}"), cfg.n);
@@ -142,20 +126,11 @@ async fn plugin_rows(
     let dup = p.run(r, &lines, c, cfg.cap, pid, "duplicate").await?;
     let (r, lines) = phase(&|r| status_lines(r, &url, ids));
     let status = p.run(r, &lines, c, cfg.cap, pid, "found").await?;
-    let (rss, hb) = (Some(p.peak_rss_kib()), Some(p.first_heartbeat.as_secs_f64() * 1000.0));
-    let private = Some(super::procs::vm_kib(p.pid, "RssAnon"));
+    let footprint = p.footprint();
     p.shutdown().await?;
     Ok([("ingest_new", new), ("ingest_dup", dup), ("status", status)]
         .into_iter()
-        .map(|(op, m)| Row {
-            store: name,
-            op,
-            c,
-            m,
-            peak_rss_kib: rss,
-            private_rss_kib: private,
-            first_heartbeat_ms: hb,
-        })
+        .map(|(op, m)| Row::plugin(name, op, c, m, footprint))
         .collect())
 }
 
