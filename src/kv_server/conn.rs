@@ -55,22 +55,20 @@ impl Conns {
     }
 
     /// Makes room for the connection just accepted: at the cap, the quietest connection not
-    /// serving a request is told to close. Returns whether one was.
-    fn make_room(&self) -> bool {
+    /// serving a request is told to close.
+    fn make_room(&self) {
         let open = self.lock();
         if open.len() < self.limits.max_connections {
-            return false;
+            return;
         }
         let victim = open
             .values()
             .filter(|c| !c.closing.load(Relaxed) && c.in_flight.load(Relaxed) == 0)
             .min_by_key(|c| c.last_io_ms.load(Relaxed));
-        let evicted = victim.is_some_and(|v| v.request_close());
-        if evicted {
+        if victim.is_some_and(|v| v.request_close()) {
             self.counters.evicted.fetch_add(1, Relaxed);
             self.metrics.connection_evicted();
         }
-        evicted
     }
 
     /// Waits until fewer than the hard ceiling are open. Closing takes a moment; accepting
