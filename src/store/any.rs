@@ -2,13 +2,14 @@
 
 use std::time::Duration;
 
-use super::{kv_client, memory, redis};
+use super::{kv_client, memory, postgres, redis};
 use super::{Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
 
 /// One of the backends, chosen by the `kv_url` scheme.
 pub enum AnyStore {
     KvContainer(kv_client::KvClientStore),
     Redis(Box<redis::RedisStore>),
+    Postgres(Box<postgres::PostgresStore>),
     Memory(memory::MemoryStore),
 }
 
@@ -17,6 +18,7 @@ macro_rules! each_backend {
         match $self {
             AnyStore::KvContainer($s) => $e,
             AnyStore::Redis($s) => $e,
+            AnyStore::Postgres($s) => $e,
             AnyStore::Memory($s) => $e,
         }
     };

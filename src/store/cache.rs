@@ -9,14 +9,15 @@ use tokio::sync::OnceCell;
 use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{kv_client::KvClientStore, memory::MemoryStore, redis::RedisStore, Clock, StoreError};
+use super::{kv_client::KvClientStore, memory::MemoryStore, postgres::PostgresStore, redis::RedisStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StoreConfig {
     pub url: String,
     pub token: Option<String>,
-    /// Redis replicas that must acknowledge every write (`WAIT`); 0 = none.
+    /// Redis replicas that must acknowledge every write (`WAIT`), or PostgreSQL synchronous
+    /// standbys the server's settings must wait for; 0 = none.
     pub min_replicas: u32,
 }
 
@@ -94,6 +95,9 @@ async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Resu
         Scheme::Redis => AnyStore::Redis(Box::new(
             RedisStore::connect(&cfg.url, cfg.min_replicas, host, timeout, options.allowed_hosts.clone()).await?,
         )),
+        Scheme::Postgres => {
+            AnyStore::Postgres(Box::new(PostgresStore::connect(&cfg.url, cfg.min_replicas, host, timeout).await?))
+        }
         Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
         Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };

@@ -44,10 +44,16 @@ impl AllowedHosts {
 
     pub(super) fn check(&self, url: &str) -> Result<(), StoreError> {
         let Some(entries) = &self.0 else { return Ok(()) };
-        // A Cluster or Sentinel kv_url lists several hosts, and each is dialled: all must be allowed.
-        if let Some(seeds) =
-            super::redis::url::seed_hosts(url).ok().filter(|_| matches!(Scheme::of(url), Ok(Scheme::Redis))).flatten()
-        {
+        let seeds = match Scheme::of(url) {
+            Ok(Scheme::Redis) => super::redis::url::seed_hosts(url).ok().flatten(),
+            Ok(Scheme::Postgres) => super::postgres::url::Parsed::parse(url, std::time::Duration::from_secs(1))
+                .ok()
+                .map(|p| p.hosts().into_iter().map(|(h, port)| format!("{h}:{port}")).collect()),
+            _ => None,
+        };
+        // A Cluster, Sentinel or PostgreSQL kv_url may list several hosts, and each is dialled:
+        // all must be allowed.
+        if let Some(seeds) = seeds {
             let allowed = |seed: &String| {
                 let seed = seed.to_ascii_lowercase();
                 let host = seed.rsplit_once(':').map_or(seed.as_str(), |(h, _)| h);
@@ -97,6 +103,8 @@ mod tests {
         let seeds = AllowedHosts::parse(Some("r1,r2:7001,[::1]")).unwrap();
         assert!(seeds.check("rediss+cluster://:pw@R1:7000,r2:7001,[::1]:7002").is_ok());
         assert!(seeds.check("redis+sentinel://r1,[::1]:26380/m?sentinel_password=x").is_ok());
+        assert!(seeds.check("postgres://u:pw@r1:5432,r2:7001/db").is_ok());
+        assert!(seeds.check("postgresql://u:pw@r1:5432,evil:5432/db").is_err());
         for refused in ["redis+cluster://r1:7000,r2:7002", "redis+sentinel://r1,evil:26379/m", "redis+cluster://r1,r3"]
         {
             let e = seeds.check(refused).unwrap_err();

@@ -12,6 +12,7 @@ pub mod hosts;
 pub mod key;
 pub mod kv_client;
 pub mod memory;
+pub mod postgres;
 pub mod record;
 pub mod redis;
 pub mod url;
@@ -58,7 +59,7 @@ pub enum Version {
     Etag(String),
     /// Redis compares the whole value.
     Value(Vec<u8>),
-    /// In-memory store revision.
+    /// In-memory store revision; PostgreSQL row version (from a sequence, never reused).
     Rev(u64),
 }
 

@@ -7,13 +7,15 @@ use super::StoreError;
 pub const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`stateful-tool kv serve`), \
                                     or for Redis ≥ 7 redis(s)://[:password@]host:port/db, \
                                     redis(s)+cluster://[:password@]host:port,host:port… or \
-                                    redis(s)+sentinel://[:password@]host:port,host:port…/master[/db]";
+                                    redis(s)+sentinel://[:password@]host:port,host:port…/master[/db], \
+                                    or for PostgreSQL postgres://user:password@host:port[,host:port…]/database";
 
 /// A backend, by `kv_url` scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
     KvContainer,
     Redis,
+    Postgres,
     /// The in-process store, only when the runtime allows it (tests).
     Memory,
 }
@@ -26,6 +28,7 @@ impl Scheme {
             Some("redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel") => {
                 Ok(Scheme::Redis)
             }
+            Some("postgres" | "postgresql") => Ok(Scheme::Postgres),
             Some("memory") => Ok(Scheme::Memory),
             _ => Err(unsupported(url)),
         }
@@ -107,6 +110,8 @@ mod tests {
     fn schemes() {
         assert_eq!(Scheme::of("HTTPS://h").unwrap(), Scheme::KvContainer);
         assert_eq!(Scheme::of("rediss://h").unwrap(), Scheme::Redis);
+        assert_eq!(Scheme::of("PostgreSQL://u@h/db").unwrap(), Scheme::Postgres);
+        assert_eq!(Scheme::of("postgres://u@h/db").unwrap(), Scheme::Postgres);
         for form in ["redis+cluster", "rediss+cluster", "Redis+Sentinel", "rediss+sentinel"] {
             assert_eq!(Scheme::of(&format!("{form}://h:1,h:2")).unwrap(), Scheme::Redis, "{form}");
         }
