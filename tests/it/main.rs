@@ -7,6 +7,7 @@ mod support;
 
 // The store backends through the real binary: outcomes, races, lifecycle, keys, retention.
 mod backend_kv;
+mod backend_postgres;
 mod backend_redis;
 // Redis Cluster and Sentinel built by the tests: scenarios, validation, failover under load.
 mod redis_cluster;

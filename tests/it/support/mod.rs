@@ -10,6 +10,7 @@ pub mod lifecycle;
 pub mod load;
 pub mod package;
 pub mod plugin;
+pub mod postgres;
 pub mod property;
 pub mod proxy;
 pub mod redis;
