@@ -9,7 +9,9 @@ use tokio::sync::OnceCell;
 use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{kv_client::KvClientStore, memory::MemoryStore, postgres::PostgresStore, redis::RedisStore, Clock, StoreError};
+use super::{
+    kv_client::KvClientStore, memory::MemoryStore, postgres::PostgresStore, redis::RedisStore, Clock, StoreError,
+};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -9,7 +9,9 @@ mod support;
 mod backend_kv;
 mod backend_postgres;
 mod backend_redis;
-// Redis Cluster and Sentinel built by the tests: scenarios, validation, failover under load.
+// Redis Cluster and Sentinel, PostgreSQL standbys, built by the tests: scenarios, validation,
+// failover under load.
+mod postgres_validate;
 mod redis_cluster;
 mod redis_ha_tls;
 mod redis_persistence;

@@ -26,6 +26,10 @@ pub fn db_text(e: &tokio_postgres::Error) -> String {
 pub fn connecting(at: &str, user: &str, e: &tokio_postgres::Error) -> StoreError {
     let text = db_text(e);
     match e.code() {
+        _ if text.contains("pg_hba.conf") && text.contains("no encryption") => StoreError::Unauthorized(format!(
+            "PostgreSQL at {at} accepts role {user} only over TLS ({text}): remove sslmode=disable from kv_url (the \
+             default, prefer, uses TLS when the server offers it)"
+        )),
         Some(c) if *c == SqlState::INVALID_PASSWORD || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
             StoreError::Unauthorized(format!(
                 "PostgreSQL at {at} refused role {user} ({text}): check the user and password in kv_url (a password \
@@ -36,9 +40,9 @@ pub fn connecting(at: &str, user: &str, e: &tokio_postgres::Error) -> StoreError
             "PostgreSQL at {at}: {text}. Create it first (CREATE DATABASE … OWNER {user}), or name an existing \
              database in kv_url"
         )),
-        Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => StoreError::Config(format!(
-            "PostgreSQL at {at}: {text}: GRANT CONNECT ON DATABASE <database> TO {user};"
-        )),
+        Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => {
+            StoreError::Config(format!("PostgreSQL at {at}: {text}: GRANT CONNECT ON DATABASE <database> TO {user};"))
+        }
         Some(c) if *c == SqlState::TOO_MANY_CONNECTIONS => StoreError::Unreachable(at.to_owned(), text),
         _ if text.contains("does not allow writes") => StoreError::Config(format!(
             "PostgreSQL at {at} is a read-only standby (no host in kv_url accepts writes): name the primary, or list \
@@ -49,10 +53,6 @@ pub fn connecting(at: &str, user: &str, e: &tokio_postgres::Error) -> StoreError
             at.to_owned(),
             format!("{text}: the server has no TLS, and sslmode in kv_url requires it (use sslmode=prefer or disable)"),
         ),
-        _ if text.contains("no pg_hba.conf entry") && text.contains("no encryption") => StoreError::Unauthorized(format!(
-            "PostgreSQL at {at} accepts role {user} only over TLS ({text}): remove sslmode=disable from kv_url (the \
-             default, prefer, uses TLS when the server offers it)"
-        )),
         _ if text.contains("invalid peer certificate") || text.contains("UnknownIssuer") => StoreError::Unreachable(
             at.to_owned(),
             format!(

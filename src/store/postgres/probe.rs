@@ -41,7 +41,8 @@ pub async fn inspect(
         return Err(StoreError::Config(format!("PostgreSQL at {at}: {lacking}")));
     }
     let mut warnings = vec![];
-    let waits_for_standbys = !standbys.trim().is_empty() && matches!(commit.as_str(), "on" | "remote_write" | "remote_apply");
+    let waits_for_standbys =
+        !standbys.trim().is_empty() && matches!(commit.as_str(), "on" | "remote_write" | "remote_apply");
     let replication = if waits_for_standbys {
         format!("each commit waits for synchronous standbys ({standbys}, synchronous_commit={commit})")
     } else {

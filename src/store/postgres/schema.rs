@@ -29,32 +29,55 @@ fn create_v1(schema: &str) -> String {
     )
 }
 
-/// The recorded layout version, or None when our tables are not there (yet).
-async fn recorded(client: &Client, schema: &str) -> Result<Option<i32>, tokio_postgres::Error> {
-    let exists = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&format!("{schema}.meta")]).await?;
-    if !exists.get::<_, bool>(0) {
-        return Ok(None);
+/// The recorded layout version, or None when our tables are not there (yet). Each missing
+/// privilege on what exists is named, with its GRANT.
+async fn recorded(
+    client: &Client,
+    schema: &str,
+    user: &str,
+) -> Result<Result<Option<i32>, String>, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT to_regnamespace($1) IS NOT NULL, \
+                    CASE WHEN to_regnamespace($1) IS NULL THEN false ELSE has_schema_privilege($1, 'USAGE') END",
+            &[&schema],
+        )
+        .await?;
+    let (exists, usage): (bool, bool) = (row.get(0), row.get(1));
+    if !exists {
+        return Ok(Ok(None));
     }
-    let row = client.query_opt(&format!("SELECT schema_version FROM {schema}.meta"), &[]).await?;
-    Ok(row.map(|r| r.get(0)))
+    if !usage {
+        return Ok(Err(format!(
+            "role {user} lacks the USAGE privilege on schema {schema}: GRANT USAGE ON SCHEMA {schema} TO {user};"
+        )));
+    }
+    let meta = format!("{schema}.meta");
+    if !client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&meta]).await?.get::<_, bool>(0) {
+        return Ok(Ok(None));
+    }
+    match client.query_opt(&format!("SELECT schema_version FROM {meta}"), &[]).await {
+        Ok(row) => Ok(Ok(row.map(|r| r.get(0)))),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => Ok(Err(format!(
+            "role {user} lacks the SELECT privilege on table {meta}: GRANT SELECT ON {meta} TO {user};"
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 /// Makes sure our tables exist in `schema` at [`SCHEMA_VERSION`]. Creating them needs the
 /// CREATE privilege; when it is lacking, the error says which one, on what.
 pub async fn ensure(client: &mut Client, schema: &str, user: &str) -> Result<(), StoreError> {
     let fail = |e: tokio_postgres::Error| StoreError::Config(format!("preparing schema {schema}: {}", db_text(&e)));
-    match recorded(client, schema).await {
-        Ok(Some(SCHEMA_VERSION)) => return Ok(()),
-        Ok(Some(v)) if v > SCHEMA_VERSION => {
+    match recorded(client, schema, user).await.map_err(fail)?.map_err(StoreError::Config)? {
+        Some(SCHEMA_VERSION) => return Ok(()),
+        Some(v) if v > SCHEMA_VERSION => {
             return Err(StoreError::Config(format!(
                 "schema {schema} holds layout {v}, written by a newer stateful-tool; this one knows layout \
                  {SCHEMA_VERSION}: upgrade the plugin, or point kv_url at another schema (?schema=…)"
             )))
         }
-        Ok(_) => {}
-        // No USAGE on the schema: the privilege check below names it.
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {}
-        Err(e) => return Err(fail(e)),
+        _ => {}
     }
     if let Some(lacking) = lacking_to_create(client, schema, user).await.map_err(fail)? {
         return Err(StoreError::Config(lacking));
@@ -104,7 +127,11 @@ async fn lacking_to_create(client: &Client, schema: &str, user: &str) -> Result<
 
 /// What `user` lacks to use the existing tables (each privilege checked on its own, so the
 /// message names exactly the missing one); None when every claim can be made.
-pub async fn lacking_to_use(client: &Client, schema: &str, user: &str) -> Result<Option<String>, tokio_postgres::Error> {
+pub async fn lacking_to_use(
+    client: &Client,
+    schema: &str,
+    user: &str,
+) -> Result<Option<String>, tokio_postgres::Error> {
     let (events, versions) = (format!("{schema}.events"), format!("{schema}.versions"));
     let mut lacking = vec![];
     for privilege in ["SELECT", "INSERT", "UPDATE", "DELETE"] {

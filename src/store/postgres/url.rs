@@ -46,8 +46,14 @@ impl Parsed {
                 Some(("tls_ca" | "sslrootcert", path)) => tls_ca = Some(decode(path)),
                 Some(("sslmode", mode)) => sslmode = Some(mode.to_owned()),
                 Some((
-                    "target_session_attrs" | "application_name" | "connect_timeout" | "keepalives"
-                    | "keepalives_idle" | "load_balance_hosts" | "channel_binding" | "options",
+                    "target_session_attrs"
+                    | "application_name"
+                    | "connect_timeout"
+                    | "keepalives"
+                    | "keepalives_idle"
+                    | "load_balance_hosts"
+                    | "channel_binding"
+                    | "options",
                     _,
                 )) => rest.push(pair),
                 _ => {

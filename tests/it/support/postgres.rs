@@ -39,6 +39,8 @@ fn server_command(program: PathBuf) -> Command {
     if as_root() {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=postgres", "--regid=postgres", "--clear-groups"]).arg(program);
+        // Not root's home: libpq would try to read ~/.postgresql there.
+        c.env("HOME", std::env::temp_dir());
         c
     } else {
         Command::new(program)
@@ -92,18 +94,39 @@ pub struct PgServer {
 impl PgServer {
     /// A fresh cluster with `settings` (`name=value`, as `postgres -c`).
     pub fn start(settings: &[&str]) -> PgServer {
+        Self::start_prepared(settings, |_| {})
+    }
+
+    /// Like [`PgServer::start`], after `prepare` has changed the data directory (pg_hba.conf,
+    /// certificates).
+    pub fn start_prepared(settings: &[&str], prepare: impl FnOnce(&Path)) -> PgServer {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new("cp").arg("-a").arg(template()).arg(dir.path().join("data")).output().unwrap();
         assert!(out.status.success(), "copying the template: {}", String::from_utf8_lossy(&out.stderr));
+        prepare(&dir.path().join("data"));
         Self::launch(dir, settings)
     }
 
-    /// A streaming standby of `primary` (pg_basebackup), reporting itself as `name`.
-    pub fn standby_of(primary: &PgServer, name: &str) -> PgServer {
+    /// A streaming standby of `primary` (pg_basebackup), reporting itself as `name`, with
+    /// `settings` too (the primary's own are not copied).
+    pub fn standby_of(primary: &PgServer, name: &str, settings: &[&str]) -> PgServer {
         let dir = tempfile::tempdir().unwrap();
         give(dir.path());
         let out = server_command(bin("pg_basebackup"))
-            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", ADMIN, "-X", "stream", "--no-sync", "-D"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                ADMIN,
+                "-X",
+                "stream",
+                "--no-sync",
+                "-c",
+                "fast",
+                "-D",
+            ])
             .arg(dir.path().join("data"))
             .env("PGPASSWORD", ADMIN_PASSWORD)
             .output()
@@ -114,7 +137,7 @@ impl PgServer {
             "primary_conninfo=host=127.0.0.1 port={} user={ADMIN} password={ADMIN_PASSWORD} application_name={name}",
             primary.port
         );
-        Self::launch(dir, &[&conninfo])
+        Self::launch(dir, &[&[conninfo.as_str()], settings].concat())
     }
 
     fn launch(dir: tempfile::TempDir, settings: &[&str]) -> PgServer {
