@@ -2,7 +2,6 @@
 //! test: copied from a template initdb made once per build directory, run as the `postgres`
 //! user when the tests run as root, killed (the whole process group) on drop.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -165,7 +164,7 @@ impl PgServer {
             cmd.arg("-c").arg(s);
         }
         let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
-        let child = cmd.stdout(Stdio::null()).stderr(log).process_group(0).spawn().expect("postgres");
+        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().expect("postgres");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.sql("postgres", "SELECT 1").is_err() {
@@ -211,13 +210,32 @@ impl PgServer {
         format!("postgres://{user}:{user}-pw@127.0.0.1:{}/{db}", self.port)
     }
 
-    /// kill -9 of the postmaster and every backend (a machine dying, as far as clients see).
+    /// kill -9 of the postmaster and every process it started (each backend runs in its own
+    /// session, so not a process group): a machine dying, as far as clients see.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
-            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            let children = children_of(c.id());
+            let _ = c.kill();
+            for pid in children {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
             let _ = c.wait();
         }
     }
+}
+
+/// The processes whose parent is `pid`, from /proc.
+fn children_of(pid: u32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            // /proc/<p>/stat: "pid (comm) state ppid …"; comm may hold spaces, so split after ')'.
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+            after.split_whitespace().nth(1).and_then(|pp| pp.parse::<u32>().ok()) == Some(pid)
+        })
+        .collect()
 }
 
 impl Drop for PgServer {
