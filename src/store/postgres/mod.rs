@@ -44,10 +44,13 @@ impl Drop for PostgresStore {
     }
 }
 
-/// A claim written after its deadline (on the store's clock) is refused by the statement.
-fn too_late(deadline_ms: Option<i64>) -> StoreError {
+/// A write that reached the store after its deadline (on the store's clock) is refused by
+/// the statement itself: nothing was written, and nothing will be (not ambiguous).
+/// (`StoreError::TooLate { deadline_ms, store_now_ms }` of the deadline interface, once it
+/// is on main.)
+fn too_late(deadline_ms: Option<i64>, store_now_ms: i64) -> StoreError {
     StoreError::Bad(format!(
-        "the write reached the store after its deadline ({} ms on the store's clock) and was refused; nothing was written",
+        "the store refused a write that arrived after its deadline ({}; store time {store_now_ms}); nothing was written",
         deadline_ms.unwrap_or_default()
     ))
 }
@@ -155,21 +158,22 @@ impl PostgresStore {
         now
     }
 
-    /// Create-if-absent, refused by the statement when the store's clock is past `deadline_ms`.
-    pub async fn create_by(
+    /// Create-if-absent, refused by the statement when the store's clock is past `until`
+    /// (unix ms on the store's clock; None = no deadline).
+    pub async fn create_until(
         &self,
         key: &str,
         value: &[u8],
         ttl: Duration,
-        deadline_ms: Option<i64>,
         timeout: Duration,
+        until: Option<i64>,
     ) -> Result<Created, StoreError> {
         let (claim, ttl) = (claim_of(value), ttl_ms(ttl));
         for _ in 0..3 {
-            let row = self.one(&self.sql.create, &[&key, &value, &claim, &ttl, &deadline_ms], timeout).await?;
+            let row = self.one(&self.sql.create, &[&key, &value, &claim, &ttl, &until], timeout).await?;
             let now = self.observe(&row, 1);
             if row.get::<_, bool>(2) {
-                return Err(too_late(deadline_ms));
+                return Err(too_late(until, now));
             }
             if row.get::<_, i32>(0) == 1 {
                 return Ok(Created::Created);
@@ -186,25 +190,25 @@ impl PostgresStore {
         Err(StoreError::Bad(format!("the record under {key} kept appearing and vanishing; try again")))
     }
 
-    /// Compare-and-swap, refused by the statement when the store's clock is past `deadline_ms`.
-    pub async fn swap_by(
+    /// Compare-and-swap, refused by the statement when the store's clock is past `until`.
+    pub async fn swap_until(
         &self,
         key: &str,
         expected: &Version,
         value: &[u8],
         ttl: Duration,
-        deadline_ms: Option<i64>,
         timeout: Duration,
+        until: Option<i64>,
     ) -> Result<Swapped, StoreError> {
         let Version::Rev(expected) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
         let (claim, ttl, expected) = (claim_of(value), ttl_ms(ttl), *expected as i64);
-        let params: [&(dyn ToSql + Sync); 6] = [&key, &value, &claim, &ttl, &deadline_ms, &expected];
+        let params: [&(dyn ToSql + Sync); 6] = [&key, &value, &claim, &ttl, &until, &expected];
         let row = self.one(&self.sql.swap, &params, timeout).await?;
         let now = self.observe(&row, 1);
         if row.get::<_, bool>(2) {
-            return Err(too_late(deadline_ms));
+            return Err(too_late(until, now));
         }
         if row.get::<_, i32>(0) == 1 {
             return Ok(Swapped::Swapped);
@@ -214,6 +218,35 @@ impl PostgresStore {
             Some(cur) if cur.version != Version::Rev(expected as u64) => Ok(Swapped::Changed(Some(cur))),
             _ => Ok(Swapped::Changed(self.read(key, timeout).await?)),
         }
+    }
+
+    /// Rolls back a claim by its claim_id, refused by the statement when the store's clock
+    /// is past `until`.
+    pub async fn release_until(
+        &self,
+        key: &str,
+        claim_id: &str,
+        restore: Option<&[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let (ttl, restored_claim) = (ttl_ms(ttl), restore.map(claim_of).unwrap_or_default());
+        let params: [&(dyn ToSql + Sync); 6] = [&key, &claim_id, &restore, &ttl, &until, &restored_claim];
+        let row = self.one(&self.sql.release, &params, timeout).await?;
+        let now = self.observe(&row, 1);
+        if row.get::<_, bool>(2) {
+            return Err(too_late(until, now));
+        }
+        Ok(row.get::<_, i32>(0) == 1)
+    }
+
+    /// A read and the store's time T it was served at (the statement's clock, taken after its
+    /// snapshot): every write whose statement committed before the read began is in it.
+    pub async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
+        let row = self.one(&self.sql.read, &[&key], timeout).await?;
+        let now = self.observe(&row, 0);
+        Ok((self.current(&row, 1, now), now))
     }
 }
 
@@ -235,13 +268,11 @@ async fn purge(pool: Pool, statement: String) {
 
 impl EventStore for PostgresStore {
     async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        self.create_by(key, value, ttl, None, timeout).await
+        self.create_until(key, value, ttl, timeout, None).await
     }
 
     async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
-        let row = self.one(&self.sql.read, &[&key], timeout).await?;
-        let now = self.observe(&row, 0);
-        Ok(self.current(&row, 1, now))
+        Ok(self.read_at(key, timeout).await?.0)
     }
 
     async fn swap(
@@ -252,7 +283,7 @@ impl EventStore for PostgresStore {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Swapped, StoreError> {
-        self.swap_by(key, expected, value, ttl, None, timeout).await
+        self.swap_until(key, expected, value, ttl, timeout, None).await
     }
 
     async fn release(
@@ -263,11 +294,7 @@ impl EventStore for PostgresStore {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<bool, StoreError> {
-        let (ttl, restored_claim) = (ttl_ms(ttl), restore.map(claim_of).unwrap_or_default());
-        let params: [&(dyn ToSql + Sync); 5] = [&key, &claim_id, &restore, &ttl, &restored_claim];
-        let row = self.one(&self.sql.release, &params, timeout).await?;
-        self.observe(&row, 1);
-        Ok(row.get::<_, i32>(0) == 1)
+        self.release_until(key, claim_id, restore, ttl, timeout, None).await
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {

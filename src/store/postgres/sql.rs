@@ -15,8 +15,8 @@ pub struct Sql {
     /// $1 key, $2 value, $3 claim_id, $4 ttl ms, $5 deadline ms, $6 expected version
     /// → swapped int, now_ms, late bool, value, version.
     pub swap: String,
-    /// $1 key, $2 claim_id, $3 restore (NULL = delete), $4 ttl ms, $5 restore's claim_id
-    /// → released int, now_ms.
+    /// $1 key, $2 claim_id, $3 restore (NULL = delete), $4 ttl ms, $5 deadline ms,
+    /// $6 restore's claim_id → released int, now_ms, late bool.
     pub release: String,
     /// Deletes one small batch of expired rows → deleted count.
     pub purge: String,
@@ -62,16 +62,16 @@ impl Sql {
                 "WITH n AS (SELECT clock_timestamp() AS t),
                  del AS (
                    DELETE FROM {s}.events e USING n
-                   WHERE $3::bytea IS NULL AND e.key = $1 AND e.claim_id = $2 AND e.expires_at > n.t
+                   WHERE $3::bytea IS NULL AND e.key = $1 AND e.claim_id = $2 AND e.expires_at > n.t AND NOT {late}
                    RETURNING 1),
                  upd AS (
                    UPDATE {s}.events e
-                   SET value = $3::bytea, version = nextval('{s}.versions'), claim_id = $5,
+                   SET value = $3::bytea, version = nextval('{s}.versions'), claim_id = $6,
                        expires_at = n.t + $4::bigint * interval '1 millisecond'
                    FROM n
-                   WHERE $3::bytea IS NOT NULL AND e.key = $1 AND e.claim_id = $2 AND e.expires_at > n.t
+                   WHERE $3::bytea IS NOT NULL AND e.key = $1 AND e.claim_id = $2 AND e.expires_at > n.t AND NOT {late}
                    RETURNING 1)
-                 SELECT ((SELECT count(*) FROM del) + (SELECT count(*) FROM upd))::int, {MS} FROM n"
+                 SELECT ((SELECT count(*) FROM del) + (SELECT count(*) FROM upd))::int, {MS}, {late} FROM n"
             ),
             // The outer condition is checked again on the row's newest version: a row a claim
             // revived meanwhile is not deleted.
