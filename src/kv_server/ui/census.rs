@@ -6,8 +6,8 @@
 //! the old and new value into the writer's commit loop. Instead a scan runs on a blocking
 //! thread, never blocking writers, at most once per `--census-interval-ms` (5 s) and never
 //! more often than every 20× its own duration, so it costs at most ~5 % of one core on a
-//! store of any size. Readers get the latest result at once (with its age) while a stale
-//! one is being refreshed; only the very first read waits for a scan.
+//! store of any size. A read that finds the result due starts a scan and waits for it up to
+//! a second; past that it gets the previous result (with its age) while the scan finishes.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,8 @@ use crate::kv_server::engine::{Engine, ReadError};
 use crate::kv_server::ops_metrics;
 use crate::kv_server::record::{system_now_ms, Record};
 
+/// How long a read waits for a scan in progress before taking the previous result.
+const FRESH_WAIT: Duration = Duration::from_millis(1000);
 /// Length of each list.
 pub const LIST_LEN: usize = 50;
 /// A `result` longer than this is cut in lists (the record view shows it whole).
@@ -206,22 +208,31 @@ impl Census {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The latest census, starting a new scan when it is due; waits only when there is none yet.
+    /// The latest census, starting a new scan when it is due. While one runs, waits for it
+    /// up to [`FRESH_WAIT`] (small stores answer fresh), then answers with the previous one
+    /// (large stores answer at once); only the very first read waits for a whole scan.
     pub async fn current(self: &Arc<Self>, engine: &Engine) -> Result<Arc<Snapshot>, String> {
+        let mut waited = false;
         loop {
             let notified = self.done.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let latest = {
+            let (latest, running) = {
                 let mut s = self.lock();
                 if !s.running && s.next_at.is_none_or(|t| Instant::now() >= t) {
                     s.running = true;
                     self.clone().refresh(engine.clone());
                 }
-                s.latest.clone()
+                (s.latest.clone(), s.running)
             };
             match latest {
-                Some(found) => return found,
+                Some(found) if !running || waited => return found,
+                Some(found) => {
+                    waited = true;
+                    if tokio::time::timeout(FRESH_WAIT, notified).await.is_err() {
+                        return found;
+                    }
+                }
                 None => notified.await,
             }
         }
