@@ -75,7 +75,11 @@ impl OpsMetrics {
         let healthy = Gauge::default();
         registry.register("healthy", "1 while GET /healthz answers ok, else 0", healthy.clone());
         let records = Family::<StatusLabels, Gauge>::default();
-        registry.register("records", "Live keys by record status (a cached scan, at most seconds old)", records.clone());
+        registry.register(
+            "records",
+            "Live keys by record status (a cached scan, at most seconds old)",
+            records.clone(),
+        );
         let stuck = Gauge::default();
         registry.register(
             "stuck_records",
@@ -94,7 +98,17 @@ impl OpsMetrics {
             Unit::Seconds,
             last_backup.clone(),
         );
-        OpsMetrics { claims, write_seconds, healthy, records, stuck, max_connections, start_time, last_backup, rates: Rates::default() }
+        OpsMetrics {
+            claims,
+            write_seconds,
+            healthy,
+            records,
+            stuck,
+            max_connections,
+            start_time,
+            last_backup,
+            rates: Rates::default(),
+        }
     }
 
     pub fn claim(&self, claim: Claim) {

@@ -85,7 +85,8 @@ fn package_lock_wait_gives_up_after_its_timeout_naming_the_holder() {
 fn ensure_scripts_wait_for_the_lock_before_each_apt_get() {
     for name in ["ensure-redis.sh", "ensure-ui-tools.sh"] {
         let body = fs::read_to_string(script(name)).unwrap();
-        let lines: Vec<&str> = body.lines().filter(|l| l.contains("apt-get") && !l.trim_start().starts_with('#')).collect();
+        let lines: Vec<&str> =
+            body.lines().filter(|l| l.contains("apt-get") && !l.trim_start().starts_with('#')).collect();
         let runs: Vec<&&str> = lines.iter().filter(|l| l.trim_start().starts_with("apt-get")).collect();
         assert_eq!(runs.len(), 2, "{name}: {lines:?}");
         for run in runs {

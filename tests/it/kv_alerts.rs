@@ -42,8 +42,11 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
     let original = std::fs::read_to_string(&rules).unwrap();
     let stuck = "expr: kv_stuck_records > 0\n        for: 10m";
     assert!(original.contains(stuck));
-    std::fs::write(dir.path().join("alerts.yaml"), original.replace(stuck, "expr: kv_stuck_records > 0\n        for: 1m"))
-        .unwrap();
+    std::fs::write(
+        dir.path().join("alerts.yaml"),
+        original.replace(stuck, "expr: kv_stuck_records > 0\n        for: 1m"),
+    )
+    .unwrap();
     std::fs::copy(deploy("prometheus/alerts.test.yaml"), dir.path().join("alerts.test.yaml")).unwrap();
     let out = promtool(&["test", "rules", dir.path().join("alerts.test.yaml").to_str().unwrap()]);
     assert!(!out.status.success() && text(&out).contains("KvStuckRecords"), "{}", text(&out));
@@ -90,7 +93,8 @@ async fn the_alerts_and_the_dashboard_name_metrics_the_container_serves() {
         .map(|l| l.split(['{', ' ']).next().unwrap().to_owned())
         .collect();
 
-    let rules: Value = yaml_serde::from_str(&std::fs::read_to_string(deploy("prometheus/alerts.yaml")).unwrap()).unwrap();
+    let rules: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(deploy("prometheus/alerts.yaml")).unwrap()).unwrap();
     let mut alert_exprs = Vec::new();
     queries(&rules, &mut alert_exprs);
     assert_eq!(alert_exprs.len(), 6);

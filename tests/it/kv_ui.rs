@@ -35,10 +35,7 @@ fn kv_ls(url: &str) -> Vec<BTreeMap<String, String>> {
 fn kv_get(url: &str, key: &str) -> BTreeMap<String, String> {
     let out = run(&["kv", "get", key, "--url", url, "--token", TOKEN]);
     assert!(out.status.success(), "{out:?}");
-    stdout(&out)
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_owned(), v.trim().to_owned())))
-        .collect()
+    stdout(&out).lines().filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_owned(), v.trim().to_owned()))).collect()
 }
 
 /// Accepted, completed, failed, a lease that runs out, one with no lease, a duplicate and a
@@ -46,9 +43,7 @@ fn kv_get(url: &str, key: &str) -> BTreeMap<String, String> {
 async fn make_events(url: &str) -> u64 {
     let p = Plugin::spawn(&[]).await;
     let c = json!({"kv_url": url, "kv_token": TOKEN});
-    let ingest = |id: &str, lease: u32| {
-        json!({"event_id": id, "event_type": "created", "payload": format!("{{\"order\":\"{id}\"}}"), "lease_seconds": lease})
-    };
+    let ingest = |id: &str, lease: u32| json!({"event_id": id, "event_type": "created", "payload": format!("{{\"order\":\"{id}\"}}"), "lease_seconds": lease});
     let mut accepted = 0;
     for (id, lease) in [("A-1", 600), ("A-2", 600), ("C-1", 600), ("F-1", 600), ("F-2", 600), ("E-1", 1), ("N-1", 0)] {
         let r = p.invoke("event_ingest", &c, ingest(id, lease)).await;
@@ -89,7 +84,8 @@ fn screenshot_path(name: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
     let data = tempfile::tempdir().unwrap();
-    let kv = KvServer::start(data.path(), &["--token", TOKEN, "--stuck-after-seconds", "3", "--census-interval-ms", "200"]);
+    let kv =
+        KvServer::start(data.path(), &["--token", TOKEN, "--stuck-after-seconds", "3", "--census-interval-ms", "200"]);
     let url = kv.url();
     let accepted = make_events(&url).await;
     let b = Browser::start().await;
@@ -98,7 +94,11 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
     // A wrong token: the form again, with nothing else on the page.
     sign_in(&b, "not-the-token").await;
     let refused = b
-        .wait_for("the refusal", "const e = document.getElementById('login-error').textContent; return e || null;", WAIT)
+        .wait_for(
+            "the refusal",
+            "const e = document.getElementById('login-error').textContent; return e || null;",
+            WAIT,
+        )
         .await;
     assert_eq!(refused, "That token was refused.");
     let page = b
@@ -136,7 +136,10 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
         assert!(Instant::now() < deadline, "the page never matched kv ls: {figures} vs {rows:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!((&figures["processing"], &figures["completed"], &figures["failed"]), (&json!("4"), &json!("1"), &json!("2")));
+    assert_eq!(
+        (&figures["processing"], &figures["completed"], &figures["failed"]),
+        (&json!("4"), &json!("1"), &json!("2"))
+    );
     assert_eq!((&figures["health"], &figures["durability"]), (&json!("ok"), &json!("immediate")));
     let form = b.eval("return document.getElementById('login').checkVisibility();").await;
     assert_eq!(form, json!(false), "the form is gone once signed in");
@@ -152,7 +155,8 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
         if (!document.getElementById('stuck-list')) return null;
         return {stuck: rows('stuck-list'), failed: rows('failed-list')};";
     let lists = b.wait_for("the Lists view", listed, WAIT).await;
-    let stuck: BTreeSet<String> = lists["stuck"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap().into()).collect();
+    let stuck: BTreeSet<String> =
+        lists["stuck"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap().into()).collect();
     let from_ls: BTreeSet<String> = rows
         .iter()
         .filter(|r| r["STATUS"] == "processing" && (r["LEASE"].starts_with("expired") || r["LEASE"] == "-"))
@@ -160,11 +164,16 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
         .collect();
     assert_eq!((&stuck, &from_ls), (&expected_stuck, &expected_stuck), "{lists}");
     let reasons: Vec<&str> = lists["stuck"].as_array().unwrap().iter().map(|r| r[4].as_str().unwrap()).collect();
-    assert!(reasons.iter().any(|r| r.starts_with("lease expired")) && reasons.iter().any(|r| r.ends_with("no lease")), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.starts_with("lease expired")) && reasons.iter().any(|r| r.ends_with("no lease")),
+        "{reasons:?}"
+    );
     let failed: Vec<(&str, &str)> =
         lists["failed"].as_array().unwrap().iter().map(|r| (r[0].as_str().unwrap(), r[4].as_str().unwrap())).collect();
     assert_eq!(failed.len(), 2, "{lists}");
-    assert!(failed.contains(&("evt_F-1", "smtp down: 421 try later")) && failed.contains(&("evt_F-2", "card declined")));
+    assert!(
+        failed.contains(&("evt_F-1", "smtp down: 421 try later")) && failed.contains(&("evt_F-2", "card declined"))
+    );
     b.screenshot(&screenshot_path("status-page-lists.png")).await;
 
     // A record's detail, reached by clicking its link, field for field as `kv get` prints it.
@@ -173,7 +182,18 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
         return Object.fromEntries([...document.querySelectorAll('#record tr')].map((tr) => [tr.dataset.field, tr.cells[1].textContent]));";
     let shown = b.wait_for("the record view", detail, WAIT).await;
     let get = kv_get(&url, "evt_F-1");
-    for field in ["event_id", "event_type", "status", "attempt", "received_at", "updated_at", "completed_at", "result", "fingerprint", "payload"] {
+    for field in [
+        "event_id",
+        "event_type",
+        "status",
+        "attempt",
+        "received_at",
+        "updated_at",
+        "completed_at",
+        "result",
+        "fingerprint",
+        "payload",
+    ] {
         assert_eq!(shown[field].as_str(), Some(get[field].as_str()), "{field}: page {shown} vs kv get {get:?}");
     }
     assert_eq!(get["status"], "failed");
@@ -183,7 +203,11 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
     let totals = "const t = document.querySelector('#rate-totals tbody tr');
         return t ? [...t.cells].slice(1).map((td) => Number(td.textContent)) : null;";
     let t = b.wait_for("the Rates view", totals, WAIT).await;
-    assert_eq!(&t.as_array().unwrap()[..4], &[json!(accepted), json!(0), json!(1), json!(1)], "accepted, reclaimed, duplicate, conflict");
+    assert_eq!(
+        &t.as_array().unwrap()[..4],
+        &[json!(accepted), json!(0), json!(1), json!(1)],
+        "accepted, reclaimed, duplicate, conflict"
+    );
     let lines = b.eval("return document.querySelectorAll('.chart polyline').length;").await;
     assert!(lines.as_u64().unwrap() >= 2, "the charts draw lines: {lines}");
     b.screenshot(&screenshot_path("status-page-rates.png")).await;

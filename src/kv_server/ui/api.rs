@@ -94,7 +94,9 @@ fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
 async fn rates(State(app): App) -> Response {
     let now_ms = system_now_ms();
     let points = app.engine.metrics().ops.rates.window(now_ms);
-    answer(json!({"now_ms": now_ms, "slot_s": SLOT_MS / 1000, "window_s": SLOTS as u64 * SLOT_MS / 1000, "slots": points}))
+    answer(
+        json!({"now_ms": now_ms, "slot_s": SLOT_MS / 1000, "window_s": SLOTS as u64 * SLOT_MS / 1000, "slots": points}),
+    )
 }
 
 async fn lists(State(app): App) -> Result<Response, ApiError> {
@@ -135,7 +137,8 @@ async fn record(State(app): App, uri: Uri) -> Result<Response, ApiError> {
     };
     let now_ms = system_now_ms();
     let brief = Brief::of(&key, &rec, now_ms, app.ui.census.stuck_after_ms());
-    let value: Value = serde_json::from_slice(&rec.value).unwrap_or_else(|_| String::from_utf8_lossy(&rec.value).into());
+    let value: Value =
+        serde_json::from_slice(&rec.value).unwrap_or_else(|_| String::from_utf8_lossy(&rec.value).into());
     let expires_ms = (rec.expires_ms != 0).then_some(rec.expires_ms);
     Ok(answer(json!({"now_ms": now_ms, "key": key, "rev": rec.rev, "modified_ms": rec.modified_ms,
         "expires_ms": expires_ms, "brief": brief, "value": value})))

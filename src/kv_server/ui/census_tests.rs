@@ -68,7 +68,10 @@ async fn counts_lists_and_stuck_records_follow_the_clock() {
     assert_eq!(s.keys, 65, "the expired key is not counted");
     let c = s.counts;
     assert_eq!((c.processing, c.completed, c.failed, c.other, c.stuck), (3, 1, 60, 1, 1));
-    assert_eq!(s.stuck.iter().map(|b| (b.key.as_str(), b.stuck)).collect::<Vec<_>>(), [("evt_lapsed", Some("lease_expired"))]);
+    assert_eq!(
+        s.stuck.iter().map(|b| (b.key.as_str(), b.stuck)).collect::<Vec<_>>(),
+        [("evt_lapsed", Some("lease_expired"))]
+    );
     assert_eq!(s.failed.len(), LIST_LEN);
     assert_eq!(s.failed[0].key, "evt_f59", "newest first");
     assert_eq!(s.failed[LIST_LEN - 1].key, "evt_f10");
