@@ -198,6 +198,20 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
     }
     assert_eq!(get["status"], "failed");
 
+    // Search by prefix: the keys `kv ls --prefix` lists, with their status.
+    b.goto(&format!("{url}/ui/#search")).await;
+    b.wait_for("the search form", "return document.getElementById('prefix') != null;", WAIT).await;
+    b.eval("document.getElementById('prefix').value = '';").await;
+    b.type_into("#prefix", "evt_F").await;
+    b.click("#search-form button").await;
+    let found = "const rows = [...document.querySelectorAll('#search-list tr[data-key]')];
+        return rows.length && rows.every((tr) => tr.dataset.key.startsWith('evt_F'))
+            ? rows.map((tr) => [tr.dataset.key, tr.cells[4].textContent]) : null;";
+    let found = b.wait_for("the search results", found, WAIT).await;
+    let from_ls: Vec<Value> =
+        rows.iter().filter(|r| r["KEY"].starts_with("evt_F")).map(|r| json!([r["KEY"], r["STATUS"]])).collect();
+    assert_eq!(found.as_array().unwrap(), &from_ls);
+
     // Rates: what the container judged from the conditional writes is what the plugin answered.
     b.goto(&format!("{url}/ui/#rates")).await;
     let totals = "const t = document.querySelector('#rate-totals tbody tr');
@@ -208,8 +222,8 @@ async fn the_status_page_shows_what_kv_ls_and_kv_get_show() {
         &[json!(accepted), json!(0), json!(1), json!(1)],
         "accepted, reclaimed, duplicate, conflict"
     );
-    let lines = b.eval("return document.querySelectorAll('.chart polyline').length;").await;
-    assert!(lines.as_u64().unwrap() >= 2, "the charts draw lines: {lines}");
+    let drawn = b.eval("return [...document.querySelectorAll('.chart')].map((c) => c.querySelectorAll('polyline, circle').length);").await;
+    assert!(drawn.as_array().unwrap().iter().all(|n| n.as_u64() >= Some(1)), "both charts draw their series: {drawn}");
     b.screenshot(&screenshot_path("status-page-rates.png")).await;
 }
 
@@ -236,4 +250,24 @@ async fn the_api_needs_the_token_and_the_page_holds_no_data() {
     assert_eq!((&now["health"]["status"], &now["census"]["keys"]), (&json!("ok"), &json!(0)), "{now}");
     let bad = http.get(format!("{url}/ui/api/keys?prefix=a/b")).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(bad.status(), 400);
+
+    // Paged like `GET /state`: `limit`, then `after` = the previous page's `next`.
+    for key in ["p1", "p2", "p3", "q1"] {
+        let put = http.put(format!("{url}/state/{key}")).bearer_auth(TOKEN).body("{\"n\":1}").send().await.unwrap();
+        assert_eq!(put.status(), 201);
+    }
+    let page = |q: &str| {
+        let req = http.get(format!("{url}/ui/api/keys?{q}")).bearer_auth(TOKEN);
+        async move { serde_json::from_slice::<Value>(&req.send().await.unwrap().bytes().await.unwrap()).unwrap() }
+    };
+    let first = page("prefix=p&limit=2").await;
+    let keys = |p: &Value| {
+        p["keys"].as_array().unwrap().iter().map(|k| k["key"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        (keys(&first), &first["next"], &first["keys"][0]["status"]),
+        (vec!["p1".into(), "p2".into()], &json!("p2"), &json!("other"))
+    );
+    let second = page("prefix=p&limit=2&after=p2").await;
+    assert_eq!((keys(&second), &second["next"]), (vec!["p3".to_owned()], &Value::Null));
 }

@@ -162,13 +162,13 @@
   }
 
   function chart(title, series, unit, slots) {
-    const W = 600, H = 150, L = 44, B = 18, T = 8;
+    const W = 1100, H = 170, L = 52, B = 18, T = 8;
     let max = 0;
     for (const s of series) for (const v of s.values) if (v != null && v > max) max = v;
     max = max > 0 ? max * 1.1 : 1;
     const x = (i) => L + (i * (W - L - 4)) / (slots - 1);
     const y = (v) => T + (H - T - B) * (1 - v / max);
-    const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img', 'aria-label': title });
+    const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': title });
     g.append(svg('line', { x1: L, y1: y(0), x2: W, y2: y(0), class: 'axis' }), svg('line', { x1: L, y1: T, x2: L, y2: y(0), class: 'axis' }));
     const label = (x0, y0, text, anchor) => {
       const t = svg('text', { x: x0, y: y0, 'text-anchor': anchor || 'start' });
@@ -179,7 +179,16 @@
       label(L, H - 3, '-15 min'), label(W - 4, H - 3, 'now', 'end'));
     for (const s of series) {
       let pts = [];
-      const flush = () => { if (pts.length) g.append(svg('polyline', { points: pts.join(' '), class: s.cls })); pts = []; };
+      // A lone point (one slot with data between empty ones) is drawn as a dot.
+      const flush = () => {
+        if (pts.length === 1) {
+          const [cx, cy] = pts[0].split(',');
+          g.append(svg('circle', { cx, cy, r: 2.5, class: s.cls + ' dot' }));
+        } else if (pts.length) {
+          g.append(svg('polyline', { points: pts.join(' '), class: s.cls }));
+        }
+        pts = [];
+      };
       s.values.forEach((v, i) => (v == null ? flush() : pts.push(`${x(i).toFixed(1)},${y(v).toFixed(1)}`)));
       flush();
     }
