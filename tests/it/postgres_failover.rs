@@ -107,7 +107,9 @@ async fn failover(synchronous: bool) -> Counts {
         }
     }
     // Ids whose claim was not acknowledged may or may not have landed: one redelivery decides.
-    for id in attempted.lock().unwrap().iter().filter(|id| !acked.contains(id)) {
+    let acked_set: HashSet<&String> = acked.iter().collect();
+    let attempted = attempted.lock().unwrap().clone();
+    for id in attempted.iter().filter(|id| !acked_set.contains(id)) {
         let r = p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created"})).await;
         assert!(matches!(r.outcome().as_str(), "accepted" | "duplicate"), "{id}: {r:?}");
     }
