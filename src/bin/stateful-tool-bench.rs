@@ -40,9 +40,9 @@ struct Args {
     #[arg(long)]
     max_run_secs: Option<f64>,
     /// Sections to run: startup, stages, plugin, raw, kv, cluster (plugin and raw rows on a
-    /// Redis Cluster the bench starts; with the plugin and/or raw sections), burst (10,000
-    /// sessions at once).
-    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv,cluster,burst")]
+    /// Redis Cluster the bench starts; with the plugin and/or raw sections), postgres (the
+    /// same on a PostgreSQL server the bench starts), burst (10,000 sessions at once).
+    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv,cluster,postgres,burst")]
     sections: Vec<String>,
     /// Backends for the plugin and raw sections: kv, redis.
     #[arg(long, value_delimiter = ',', default_value = "kv,redis")]

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod config;
 pub mod measure;
 pub mod plugin;
+pub mod postgres;
 pub mod procs;
 pub mod raw;
 pub mod report;

@@ -71,6 +71,9 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
     if cfg.wants("cluster") {
         super::cluster::run(cfg, tmp, &mut res, &progress).await?;
     }
+    if cfg.wants("postgres") {
+        super::postgres::run(cfg, tmp, &mut res, &progress).await?;
+    }
     if cfg.wants("kv") {
         for durability in ["immediate", "none"] {
             let server = start_store(cfg, tmp, Store::Kv, durability)?;

@@ -4,7 +4,7 @@
 mod errors;
 mod probe;
 mod schema;
-mod sql;
+pub mod sql;
 pub mod url;
 
 use std::time::{Duration, Instant};

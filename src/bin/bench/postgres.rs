@@ -1,0 +1,258 @@
+//! The PostgreSQL rows: a server the bench starts itself (Debian's binaries, as the
+//! `postgres` user when run as root), the plugin vs a raw client sending the very statements
+//! the plugin sends (create-if-absent, read) at the same concurrency.
+//
+// The raw side is C tokio-postgres connections, one per task, each with the statements
+// prepared once: what an application claiming ids straight in PostgreSQL would do. Store CPU
+// is the postmaster plus every backend.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use stateful_tool::store::postgres::sql::Sql;
+use stateful_tool::store::postgres::PostgresStore;
+use stateful_tool::store::Clock;
+
+use super::config::Config;
+use super::measure::{micros_since, Measure, Meter, Tally};
+use super::plugin::Plugin;
+use super::procs::{cpu_ticks, TempDir, TICKS_PER_SEC};
+use super::results::{Results, Row};
+use super::workload::{event_ids, ingest_lines, keys, record_value, status_lines, TTL_MS};
+
+const STORE: &str = "postgres";
+
+/// The postmaster, killed (with its backends, which exit when it dies) on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// CPU of the postmaster and every process it started (the backends), in ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let pid = self.child.id();
+        let children = std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| {
+            let p: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == pid).then_some(p)
+        });
+        cpu_ticks(pid) + children.map(cpu_ticks).sum::<u64>()
+    }
+}
+
+/// `program` as the `postgres` user when we are root (PostgreSQL refuses to run as root).
+fn as_postgres(program: &Path) -> Command {
+    if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=postgres", "--regid=postgres", "--clear-groups"]).arg(program);
+        c.env("HOME", std::env::temp_dir());
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// The newest /usr/lib/postgresql/<version>/bin, if PostgreSQL is installed.
+fn bin_dir() -> Option<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, b)| b).filter(|b| b.join("initdb").is_file())
+}
+
+/// initdb in `dir` and start the server (trust on loopback; fsync on, synchronous_commit on:
+/// what a default installation acknowledges). None when PostgreSQL is not installed.
+fn start(dir: &Path) -> anyhow::Result<Option<Server>> {
+    let Some(bin) = bin_dir() else {
+        eprintln!("  postgres: /usr/lib/postgresql/<version>/bin is missing; the PostgreSQL rows are skipped");
+        return Ok(None);
+    };
+    let data = dir.join("pg");
+    std::fs::create_dir_all(&data)?;
+    if unsafe { libc::geteuid() } == 0 {
+        Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir).status().context("chown")?;
+    }
+    let out = as_postgres(&bin.join("initdb"))
+        .arg("-D")
+        .arg(data.join("data"))
+        .args(["-U", "bench", "--auth=trust", "--no-sync", "--no-locale", "-E", "UTF8"])
+        .output()
+        .context("running initdb")?;
+    if !out.status.success() {
+        bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = as_postgres(&bin.join("postgres"))
+        .arg("-D")
+        .arg(data.join("data"))
+        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting postgres")?;
+    let server = Server { child, port };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("postgres did not start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Some(server))
+}
+
+/// The PostgreSQL rows at every concurrency of `cfg`: raw claims/duplicates/reads, then the
+/// plugin's new ingests/duplicates/status through `postgres://`.
+pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl Fn(&str, &Row)) -> anyhow::Result<()> {
+    let Some(server) = start(tmp.path())? else { return Ok(()) };
+    let url = format!("postgres://bench@127.0.0.1:{}/postgres?sslmode=disable", server.port);
+    // Retried while the server finishes starting; this also creates our tables.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = PostgresStore::connect(&url, 0, Clock::system(), Duration::from_secs(5)).await {
+        if Instant::now() > deadline {
+            bail!("the plugin's store cannot connect: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sql = Arc::new(Sql::new("stateful_tool"));
+    let mut run_id = 0u32;
+    for &c in &cfg.concurrency {
+        if cfg.wants("raw") {
+            let row = |op, m| Row::store_only(STORE, op, c, m);
+            let warm = keys(&event_ids(&format!("pg-raw-warm-c{c}"), cfg.warmup));
+            raw(&server, &url, &sql, warm, c, cfg.cap, true, "created").await?;
+            let ids = event_ids(&format!("pg-raw-c{c}"), cfg.n);
+            let new = raw(&server, &url, &sql, keys(&ids), c, cfg.cap, true, "created").await?;
+            let claimed = keys(&ids[..new.ops]);
+            let dup = raw(&server, &url, &sql, claimed.clone(), c, cfg.cap, true, "exists").await?;
+            let read = raw(&server, &url, &sql, claimed, c, cfg.cap, false, "found").await?;
+            for r in [row("claim_new", new), row("claim_dup", dup), row("read", read)] {
+                progress("raw", &r);
+                res.raw.push(r);
+            }
+        }
+        if cfg.wants("plugin") {
+            let log = tmp.path().join(format!("plugin-{STORE}-c{c}.log"));
+            let mut p = Plugin::spawn(&cfg.plugin, &cfg.wrapper, &log).await?;
+            let store_pid = server.child.id();
+            run_id += 1;
+            let warm = event_ids(&format!("pg-plugin-warm-c{c}"), cfg.warmup);
+            p.run(run_id, &ingest_lines(run_id, &url, &warm), c, cfg.cap, store_pid, "accepted").await?;
+            let ids = event_ids(&format!("pg-plugin-c{c}"), cfg.n);
+            let mut measured: Vec<Measure> = vec![];
+            for (op, expected) in [("ingest_new", "accepted"), ("ingest_dup", "duplicate"), ("status", "found")] {
+                let ids = &ids[..measured.first().map_or(ids.len(), |m| m.ops)];
+                run_id += 1;
+                let lines =
+                    if op == "status" { status_lines(run_id, &url, ids) } else { ingest_lines(run_id, &url, ids) };
+                let t0 = server.cpu_ticks();
+                let m = p.run(run_id, &lines, c, cfg.cap, store_pid, expected).await?;
+                measured.push(with_server_cpu(m, &server, t0));
+            }
+            let footprint = p.footprint();
+            p.shutdown().await?;
+            for (op, m) in ["ingest_new", "ingest_dup", "status"].into_iter().zip(measured) {
+                let r = Row::plugin(STORE, op, c, m, footprint);
+                progress("plugin", &r);
+                res.plugin.push(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The store CPU of a run over the postmaster and its backends (the meter saw the postmaster).
+fn with_server_cpu(mut m: Measure, server: &Server, t0: u64) -> Measure {
+    let all = server.cpu_ticks().saturating_sub(t0) as f64;
+    let per_op = all / TICKS_PER_SEC * 1000.0 / m.ops.max(1) as f64;
+    let others = (per_op - m.store_cpu_ms_per_op).max(0.0) * m.ops as f64 / 1000.0;
+    m.store_cpu_ms_per_op = per_op;
+    m.foreign_cpu_cores = (m.foreign_cpu_cores - others / m.secs.max(1e-9)).max(0.0);
+    m
+}
+
+/// One raw run: `keys` shared out dynamically to `c` connections; the plugin's claim
+/// statement or its read statement. Stops early at `cap`.
+#[allow(clippy::too_many_arguments)]
+async fn raw(
+    server: &Server,
+    url: &str,
+    sql: &Arc<Sql>,
+    keys: Vec<String>,
+    c: usize,
+    cap: Duration,
+    claim: bool,
+    expected: &str,
+) -> anyhow::Result<Measure> {
+    let mut clients = vec![];
+    for _ in 0..c {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.context("raw connect")?;
+        tokio::spawn(conn);
+        let statement = client.prepare(if claim { &sql.create } else { &sql.read }).await.context("prepare")?;
+        clients.push((client, statement));
+    }
+    let (keys, n) = (Arc::new(keys), Arc::new(AtomicUsize::new(0)));
+    let value = Arc::new(record_value(keys.first().map_or("x", |k| k.trim_start_matches("evt_"))));
+    let t0 = server.cpu_ticks();
+    let meter = Meter::start(None, server.child.id());
+    let deadline = Instant::now() + cap;
+    let mut workers = tokio::task::JoinSet::new();
+    for (client, statement) in clients {
+        let (keys, n, value) = (keys.clone(), n.clone(), value.clone());
+        workers.spawn(async move {
+            let (mut lat, mut tally) = (vec![], Tally::default());
+            let (claim_id, ttl, until) = ("", TTL_MS as i64, None::<i64>);
+            loop {
+                let i = n.fetch_add(1, Ordering::Relaxed);
+                if i >= keys.len() || Instant::now() >= deadline {
+                    return Ok::<_, tokio_postgres::Error>((lat, tally));
+                }
+                let t = Instant::now();
+                let key = keys[i].as_str();
+                let row = if claim {
+                    client.query_one(&statement, &[&key, &&value[..], &claim_id, &ttl, &until]).await?
+                } else {
+                    client.query_one(&statement, &[&key]).await?
+                };
+                lat.push(micros_since(t));
+                tally.add(
+                    match (
+                        claim,
+                        claim && row.get::<_, i32>(0) == 1,
+                        row.get::<_, Option<Vec<u8>>>(if claim { 3 } else { 1 }).is_some(),
+                    ) {
+                        (true, true, _) => "created",
+                        (true, false, _) => "exists",
+                        (false, _, true) => "found",
+                        (false, _, false) => "missing",
+                    },
+                );
+            }
+        });
+    }
+    let (mut lat, mut tally) = (Vec::with_capacity(keys.len()), Tally::default());
+    while let Some(done) = workers.join_next().await {
+        let (l, t) = done.context("a load worker panicked")?.context("a statement failed")?;
+        lat.extend(l);
+        tally.merge(t);
+    }
+    let capped = lat.len() < keys.len();
+    Ok(with_server_cpu(meter.finish(lat, tally, expected, capped), server, t0))
+}
