@@ -15,7 +15,7 @@ use super::record::Clock;
 type Reply = Result<Outcome, EngineError>;
 
 fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
-    WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms }
+    WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms, until_ms: None }
 }
 
 fn open(dir: &Path, clock: Clock) -> (Engine, WriterHandle) {
@@ -115,7 +115,7 @@ async fn later_writes_in_a_batch_see_earlier_ones() {
     let ops = vec![
         put("k", "\"a\"", Precondition::IfAbsent, None),
         put("k", "\"b\"", Precondition::IfAbsent, None),
-        WriteOp::Delete { key: "k".into(), pre: Precondition::None },
+        WriteOp::Delete { key: "k".into(), pre: Precondition::None, until_ms: None },
         put("k", "\"c\"", Precondition::IfAbsent, None),
         put("k", "\"d\"", Precondition::IfRev(1), None),
     ];
@@ -157,11 +157,11 @@ async fn compare_and_swap_and_conditional_delete() {
     }
     let absent = e.write(put("nope", "1", Precondition::IfExists, None)).await;
     assert_eq!(absent.unwrap(), Outcome::PreconditionFailed(None));
-    let stale = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w1.rev) }).await;
+    let stale = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w1.rev), until_ms: None }).await;
     assert!(matches!(stale, Ok(Outcome::PreconditionFailed(Some(_)))));
-    let del = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w2.rev) }).await;
+    let del = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w2.rev), until_ms: None }).await;
     assert_eq!(del.unwrap(), Outcome::Deleted);
-    let again = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::None }).await;
+    let again = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::None, until_ms: None }).await;
     assert_eq!(again.unwrap(), Outcome::NotFound);
     assert!(e.get("k".into()).await.unwrap().is_none());
     drop(e);

@@ -66,9 +66,17 @@ impl StoreClock {
     pub fn is_synced(&self) -> bool {
         self.inner.1.load(Ordering::Relaxed)
     }
-    /// Estimated current store time in unix ms.
+    /// Estimated current store time in unix ms. The offset is measured when an answer is
+    /// received (store time minus host time then), so it is the LOWEST offset the round trip
+    /// allows: the estimate is never ahead of the store's real clock (short of clock jumps).
     pub fn now_ms(&self) -> i64 {
         self.host.now_ms() + self.inner.0.load(Ordering::Relaxed)
+    }
+
+    /// The store deadline of a write sent now with `timeout`: since the estimate is never
+    /// ahead of the store, the store reaches it no later than the caller's timeout fires.
+    pub fn deadline_after(&self, timeout: std::time::Duration) -> super::StoreDeadline {
+        super::StoreDeadline(self.now_ms() + timeout.as_millis() as i64)
     }
 }
 

@@ -91,7 +91,7 @@ impl Claims {
                 claim_id: new_claim_id(),
                 ..rec.clone()
             };
-            match store.release(key, &rec.claim_id, Some(&released.to_bytes()), retention, timeout).await {
+            match store.release(key, &rec.claim_id, Some(&released.to_bytes()), retention, timeout, None).await {
                 Ok(true) => undone += 1,
                 Ok(false) => {}
                 Err(_) => unchecked += 1,

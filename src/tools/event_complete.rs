@@ -80,7 +80,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
         };
         claims.push(&next.claim_id);
         match store
-            .swap(&key, &cur.version, &next.to_bytes(), settings.retention, deadline.share().map_err(fail)?)
+            .swap(&key, &cur.version, &next.to_bytes(), settings.retention, deadline.share().map_err(fail)?, None)
             .await
         {
             Ok(Swapped::Swapped) => return Ok(answer(target.as_str(), next, &key)),

@@ -115,7 +115,7 @@ async fn claim<S: EventStore>(
     let ttl = settings.ttl_for(req.lease_ms);
     claims.push(&fresh.claim_id);
     for _ in 0..MAX_ROUNDS {
-        let existing = match store.create(key, &bytes, ttl, deadline.share().map_err(fail)?).await {
+        let existing = match store.create(key, &bytes, ttl, deadline.share().map_err(fail)?, None).await {
             Ok(Created::Created) => return Ok(answer("accepted", fresh, key, false)),
             Ok(Created::Exists(cur)) => cur,
             // The write may have landed (or may still land): read the key back.
@@ -178,7 +178,7 @@ async fn settle<S: EventStore>(
             ..rec
         };
         claims.push(&next.claim_id);
-        match store.swap(key, &cur.version, &next.to_bytes(), ttl, deadline.share().map_err(fail)?).await {
+        match store.swap(key, &cur.version, &next.to_bytes(), ttl, deadline.share().map_err(fail)?, None).await {
             Ok(Swapped::Swapped) => return Ok(Some(answer("accepted", next, key, true))),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Ok(None),

@@ -35,7 +35,7 @@ pub fn short_reply(r: &Reply) -> String {
         Reply::Created(c) => format!("{:?}", matches!(c, crate::store::Created::Created))
             .replace("true", "created")
             .replace("false", "exists"),
-        Reply::Read(c) => if c.is_some() { "value" } else { "absent" }.into(),
+        Reply::Read(c, _) => if c.is_some() { "value" } else { "absent" }.into(),
         Reply::Swapped(s) => if matches!(s, crate::store::Swapped::Swapped) { "swapped" } else { "changed" }.into(),
         Reply::Released(b) => format!("released={b}"),
         Reply::Failed(e) => format!("error {e}"),

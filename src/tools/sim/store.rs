@@ -10,15 +10,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::store::record::Record;
-use crate::store::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use crate::store::{
+    Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+};
 
 /// A request as the store would receive it.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Create { key: String, value: Vec<u8>, ttl_ms: i64 },
+    Create { key: String, value: Vec<u8>, ttl_ms: i64, until: Option<i64> },
     Read { key: String },
-    Swap { key: String, expected: u64, value: Vec<u8>, ttl_ms: i64 },
-    Release { key: String, claim_id: String, restore: Option<Vec<u8>>, ttl_ms: i64 },
+    Swap { key: String, expected: u64, value: Vec<u8>, ttl_ms: i64, until: Option<i64> },
+    Release { key: String, claim_id: String, restore: Option<Vec<u8>>, ttl_ms: i64, until: Option<i64> },
 }
 
 impl Op {
@@ -36,7 +38,8 @@ impl Op {
 #[derive(Debug, Clone)]
 pub enum Reply {
     Created(Created),
-    Read(Option<Current>),
+    /// The value and the store's time of the read.
+    Read(Option<Current>, i64),
     Swapped(Swapped),
     Released(bool),
     Failed(StoreError),
@@ -77,6 +80,8 @@ pub struct World {
     pub current_task: usize,
     /// How many times each key expired (a new life of the id: attempts start over).
     pub lives: HashMap<String, u32>,
+    /// False plays the store before write deadlines (the mutant the L3 check must catch).
+    pub honours_deadlines: bool,
 }
 
 impl World {
@@ -105,26 +110,34 @@ impl World {
             .insert(key.to_owned(), Entry { value: value.to_vec(), rev: self.rev, expires_ms: self.now_ms + ttl_ms });
     }
 
-    /// Applies one request atomically and returns the answer the store would send.
+    /// Applies one request atomically and returns the answer the store would send. A write
+    /// that arrives after its deadline (when the store honours deadlines) is refused.
     pub fn apply(&mut self, op: &Op) -> Reply {
         self.expire();
+        let until = match op {
+            Op::Create { until, .. } | Op::Swap { until, .. } | Op::Release { until, .. } => *until,
+            Op::Read { .. } => None,
+        };
+        if let Some(d) = until.filter(|d| self.honours_deadlines && self.now_ms > *d) {
+            return Reply::Failed(StoreError::TooLate { deadline_ms: d, store_now_ms: self.now_ms });
+        }
         match op {
-            Op::Create { key, value, ttl_ms } => match self.live(key) {
+            Op::Create { key, value, ttl_ms, .. } => match self.live(key) {
                 Some(e) => Reply::Created(Created::Exists(self.current(e))),
                 None => {
                     self.put(key, value, *ttl_ms);
                     Reply::Created(Created::Created)
                 }
             },
-            Op::Read { key } => Reply::Read(self.live(key).map(|e| self.current(e))),
-            Op::Swap { key, expected, value, ttl_ms } => match self.live(key) {
+            Op::Read { key } => Reply::Read(self.live(key).map(|e| self.current(e)), self.now_ms),
+            Op::Swap { key, expected, value, ttl_ms, .. } => match self.live(key) {
                 Some(e) if e.rev == *expected => {
                     self.put(key, value, *ttl_ms);
                     Reply::Swapped(Swapped::Swapped)
                 }
                 other => Reply::Swapped(Swapped::Changed(other.map(|e| self.current(e)))),
             },
-            Op::Release { key, claim_id, restore, ttl_ms } => {
+            Op::Release { key, claim_id, restore, ttl_ms, .. } => {
                 let ours = self
                     .live(key)
                     .and_then(|e| Record::from_bytes(&e.value).ok())
@@ -181,7 +194,7 @@ impl SimStore {
         let virtual_ms = Arc::new(AtomicI64::new(start_ms));
         let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
         clock.observe(start_ms);
-        let world = World { now_ms: start_ms, ..World::default() };
+        let world = World { now_ms: start_ms, honours_deadlines: true, ..World::default() };
         SimStore { world: Arc::new(Mutex::new(world)), clock, virtual_ms }
     }
 
@@ -223,17 +236,25 @@ fn unexpected(r: Reply) -> StoreError {
 }
 
 impl EventStore for SimStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, _: Duration) -> Result<Created, StoreError> {
-        match self.park(Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl) }).await {
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        _: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        let op = Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl), until: until.map(|d| d.0) };
+        match self.park(op).await {
             Reply::Created(c) => Ok(c),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
     }
 
-    async fn read(&self, key: &str, _: Duration) -> Result<Option<Current>, StoreError> {
+    async fn read_at(&self, key: &str, _: Duration) -> Result<(Option<Current>, i64), StoreError> {
         match self.park(Op::Read { key: key.into() }).await {
-            Reply::Read(c) => Ok(c),
+            Reply::Read(c, now) => Ok((c, now)),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
@@ -246,9 +267,11 @@ impl EventStore for SimStore {
         value: &[u8],
         ttl: Duration,
         _: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Rev(expected) = expected else { return Err(StoreError::Bad("a foreign version".into())) };
-        let op = Op::Swap { key: key.into(), expected: *expected, value: value.to_vec(), ttl_ms: ms(ttl) };
+        let (value, until) = (value.to_vec(), until.map(|d| d.0));
+        let op = Op::Swap { key: key.into(), expected: *expected, value, ttl_ms: ms(ttl), until };
         match self.park(op).await {
             Reply::Swapped(s) => Ok(s),
             Reply::Failed(e) => Err(e),
@@ -263,12 +286,14 @@ impl EventStore for SimStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         _: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
         let op = Op::Release {
             key: key.into(),
             claim_id: claim_id.into(),
             restore: restore.map(<[u8]>::to_vec),
             ttl_ms: ms(ttl),
+            until: until.map(|d| d.0),
         };
         match self.park(op).await {
             Reply::Released(b) => Ok(b),
