@@ -30,6 +30,37 @@ impl Clock {
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         d.as_millis() as i64 + self.offset_ms
     }
+
+    /// A monotonic time in ms (for a call's deadline: wall-clock steps must not stretch or
+    /// cut it); a manual clock's own time.
+    pub fn mono_ms(&self) -> i64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        match &self.manual {
+            Some(t) => t.load(Ordering::SeqCst),
+            None => ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_millis() as i64,
+        }
+    }
+
+    /// Waits `ms` of this clock (a manual clock: until its owner has moved it that far).
+    pub async fn sleep_ms(&self, ms: i64) {
+        if ms <= 0 {
+            return;
+        }
+        match &self.manual {
+            None => tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await,
+            Some(_) => {
+                let until = self.mono_ms() + ms;
+                std::future::poll_fn(|cx| {
+                    if self.mono_ms() >= until {
+                        return std::task::Poll::Ready(());
+                    }
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                })
+                .await
+            }
+        }
+    }
 }
 
 /// The store's clock as seen from here: host time plus the offset measured on the last
@@ -61,6 +92,10 @@ impl StoreClock {
     pub fn observe(&self, store_now_ms: i64) {
         self.inner.0.store(store_now_ms - self.host.now_ms(), Ordering::Relaxed);
         self.inner.1.store(true, Ordering::Relaxed);
+    }
+    /// The plugin host's clock this estimate is based on.
+    pub fn host(&self) -> &Clock {
+        &self.host
     }
     /// True once any answer carried the store's time.
     pub fn is_synced(&self) -> bool {

@@ -84,12 +84,18 @@ impl IngestRequest {
 pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
-    let deadline = Deadline::start(settings.call_timeout);
+    let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
     let mut claims = Claims::default();
-    match claim(store, settings, &req, &key, &deadline, &mut claims).await {
-        Ok(answer) => Ok(answer.field("payload_compared_as", json!(req.compared_as))),
-        Err(e) => Err(claims.roll_back(store, &key, settings.retention, &deadline, e).await),
-    }
+    let answer = match claim(store, settings, &req, &key, &deadline, &mut claims).await {
+        Ok(answer) => answer,
+        // A lost answer: this call's claim may be in the store after all.
+        Err(e) => {
+            let own = claims.resolve(store, &key, settings.retention, &deadline, e).await?;
+            let retry = own.attempt > 1;
+            answer("accepted", own, &key, retry)
+        }
+    };
+    Ok(answer.field("payload_compared_as", json!(req.compared_as)))
 }
 
 async fn claim<S: EventStore>(
@@ -113,9 +119,10 @@ async fn claim<S: EventStore>(
     let fresh = req.first_claim(now);
     let bytes = fresh.to_bytes();
     let ttl = settings.ttl_for(req.lease_ms);
-    claims.push(&fresh.claim_id);
     for _ in 0..MAX_ROUNDS {
-        let existing = match store.create(key, &bytes, ttl, deadline.share().map_err(fail)?, None).await {
+        let timeout = deadline.share().map_err(fail)?;
+        let until = claims.push(store.clock(), &fresh.claim_id, timeout);
+        let existing = match store.create(key, &bytes, ttl, timeout, until).await {
             Ok(Created::Created) => return Ok(answer("accepted", fresh, key, false)),
             Ok(Created::Exists(cur)) => cur,
             // The write may have landed (or may still land): read the key back.
@@ -177,8 +184,9 @@ async fn settle<S: EventStore>(
             claim_id: new_claim_id(),
             ..rec
         };
-        claims.push(&next.claim_id);
-        match store.swap(key, &cur.version, &next.to_bytes(), ttl, deadline.share().map_err(fail)?, None).await {
+        let timeout = deadline.share().map_err(fail)?;
+        let until = claims.push(store.clock(), &next.claim_id, timeout);
+        match store.swap(key, &cur.version, &next.to_bytes(), ttl, timeout, until).await {
             Ok(Swapped::Swapped) => return Ok(Some(answer("accepted", next, key, true))),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Ok(None),

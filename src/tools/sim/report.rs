@@ -11,6 +11,8 @@ pub struct Faults {
     pub cut_before: u64,
     pub duplicated: u64,
     pub ghosts_delivered: u64,
+    /// Requests delivered after their caller's deadline, which the store refused.
+    pub refused_late: u64,
     pub reordered: u64,
     pub restarts: u64,
     pub ttl_expiries: u64,

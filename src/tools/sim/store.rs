@@ -51,6 +51,8 @@ type Slot = Arc<Mutex<Option<Reply>>>;
 pub struct Parked {
     pub task: usize,
     pub op: Op,
+    /// When the caller's timeout for it fires (virtual ms): a `Timeout` answer comes no earlier.
+    pub gives_up_ms: i64,
     slot: Slot,
 }
 
@@ -190,11 +192,12 @@ pub struct SimStore {
 }
 
 impl SimStore {
-    pub fn new(start_ms: i64) -> SimStore {
+    /// `honours_deadlines` false plays a store that ignores write deadlines (a mutant).
+    pub fn new(start_ms: i64, honours_deadlines: bool) -> SimStore {
         let virtual_ms = Arc::new(AtomicI64::new(start_ms));
         let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
         clock.observe(start_ms);
-        let world = World { now_ms: start_ms, honours_deadlines: true, ..World::default() };
+        let world = World { now_ms: start_ms, honours_deadlines, ..World::default() };
         SimStore { world: Arc::new(Mutex::new(world)), clock, virtual_ms }
     }
 
@@ -205,11 +208,12 @@ impl SimStore {
         self.virtual_ms.store(w.now_ms, Ordering::SeqCst);
     }
 
-    fn park(&self, op: Op) -> Waiting {
+    fn park(&self, op: Op, timeout: Duration) -> Waiting {
         let slot: Slot = Arc::new(Mutex::new(None));
         let mut w = self.world.lock().unwrap();
         let task = w.current_task;
-        w.parked.push(Parked { task, op, slot: slot.clone() });
+        let gives_up_ms = w.now_ms + ms(timeout);
+        w.parked.push(Parked { task, op, gives_up_ms, slot: slot.clone() });
         Waiting(slot)
     }
 }
@@ -241,19 +245,19 @@ impl EventStore for SimStore {
         key: &str,
         value: &[u8],
         ttl: Duration,
-        _: Duration,
+        timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> Result<Created, StoreError> {
         let op = Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl), until: until.map(|d| d.0) };
-        match self.park(op).await {
+        match self.park(op, timeout).await {
             Reply::Created(c) => Ok(c),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
     }
 
-    async fn read_at(&self, key: &str, _: Duration) -> Result<(Option<Current>, i64), StoreError> {
-        match self.park(Op::Read { key: key.into() }).await {
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
+        match self.park(Op::Read { key: key.into() }, timeout).await {
             Reply::Read(c, now) => Ok((c, now)),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
@@ -266,13 +270,13 @@ impl EventStore for SimStore {
         expected: &Version,
         value: &[u8],
         ttl: Duration,
-        _: Duration,
+        timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Rev(expected) = expected else { return Err(StoreError::Bad("a foreign version".into())) };
         let (value, until) = (value.to_vec(), until.map(|d| d.0));
         let op = Op::Swap { key: key.into(), expected: *expected, value, ttl_ms: ms(ttl), until };
-        match self.park(op).await {
+        match self.park(op, timeout).await {
             Reply::Swapped(s) => Ok(s),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
@@ -285,7 +289,7 @@ impl EventStore for SimStore {
         claim_id: &str,
         restore: Option<&[u8]>,
         ttl: Duration,
-        _: Duration,
+        timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
         let op = Op::Release {
@@ -295,7 +299,7 @@ impl EventStore for SimStore {
             ttl_ms: ms(ttl),
             until: until.map(|d| d.0),
         };
-        match self.park(op).await {
+        match self.park(op, timeout).await {
             Reply::Released(b) => Ok(b),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
