@@ -54,11 +54,18 @@ impl Deadline {
 
     /// The timeout of a round trip whose failure still needs round trips to resolve (a write
     /// whose lost answer is read back, a read-back whose failure leads to a roll-back): what
-    /// is left minus a reserve of half of it, at most [`RESERVE`], so the resolution always
-    /// has time too.
+    /// is left before the final reserve, minus a reserve of half of it, at most [`RESERVE`],
+    /// so the resolution always has time too.
     pub fn share(&self) -> Result<Duration, StoreError> {
-        let left = self.remaining();
+        let left = self.remaining().saturating_sub(self.final_reserve());
         self.bounded(left - (left / 2).min(RESERVE))
+    }
+
+    /// Kept back from every [`Deadline::share`] for the one read that settles a call whose
+    /// write answers were lost, after their store deadlines have passed: a fifth of the
+    /// budget, at most [`RESERVE`].
+    fn final_reserve(&self) -> Duration {
+        (self.budget / 5).min(RESERVE)
     }
 
     /// The timeout of a call's last round trip: all that is left.
@@ -95,10 +102,10 @@ mod tests {
         let clock = Clock::manual(now.clone());
         let d = Deadline::start(&clock, Duration::from_secs(3600));
         let share = d.share().unwrap();
-        assert_eq!(share, Duration::from_secs(3599));
+        assert_eq!(share, Duration::from_secs(3598));
         assert!(d.rest().unwrap() > share);
         let short = Deadline::start(&clock, Duration::from_millis(1000)).share().unwrap();
-        assert_eq!(short, Duration::from_millis(500));
+        assert_eq!(short, Duration::from_millis(400), "a fifth kept for the settling read, half of the rest");
         let spent = Deadline::start(&clock, Duration::from_secs(1));
         now.fetch_add(2000, std::sync::atomic::Ordering::SeqCst);
         assert!(matches!(spent.share(), Err(StoreError::Timeout(_))));
