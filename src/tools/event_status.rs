@@ -87,6 +87,7 @@ mod tests {
             completed_at: None,
             result: None,
             claim_id: String::new(),
+            run_id: None,
         };
         assert!(is_stuck(&at(Status::Processing, None), 600_000, ten_min));
         assert!(!is_stuck(&at(Status::Processing, None), 599_999, ten_min));
