@@ -107,7 +107,7 @@ pub(crate) fn fresh_id(tag: &str) -> String {
     format!("{tag}-{:x}", rand::random::<u64>())
 }
 
-async fn plugin() -> Plugin {
+pub(crate) async fn plugin() -> Plugin {
     Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", TIMEOUT_MS)]).await
 }
 

@@ -20,6 +20,7 @@ mod chaos_plugin_kill;
 mod chaos_slow_store;
 mod chaos_store_crash;
 mod exactly_once;
+mod held_requests;
 
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;
