@@ -50,7 +50,7 @@ pub struct Claims {
 /// What the settling read found.
 enum Settled {
     /// A record of this call's is in the store.
-    Own(Record),
+    Own(Box<Record>),
     /// None is, and none can land any more.
     Nothing,
     /// The read could not be made (or judged) in time.
@@ -98,7 +98,7 @@ impl Claims {
             return Err(err);
         }
         match self.settle(store, key, deadline).await {
-            Settled::Own(rec) => Ok(rec),
+            Settled::Own(rec) => Ok(*rec),
             Settled::Nothing => {
                 err.message = format!(
                     "{} (no write of this call is in the store, and none can land any more: the store refuses each \
@@ -126,7 +126,7 @@ impl Claims {
                 Ok((cur, at)) if at > until => {
                     let rec = cur.and_then(|c| Record::from_bytes(&c.value).ok());
                     return match rec {
-                        Some(rec) if self.owns(&rec.claim_id) => Settled::Own(rec),
+                        Some(rec) if self.owns(&rec.claim_id) => Settled::Own(Box::new(rec)),
                         _ => Settled::Nothing,
                     };
                 }
