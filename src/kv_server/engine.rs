@@ -176,6 +176,12 @@ impl Engine {
         answer.await.map_err(|_| EngineError::Unavailable)?
     }
 
+    /// When the batch being applied started (tests pose as a writer mid-batch).
+    #[cfg(test)]
+    pub(crate) fn busy_since(&self) -> &AtomicU64 {
+        &self.busy_since
+    }
+
     #[cfg(test)]
     pub(crate) fn stats(&self) -> &Stats {
         &self.stats

@@ -245,3 +245,33 @@ async fn none_mode_still_keeps_writes_over_a_clean_restart() {
     writer.join();
     assert_eq!(inventory(dir.path()).unwrap().records, 10);
 }
+
+/// `KV-Deadline-Ms` is judged with the time of the batch that applies the write, before its
+/// precondition; a read reports a time before any batch still being applied (whose writes it
+/// cannot see yet), so "past the deadline and absent" is final.
+#[tokio::test]
+async fn deadlines_are_judged_at_the_batch_and_reads_never_claim_a_batch_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let (clock, now) = Clock::manual(1_000_000);
+    let (e, writer) = open(dir.path(), clock);
+    let by = |until_ms| WriteOp::Put {
+        key: "k".into(),
+        value: Bytes::from_static(b"1"),
+        pre: Precondition::IfAbsent,
+        ttl_ms: None,
+        until_ms: Some(until_ms),
+    };
+    assert_eq!(e.write(by(999_999)).await.unwrap(), Outcome::TooLate(1_000_000));
+    assert!(e.get("k".into()).await.unwrap().is_none(), "a late write writes nothing");
+    let w = created(e.write(by(1_000_000)).await);
+    let late_delete = WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w.rev), until_ms: Some(999_000) };
+    assert_eq!(e.write(late_delete).await.unwrap(), Outcome::TooLate(1_000_000));
+    let (found, at) = e.get_at("k".into()).await.unwrap();
+    assert_eq!((found.map(|r| r.rev), at), (Some(w.rev), 1_000_000), "idle: the read's own time");
+    now.store(1_000_500, Ordering::SeqCst);
+    e.busy_since().store(1_000_200, Ordering::SeqCst);
+    assert_eq!(e.get_at("k".into()).await.unwrap().1, 1_000_199, "just before the batch in progress");
+    e.busy_since().store(u64::MAX, Ordering::SeqCst);
+    drop(e);
+    writer.join();
+}
