@@ -36,6 +36,10 @@ const ROLLED_BACK: &str =
 
 /// The least time kept for the one read that settles a call's lost writes.
 const KEEP_FOR_READ: Duration = Duration::from_millis(100);
+/// Reads a settling may take while the store's time in its answers is not yet past the
+/// deadline, and the least wait between them.
+const SETTLE_READS: usize = 4;
+const MIN_SETTLE_WAIT_MS: i64 = 10;
 
 #[derive(Default)]
 pub struct Claims {
@@ -113,11 +117,13 @@ impl Claims {
 
     /// Waits until the store's clock (as estimated; never ahead of the store) is past the
     /// latest deadline, then reads, and believes the read only if the store's own time in its
-    /// answer is past it too.
+    /// answer is past it too; otherwise (the store's clock is behind the estimate, or a read
+    /// reports a time before a batch it is still committing) waits that gap and reads again,
+    /// while the call's deadline allows.
     async fn settle<S: EventStore>(&self, store: &S, key: &str, deadline: &Deadline) -> Settled {
         let Some(StoreDeadline(until)) = self.latest else { return Settled::Unknown };
-        for _ in 0..2 {
-            let wait = until + 1 - store.clock().now_ms();
+        let mut wait = until + 1 - store.clock().now_ms();
+        for _ in 0..SETTLE_READS {
             if !deadline.wait(wait, KEEP_FOR_READ).await {
                 return Settled::Unknown;
             }
@@ -130,8 +136,7 @@ impl Claims {
                         _ => Settled::Nothing,
                     };
                 }
-                // The store's clock is behind our estimate of it: wait for it once more.
-                Ok(_) => {}
+                Ok((_, at)) => wait = (until + 1 - at).max(MIN_SETTLE_WAIT_MS),
                 Err(_) => return Settled::Unknown,
             }
         }
