@@ -129,7 +129,6 @@ impl Engine {
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
-    #[cfg(test)]
     pub async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
         self.get_at(key).await.map(|(found, _)| found)
     }
@@ -215,7 +214,7 @@ impl Engine {
 }
 
 /// A failed read: damage is reported through `/healthz`, other failures only to the client.
-enum ReadError {
+pub(super) enum ReadError {
     Damaged(String),
     Failed(String),
 }
