@@ -206,13 +206,18 @@ pub async fn serve(
         tokio::spawn(async move {
             match tls {
                 None => serve_one(tcp, peer, state, &builder, router, shutdown).await,
-                Some(tls) => match tokio::time::timeout(handshake_timeout, tls.acceptor.accept(tcp)).await {
+                Some(tls) => match tokio::time::timeout(handshake_timeout, tls.acceptor.accept(tcp).into_fallible())
+                    .await
+                {
                     Ok(Ok(stream)) => serve_one(stream, peer, state, &builder, router, shutdown).await,
-                    Ok(Err(e)) => {
+                    Ok(Err((e, tcp))) => {
                         let (reason, detail) = handshake_failure(&e);
                         tls.refusals.refused(Some(peer), reason, &detail);
+                        close_after_alert(tcp).await;
                     }
-                    Err(_) => tls.refusals.refused(Some(peer), "tls_handshake", "no TLS handshake within the header timeout"),
+                    Err(_) => {
+                        tls.refusals.refused(Some(peer), "tls_handshake", "no TLS handshake within the header timeout")
+                    }
                 },
             }
             conns.remove(id);
@@ -276,6 +281,17 @@ async fn serve_one<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     state.closing.store(true, Relaxed);
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(SHUTDOWN_CLOSE_GRACE, conn).await;
+}
+
+/// After a refused handshake the alert saying why is on its way; closing a socket with
+/// unread bytes (the client's first request, under TLS 1.3) would reset the connection and
+/// the client would lose it. So: end our side, and drain briefly until the client closes.
+async fn close_after_alert(mut tcp: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tcp.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let drain = async { while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 async fn housekeeping(conns: Arc<Conns>) {

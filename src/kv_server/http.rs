@@ -10,13 +10,13 @@ use axum::routing::{get, post};
 use axum::{middleware, Extension, Json, Router};
 
 use super::auth::{self, Auth};
-use super::tokens::Scope;
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::{DurabilityMode, Engine, EngineError};
 use super::error::ApiError;
 use super::health::Problem;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
+use super::tokens::Scope;
 use super::{backup, listing, metrics};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");

@@ -143,7 +143,8 @@ mod tests {
     #[test]
     fn namespaces_stars_digests_and_comments() {
         let digest = hex::encode(Sha256::digest(b"hashed"));
-        let text = format!("# ops\n\n* root\nacme a1\nacme a2\nbeta b1\n  beta sha256:{digest}  \nacme shared\nbeta shared\n");
+        let text =
+            format!("# ops\n\n* root\nacme a1\nacme a2\nbeta b1\n  beta sha256:{digest}  \nacme shared\nbeta shared\n");
         let t = Table::parse(&text).unwrap();
         assert_eq!(t.len(), 7);
         assert_eq!(t.scope_of("root"), Some(Scope::All));

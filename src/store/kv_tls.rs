@@ -25,8 +25,8 @@ fn bad(msg: String) -> StoreError {
 impl TlsParams {
     /// Splits `url` into the base the requests go to and its TLS parameters.
     pub fn split(url: &str) -> Result<(String, TlsParams), StoreError> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| bad(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
+        let parsed =
+            reqwest::Url::parse(url).map_err(|e| bad(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
         if parsed.fragment().is_some() {
             return Err(bad("kv_url must not carry a fragment (#…)".into()));
         }
@@ -38,11 +38,9 @@ impl TlsParams {
                 "tls_ca" => &mut p.ca,
                 "tls_cert" => &mut p.cert,
                 "tls_key" => &mut p.key,
-                other => {
-                    return Err(bad(format!(
-                        "kv_url parameter {other:?} is not known for the KV container (known: tls_ca, tls_cert, tls_key)"
-                    )))
-                }
+                other => return Err(bad(format!(
+                    "kv_url parameter {other:?} is not known for the KV container (known: tls_ca, tls_cert, tls_key)"
+                ))),
             };
             *slot = Some(percent_decode(value)).filter(|v| !v.is_empty());
         }
@@ -59,10 +57,10 @@ impl TlsParams {
     pub fn apply(&self, mut builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, StoreError> {
         if let Some(path) = &self.ca {
             let pem = read(path, "tls_ca")?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .ok()
-                .filter(|c| !c.is_empty())
-                .ok_or_else(|| StoreError::Config(format!("the CA file {path:?} named by tls_ca holds no PEM certificate")))?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).ok().filter(|c| !c.is_empty()).ok_or_else(|| {
+                    StoreError::Config(format!("the CA file {path:?} named by tls_ca holds no PEM certificate"))
+                })?;
             builder = builder.tls_built_in_root_certs(false);
             for cert in certs {
                 builder = builder.add_root_certificate(cert);
@@ -73,7 +71,9 @@ impl TlsParams {
             pem.push(b'\n');
             pem.extend(read(key, "tls_key")?);
             let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
-                StoreError::Config(format!("tls_cert {cert:?} and tls_key {key:?} are not a usable PEM certificate and key: {e}"))
+                StoreError::Config(format!(
+                    "tls_cert {cert:?} and tls_key {key:?} are not a usable PEM certificate and key: {e}"
+                ))
             })?;
             builder = builder.identity(id);
         }
@@ -98,9 +98,36 @@ pub fn refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         if let Some(r) = rustls_error {
             return describe(r);
         }
+        // Wrappers that hold a boxed error hide its type from `downcast_ref`: read its words.
+        if let Some(why) = describe_text(&err.to_string()) {
+            return Some(why);
+        }
         cur = err.source();
     }
     None
+}
+
+/// The cause in rustls's own words (`invalid peer certificate: …`, `received fatal alert: …`).
+fn describe_text(text: &str) -> Option<String> {
+    use rustls::{AlertDescription as A, CertificateError as C, Error as E};
+    if let Some(detail) = text.split_once("invalid peer certificate: ").map(|(_, d)| d) {
+        let error = if detail.starts_with("UnknownIssuer") {
+            C::UnknownIssuer
+        } else if detail.contains("expired") || detail.starts_with("Expired") {
+            C::Expired
+        } else if detail.contains("not valid for name") || detail.starts_with("NotValidForName") {
+            C::NotValidForName
+        } else {
+            C::Other(rustls::OtherError(std::sync::Arc::new(std::io::Error::other(detail.to_owned()))))
+        };
+        return describe(&E::InvalidCertificate(error));
+    }
+    let alert = text.split_once("received fatal alert: ")?.1;
+    let alert = [A::CertificateRequired, A::BadCertificate, A::UnknownCA, A::CertificateUnknown, A::AccessDenied]
+        .into_iter()
+        .find(|a| alert.starts_with(&format!("{a:?}")))
+        .unwrap_or(A::HandshakeFailure);
+    describe(&E::AlertReceived(alert))
 }
 
 fn describe(e: &rustls::Error) -> Option<String> {
@@ -148,7 +175,8 @@ mod tests {
 
     #[test]
     fn params_are_split_off_and_checked() {
-        let (base, p) = TlsParams::split("https://kv:8443/?tls_ca=/a%20b/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
+        let (base, p) =
+            TlsParams::split("https://kv:8443/?tls_ca=/a%20b/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
         assert_eq!(base, "https://kv:8443");
         assert_eq!(p.ca.as_deref(), Some("/a b/ca.pem"));
         assert_eq!((p.cert.as_deref(), p.key.as_deref()), (Some("/c.pem"), Some("/k.pem")));

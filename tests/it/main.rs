@@ -32,6 +32,7 @@ mod kv_files;
 mod kv_fsync;
 mod kv_limits;
 mod kv_protocol;
+mod kv_tls;
 mod kv_ttl;
 
 // Operating it: the daemon launch log, metrics, inspection, backups, service files.

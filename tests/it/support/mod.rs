@@ -6,6 +6,7 @@ pub mod arb;
 pub mod daemon;
 pub mod fake;
 pub mod kv;
+pub mod kv_pki;
 pub mod lifecycle;
 pub mod load;
 pub mod package;
