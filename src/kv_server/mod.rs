@@ -148,16 +148,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
-    if !listen.ip().is_loopback() && tokens.is_none() {
-        tracing::warn!(
-            "kv: listening on a non-loopback address without a token; anyone who can reach it can read and write"
-        );
-    }
-    if !listen.ip().is_loopback() && tls.is_none() {
-        tracing::warn!(
-            "kv: listening on {listen}, a non-loopback address, without TLS: tokens and events cross the network in \
-             clear text; give --tls-cert and --tls-key (see docs/kv-security.md)"
-        );
+    for warning in exposure_warnings(listen, tokens.is_some(), tls.is_some()) {
+        tracing::warn!("{warning}");
     }
     // Bind first: a port already in use must fail before the data directory is created or
     // opened, so a mistaken second start leaves no trace on disk.
@@ -217,6 +209,27 @@ fn log_panics() {
         let thread = std::thread::current().name().unwrap_or("unnamed").to_owned();
         tracing::error!("kv: internal failure in thread {thread} at {at}: {msg}");
     }));
+}
+
+/// What start-up warns about a listener other hosts can reach: no token, no TLS (one line each).
+fn exposure_warnings(listen: SocketAddr, token: bool, tls: bool) -> Vec<String> {
+    let mut warnings = vec![];
+    if listen.ip().is_loopback() {
+        return warnings;
+    }
+    if !token {
+        warnings.push(
+            "kv: listening on a non-loopback address without a token; anyone who can reach it can read and write"
+                .into(),
+        );
+    }
+    if !tls {
+        warnings.push(format!(
+            "kv: listening on {listen}, a non-loopback address, without TLS: tokens and events cross the network in \
+             clear text; give --tls-cert and --tls-key (see docs/kv-security.md)"
+        ));
+    }
+    warnings
 }
 
 /// The tokens in force at start: `--tokens-file` (a malformed one refuses to start, naming
@@ -330,5 +343,23 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reachable_listener_without_tls_is_warned_about_once() {
+        let any: SocketAddr = "0.0.0.0:8123".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:8123".parse().unwrap();
+        let plain = exposure_warnings(any, true, false);
+        assert_eq!(plain.len(), 1);
+        assert!(plain[0].contains("without TLS") && plain[0].contains("0.0.0.0:8123"), "{plain:?}");
+        assert!(exposure_warnings(any, true, true).is_empty());
+        assert_eq!(exposure_warnings(any, false, false).len(), 2);
+        assert!(exposure_warnings(lo, false, false).is_empty());
+        assert!(exposure_warnings("[::1]:1".parse().unwrap(), false, false).is_empty());
     }
 }

@@ -38,9 +38,11 @@ impl TlsParams {
                 "tls_ca" => &mut p.ca,
                 "tls_cert" => &mut p.cert,
                 "tls_key" => &mut p.key,
-                other => return Err(bad(format!(
+                other => {
+                    return Err(bad(format!(
                     "kv_url parameter {other:?} is not known for the KV container (known: tls_ca, tls_cert, tls_key)"
-                ))),
+                )))
+                }
             };
             *slot = Some(percent_decode(value)).filter(|v| !v.is_empty());
         }
