@@ -129,31 +129,34 @@ fn describe_text(text: &str) -> Option<String> {
         .into_iter()
         .find(|a| alert.starts_with(&format!("{a:?}")))
         .unwrap_or(A::HandshakeFailure);
+    // Any other alert: reported as the end of the handshake, without a certificate cause.
     describe(&E::AlertReceived(alert))
 }
 
 fn describe(e: &rustls::Error) -> Option<String> {
     use rustls::{AlertDescription as A, CertificateError as C, Error as E};
-    let cause = match e {
-        E::InvalidCertificate(C::UnknownIssuer) => "unknown issuer: the store's certificate does not chain to the CA \
-             named by tls_ca in kv_url (without tls_ca, to the public roots)"
-            .to_owned(),
+    let certificate = |cause: &str| Some(format!("TLS certificate problem, {cause}"));
+    match e {
+        E::InvalidCertificate(C::UnknownIssuer) => certificate(
+            "unknown issuer: the store's certificate does not chain to the CA named by tls_ca in kv_url (without \
+             tls_ca, to the public roots)",
+        ),
         E::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
-            "expired: the store's certificate is past its end of validity; renew it".to_owned()
+            certificate("expired: the store's certificate is past its end of validity; renew it")
         }
-        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => "wrong name: the store's \
-             certificate does not name the host written in kv_url"
-            .to_owned(),
-        E::InvalidCertificate(other) => format!("the store's certificate was refused: {other}"),
+        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            certificate("wrong name: the store's certificate does not name the host written in kv_url")
+        }
+        E::InvalidCertificate(other) => certificate(&format!("the store's certificate was refused: {other}")),
         E::AlertReceived(
             A::CertificateRequired | A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::AccessDenied,
-        ) => "the store refused this plugin's client certificate (or its absence): set tls_cert and tls_key in \
-              kv_url to a certificate signed by the CA of the store's --tls-client-ca"
-            .to_owned(),
-        E::AlertReceived(alert) => format!("the store ended the TLS handshake ({alert:?})"),
-        other => format!("{other}"),
-    };
-    Some(format!("TLS certificate problem, {cause}"))
+        ) => certificate(
+            "the store refused this plugin's client certificate (or its absence): set tls_cert and tls_key in \
+             kv_url to a certificate signed by the CA of the store's --tls-client-ca",
+        ),
+        E::AlertReceived(alert) => Some(format!("the store ended the TLS handshake ({alert:?})")),
+        other => Some(format!("the TLS handshake failed ({other}); is kv_url's host:port a TLS listener?")),
+    }
 }
 
 /// A 403: the token is valid, but the container binds it to other namespaces.
@@ -193,6 +196,24 @@ mod tests {
         ] {
             assert!(matches!(TlsParams::split(bad), Err(StoreError::BadUrl(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn refusals_in_rustls_words_name_their_cause() {
+        for (text, cause) in [
+            ("error sending request: invalid peer certificate: UnknownIssuer", "unknown issuer"),
+            ("invalid peer certificate: certificate expired: verification time 1, but …", "expired"),
+            (
+                "invalid peer certificate: certificate not valid for name \"x\"; certificate is only valid for …",
+                "wrong name",
+            ),
+            ("received fatal alert: CertificateRequired", "client certificate"),
+        ] {
+            let why = describe_text(text).unwrap();
+            assert!(why.contains(cause), "{text}: {why}");
+        }
+        assert!(describe_text("received fatal alert: DecodeError").unwrap().contains("ended the TLS handshake"));
+        assert_eq!(describe_text("connection refused"), None);
     }
 
     #[test]

@@ -101,6 +101,10 @@ mod tests {
             redact("redis+sentinel://s1/m?sentinel_password=a@b"),
             "redis+sentinel://s1/m?sentinel_password=***"
         );
+        assert_eq!(
+            redact("https://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem"),
+            "https://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem"
+        );
         assert_eq!(redact(&"x".repeat(300)).chars().count(), SHOWN_CHARS + 1);
     }
 
