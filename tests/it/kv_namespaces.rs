@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 
-use crate::support::kv::KvServer;
+use crate::support::kv::{serve_refused, KvServer};
 use crate::support::plugin::Plugin;
 
 const TOKENS: &str = "# operator\n* root-token\nacme acme-token\nbeta beta-token\n";
@@ -131,17 +131,7 @@ async fn reload_takes_new_tokens_and_a_bad_file_keeps_the_old_ones() {
     // A malformed file refuses to start, naming the line and never the token.
     let bad = dir.path().join("bad-tokens");
     std::fs::write(&bad, "* root-token\nacme acme-token extra-secret\n").unwrap();
-    let out = kv(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data",
-        dir.path().join("d0").to_str().unwrap(),
-        "--tokens-file",
-        bad.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    let err = serve_refused(&dir.path().join("d0"), &["--tokens-file", bad.to_str().unwrap()]);
     assert!(err.contains("line 2") && !err.contains("extra-secret") && !err.contains("acme-token"), "{err}");
 
     let file = dir.path().join("tokens");
@@ -193,17 +183,6 @@ fn tokens_file_and_a_single_token_are_not_mixed() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tokens");
     std::fs::write(&file, TOKENS).unwrap();
-    let out = kv(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data",
-        dir.path().join("d").to_str().unwrap(),
-        "--tokens-file",
-        file.to_str().unwrap(),
-        "--token",
-        "x",
-    ]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--tokens-file replaces"));
+    let err = serve_refused(&dir.path().join("d"), &["--tokens-file", file.to_str().unwrap(), "--token", "x"]);
+    assert!(err.contains("--tokens-file replaces"), "{err}");
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::kv::KvServer;
+use crate::support::kv::{serve_refused, KvServer};
 use crate::support::kv_pki::Pki;
 use crate::support::plugin::{creds, Plugin};
 use crate::support::scenarios;
@@ -145,15 +145,8 @@ fn unusable_certificate_files_refuse_to_start() {
         ),
         (vec!["--tls-cert".into(), pki.cert("server").display().to_string()], "--tls-key"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_stateful-tool"))
-            .args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(dir.path().join("data"))
-            .args(&args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(!out.status.success() && out.stdout.is_empty(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = serve_refused(&dir.path().join("data"), &args);
         assert!(err.contains(named), "{args:?}: {err}");
     }
 }

@@ -155,6 +155,22 @@ impl Drop for KvServer {
     }
 }
 
+/// Runs `kv serve` with arguments it must refuse: asserts it exits non-zero without ever
+/// announcing an address, and returns its stderr.
+pub fn serve_refused(data_dir: &Path, extra_args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_stateful-tool"))
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data_dir)
+        .args(extra_args)
+        .env_remove("KV_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run stateful-tool kv serve");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && out.stdout.is_empty(), "{extra_args:?} was not refused: {err}");
+    err
+}
+
 /// A response read off a raw socket, for requests an HTTP client library would "fix"
 /// (normalising `..`, refusing spaces) before sending.
 #[derive(Debug)]
