@@ -14,6 +14,7 @@
 //! cannot parse are answered by hyper itself (plain 400/431, without our JSON body or
 //! `KV-Time-Ms`).
 
+mod access;
 mod auth;
 mod backup;
 mod batch;
@@ -141,14 +142,14 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     log_panics();
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
-    let tokens = token_table(&args)?;
+    let tokens = access::token_table(&args)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             Some(tls::acceptor(&tls::TlsFiles { cert, key, client_ca: args.tls_client_ca.as_deref() })?)
         }
         _ => None,
     };
-    for warning in exposure_warnings(listen, tokens.is_some(), tls.is_some()) {
+    for warning in access::exposure_warnings(listen, tokens.is_some(), tls.is_some()) {
         tracing::warn!("{warning}");
     }
     // Bind first: a port already in use must fail before the data directory is created or
@@ -211,53 +212,6 @@ fn log_panics() {
     }));
 }
 
-/// What start-up warns about a listener other hosts can reach: no token, no TLS (one line each).
-fn exposure_warnings(listen: SocketAddr, token: bool, tls: bool) -> Vec<String> {
-    let mut warnings = vec![];
-    if listen.ip().is_loopback() {
-        return warnings;
-    }
-    if !token {
-        warnings.push(
-            "kv: listening on a non-loopback address without a token; anyone who can reach it can read and write"
-                .into(),
-        );
-    }
-    if !tls {
-        warnings.push(format!(
-            "kv: listening on {listen}, a non-loopback address, without TLS: tokens and events cross the network in \
-             clear text; give --tls-cert and --tls-key (see docs/kv-security.md)"
-        ));
-    }
-    warnings
-}
-
-/// The tokens in force at start: `--tokens-file` (a malformed one refuses to start, naming
-/// the line), else the single `*` token of `--token-file` / `--token` / `KV_TOKEN`.
-fn token_table(args: &ServeArgs) -> anyhow::Result<Option<tokens::Table>> {
-    let single = token_text(args)?;
-    match &args.tokens_file {
-        Some(_) if single.is_some() => anyhow::bail!(
-            "--tokens-file replaces --token, --token-file and KV_TOKEN: give only one (put the operator token \
-             into the tokens file as `* TOKEN`)"
-        ),
-        Some(path) => Ok(Some(auth::Auth::read_file(path)?)),
-        None => single.map(|t| tokens::Table::single(&t)).transpose(),
-    }
-}
-
-/// The token from `--token-file` (first line, surrounding blanks trimmed), else `--token` /
-/// `KV_TOKEN`.
-fn token_text(args: &ServeArgs) -> anyhow::Result<Option<String>> {
-    let Some(path) = &args.token_file else {
-        return Ok(args.token.clone());
-    };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?;
-    let token = text.lines().next().unwrap_or_default().trim();
-    anyhow::ensure!(!token.is_empty(), "--token-file {}: the first line is empty", path.display());
-    Ok(Some(token.to_owned()))
-}
-
 async fn serve_http(
     state: Arc<http::AppState>,
     listener: std::net::TcpListener,
@@ -270,7 +224,7 @@ async fn serve_http(
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
     let metrics = state.engine.metrics().clone();
-    let reloads = auth.clone().map(|auth| tokio::spawn(reload_on_hangup(auth)));
+    let reloads = auth.clone().map(|auth| tokio::spawn(access::reload_on_hangup(auth)));
     let app = http::router(state, auth);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -304,24 +258,6 @@ fn announce(scheme: &str, local: SocketAddr) {
     tracing::info!("kv: listening on {scheme}://{local}");
 }
 
-/// SIGHUP re-reads the tokens file: requests in flight finish, the next ones meet the new
-/// tokens. A malformed file is logged and changes nothing.
-async fn reload_on_hangup(auth: Arc<auth::Auth>) {
-    #[cfg(unix)]
-    {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-            tracing::warn!("kv: cannot listen for SIGHUP; use `kv reload` to re-read the tokens file");
-            return;
-        };
-        while hup.recv().await.is_some() {
-            // The outcome is logged by `reload` itself.
-            let _ = auth.reload();
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = auth;
-}
-
 async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -343,23 +279,5 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reachable_listener_without_tls_is_warned_about_once() {
-        let any: SocketAddr = "0.0.0.0:8123".parse().unwrap();
-        let lo: SocketAddr = "127.0.0.1:8123".parse().unwrap();
-        let plain = exposure_warnings(any, true, false);
-        assert_eq!(plain.len(), 1);
-        assert!(plain[0].contains("without TLS") && plain[0].contains("0.0.0.0:8123"), "{plain:?}");
-        assert!(exposure_warnings(any, true, true).is_empty());
-        assert_eq!(exposure_warnings(any, false, false).len(), 2);
-        assert!(exposure_warnings(lo, false, false).is_empty());
-        assert!(exposure_warnings("[::1]:1".parse().unwrap(), false, false).is_empty());
     }
 }
