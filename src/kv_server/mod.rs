@@ -18,6 +18,7 @@ mod access;
 mod auth;
 mod backup;
 mod batch;
+mod claims;
 mod conn;
 mod engine;
 #[cfg(test)]
@@ -31,12 +32,15 @@ mod limits;
 mod listing;
 mod metrics;
 mod open;
+mod ops_metrics;
+mod rates;
 mod record;
 mod request;
 mod tls;
 mod tokens;
 mod tracked;
 mod ttl;
+mod ui;
 mod writer;
 
 use std::io::Write;
@@ -109,6 +113,8 @@ pub struct ServeArgs {
     pub metrics_public: bool,
     #[command(flatten)]
     pub conn: limits::ConnArgs,
+    #[command(flatten)]
+    pub ui: ui::UiArgs,
 }
 
 /// `kv serve --help`: the environment variables it reads, with defaults.
@@ -180,9 +186,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         durability: args.durability,
         data_file: args.data.join(DB_FILE),
         metrics_public: args.metrics_public,
+        ui: ui::UiState::new(&args.ui),
     });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
     let limits = runtime.block_on(async { limits::Limits::from_args(&args.conn) });
+    state.engine.metrics().ops.set_max_connections(limits.max_connections);
     let metrics = state.engine.metrics().clone();
     let refusals = Arc::new(auth::Refusals::new(metrics));
     let auth = tokens.map(|t| Arc::new(auth::Auth::new(t, args.tokens_file.clone(), refusals.clone())));
