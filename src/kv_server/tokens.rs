@@ -10,7 +10,7 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::store::key::validate_namespace;
+use crate::store::key::{validate_namespace, MAX_NAMESPACE_BYTES};
 
 /// What a token may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,10 +111,14 @@ fn parse_line(line: &str) -> Result<([u8; 32], Option<String>), String> {
     }
     let ns = match ns {
         "*" => None,
-        ns => {
-            validate_namespace(ns).map_err(|e| e.message)?;
-            Some(ns.to_owned())
+        // Not echoed: with the fields swapped by mistake, this one is the token.
+        ns if validate_namespace(ns).is_err() => {
+            return Err(format!(
+                "the namespace must be `*` or 1–{MAX_NAMESPACE_BYTES} characters from A-Z a-z 0-9 . _ - \
+                 (`NAMESPACE TOKEN`, in this order)"
+            ))
         }
+        ns => Some(ns.to_owned()),
     };
     let digest = match token.strip_prefix("sha256:") {
         Some(hex_text) => {
@@ -163,6 +167,7 @@ mod tests {
             ("* ok\nacme\n", 2, "two fields"),
             ("acme zq1 zq2\n", 1, "more"),
             ("\n\nbad/ns t\n", 3, "namespace"),
+            ("zq:swapped/token acme\n", 1, "in this order"),
             ("acme sha256:abc\n", 1, "64 hexadecimal"),
             ("# only a comment\n", 0, "no tokens"),
             ("acme t\u{e9}st\n", 1, "visible ASCII"),
