@@ -14,7 +14,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use self::sql::{Sql, PURGE_BATCH};
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
 
 /// Connections one plugin process keeps to one database at most. Sessions beyond it wait
 /// for a free one: a busy plugin never exhausts the server's `max_connections`.
@@ -45,14 +45,9 @@ impl Drop for PostgresStore {
 }
 
 /// A write that reached the store after its deadline (on the store's clock) is refused by
-/// the statement itself: nothing was written, and nothing will be (not ambiguous).
-/// (`StoreError::TooLate { deadline_ms, store_now_ms }` of the deadline interface, once it
-/// is on main.)
-fn too_late(deadline_ms: Option<i64>, store_now_ms: i64) -> StoreError {
-    StoreError::Bad(format!(
-        "the store refused a write that arrived after its deadline ({}; store time {store_now_ms}); nothing was written",
-        deadline_ms.unwrap_or_default()
-    ))
+/// the statement itself: nothing was written, and nothing will be.
+fn too_late(until: Option<i64>, store_now_ms: i64) -> StoreError {
+    StoreError::TooLate { deadline_ms: until.unwrap_or_default(), store_now_ms }
 }
 
 /// The claim_id inside a record (empty for anything else), kept in its own column so that a
@@ -160,7 +155,7 @@ impl PostgresStore {
 
     /// Create-if-absent, refused by the statement when the store's clock is past `until`
     /// (unix ms on the store's clock; None = no deadline).
-    pub async fn create_until(
+    async fn create_until(
         &self,
         key: &str,
         value: &[u8],
@@ -191,7 +186,7 @@ impl PostgresStore {
     }
 
     /// Compare-and-swap, refused by the statement when the store's clock is past `until`.
-    pub async fn swap_until(
+    async fn swap_until(
         &self,
         key: &str,
         expected: &Version,
@@ -222,7 +217,7 @@ impl PostgresStore {
 
     /// Rolls back a claim by its claim_id, refused by the statement when the store's clock
     /// is past `until`.
-    pub async fn release_until(
+    async fn release_until(
         &self,
         key: &str,
         claim_id: &str,
@@ -239,14 +234,6 @@ impl PostgresStore {
             return Err(too_late(until, now));
         }
         Ok(row.get::<_, i32>(0) == 1)
-    }
-
-    /// A read and the store's time T it was served at (the statement's clock, taken after its
-    /// snapshot): every write whose statement committed before the read began is in it.
-    pub async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
-        let row = self.one(&self.sql.read, &[&key], timeout).await?;
-        let now = self.observe(&row, 0);
-        Ok((self.current(&row, 1, now), now))
     }
 }
 
@@ -267,12 +254,23 @@ async fn purge(pool: Pool, statement: String) {
 }
 
 impl EventStore for PostgresStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        self.create_until(key, value, ttl, timeout, None).await
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        self.create_until(key, value, ttl, timeout, until.map(|d| d.0)).await
     }
 
-    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
-        Ok(self.read_at(key, timeout).await?.0)
+    /// A read and the store's time T it was served at (the statement's clock, taken after its
+    /// snapshot): every write whose statement committed before the read began is in it.
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
+        let row = self.one(&self.sql.read, &[&key], timeout).await?;
+        let now = self.observe(&row, 0);
+        Ok((self.current(&row, 1, now), now))
     }
 
     async fn swap(
@@ -282,8 +280,9 @@ impl EventStore for PostgresStore {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        self.swap_until(key, expected, value, ttl, timeout, None).await
+        self.swap_until(key, expected, value, ttl, timeout, until.map(|d| d.0)).await
     }
 
     async fn release(
@@ -293,8 +292,9 @@ impl EventStore for PostgresStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
-        self.release_until(key, claim_id, restore, ttl, timeout, None).await
+        self.release_until(key, claim_id, restore, ttl, timeout, until.map(|d| d.0)).await
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {
