@@ -11,8 +11,6 @@ pub mod raw;
 pub mod reply;
 pub mod signature;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::dispatch::App;
@@ -25,9 +23,6 @@ pub const PROVIDER: &str = "stateful_trigger";
 
 /// The one event this provider declares.
 pub const EVENT: &str = "webhook_received";
-
-/// The most one claim at the door may take: the sender is waiting (GitHub gives up at 10 s).
-pub const DOOR_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// Data key of the synthetic request the session loop makes of a dispatch line too long to
 /// hold: answered with 413 instead of an error.
@@ -72,7 +67,7 @@ async fn dispatch(app: &App, data: &Value) -> Verdict {
         Ok(checked) => checked,
         Err(verdict) => return verdict,
     };
-    let timeout = DOOR_TIMEOUT.min(app.stores.call_timeout());
+    let timeout = app.stores.door_timeout();
     checked.door.settings.call_timeout = timeout;
     let store = match tokio::time::timeout(timeout, app.stores.get(&checked.door.settings.store)).await {
         Ok(Ok(store)) => store,
