@@ -60,6 +60,7 @@ mod marketplace;
 mod package_build;
 mod package_cli;
 mod package_cli_keys;
+mod package_trigger;
 mod package_validate;
 mod package_vectors;
 
