@@ -174,3 +174,22 @@ async fn builder_pings_are_answered_without_a_claim() {
     let c = chunk(&p.request(data).await).clone();
     assert_eq!((c["events"].clone(), http(&c).0, http(&c).2["outcome"].clone()), (json!([]), 200, json!("builder")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_line_too_long_to_hold_is_refused_with_413_not_an_error() {
+    let p = Plugin::spawn(&ENV).await;
+    // 5 MiB of body is a 10+ MiB line once Dify hex-encodes it (capture 21 saw 10.8 MB).
+    let body = "x".repeat(5 * 1024 * 1024);
+    let raw = raw_request(&[("X-Github-Delivery", "huge")], &body);
+    let sid = "huge-line";
+    let rx = p.open(sid);
+    let line = crate::support::plugin::request_line(sid, &dispatch_data(json!({"kv_url": "http://127.0.0.1:1"}), &raw));
+    assert!(line.len() > 10 * 1024 * 1024);
+    p.write_raw(line.as_bytes()).await;
+    let reply = Plugin::collect(rx).await;
+    let c = chunk(&reply);
+    assert_eq!((c["events"].clone(), http(c).0), (json!([]), 413));
+    // The plugin keeps serving.
+    let after = chunk(&p.request(dispatch_data(json!({}), &raw_request(&[], "{}"))).await).clone();
+    assert_eq!(http(&after).0, 400, "no id in the next delivery: {after}");
+}
