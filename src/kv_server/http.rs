@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -45,7 +45,8 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
         .route("/healthz", get(healthz))
         .route("/state", get(list_keys))
         .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
-        .route("/backup", get(backup_snapshot));
+        .route("/backup", get(backup_snapshot))
+        .route("/dedup/{outcome}", axum::routing::post(count_dedup));
     if !public {
         routes = routes.route("/metrics", get(metrics_text));
     }
@@ -109,6 +110,15 @@ async fn healthz(State(app): App) -> Response {
     }
     let status = if problem.is_none() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
+}
+
+/// A trigger reports a delivery it turned away at the door: counted in `/metrics`.
+async fn count_dedup(State(app): App, Path(outcome): Path<String>) -> Result<Response, ApiError> {
+    if app.engine.metrics().dedup(&outcome) {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::bad_request("bad_outcome", format!("outcome must be one of {:?}", metrics::DEDUP_OUTCOMES)))
+    }
 }
 
 async fn unknown_route(uri: Uri) -> ApiError {

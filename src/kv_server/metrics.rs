@@ -30,6 +30,14 @@ struct RouteLabels {
     route: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// What a trigger reports for a delivery it turned away at the door (`POST /dedup/{outcome}`).
+pub const DEDUP_OUTCOMES: [&str; 3] = ["duplicate", "in_progress", "conflict"];
+
 /// Every metric of one server. Metric handles are cheap clones of shared atomics.
 pub struct Metrics {
     registry: Registry,
@@ -44,6 +52,8 @@ pub struct Metrics {
     evicted_connections: Counter,
     keys: Gauge,
     data_bytes: Gauge,
+    /// Webhook deliveries the trigger dropped at the door, by outcome.
+    dedup: Family<OutcomeLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -92,7 +102,14 @@ impl Default for Metrics {
         registry.register("keys", "Keys stored (expired keys count until they are purged)", keys.clone());
         let data_bytes = Gauge::default();
         registry.register_with_unit("data_file_size", "Size of the data file", Unit::Bytes, data_bytes.clone());
+        let dedup = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "dedup_deliveries",
+            "Webhook deliveries a stateful_trigger turned away at the door, by outcome (as the plugin reported them)",
+            dedup.clone(),
+        );
         Metrics {
+            dedup,
             registry,
             requests,
             latency,
@@ -121,6 +138,17 @@ impl Metrics {
 
     pub fn purged(&self, keys: usize) {
         self.purged.inc_by(keys as u64);
+    }
+
+    /// A trigger turned a delivery away; false for an outcome outside [`DEDUP_OUTCOMES`].
+    pub fn dedup(&self, outcome: &str) -> bool {
+        match DEDUP_OUTCOMES.iter().find(|o| **o == outcome) {
+            Some(o) => {
+                self.dedup.get_or_create(&OutcomeLabels { outcome: o }).inc();
+                true
+            }
+            None => false,
+        }
     }
 
     /// A quiet connection was closed to make room at the connection cap.
@@ -169,6 +197,7 @@ fn route_of(path: &str) -> &'static str {
         "/backup" => "/backup",
         "/state" => "/state",
         p if p.starts_with("/state/") => "/state/{key}",
+        p if p.starts_with("/dedup/") => "/dedup/{outcome}",
         _ => "other",
     }
 }

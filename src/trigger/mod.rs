@@ -75,7 +75,13 @@ async fn dispatch(app: &App, data: &Value) -> Verdict {
         Ok(Err(e)) => return unavailable(&e.to_string()),
         Err(_) => return unavailable("the store did not answer in time"),
     };
-    door::claim(&*store, checked).await
+    let verdict = door::claim(&*store, checked).await;
+    if matches!(verdict.outcome, "duplicate" | "in_progress" | "conflict") {
+        // Counted where the operator looks (the KV container's /metrics), after the answer.
+        let outcome = verdict.outcome;
+        tokio::spawn(async move { store.count_dedup(outcome, timeout).await });
+    }
+    verdict
 }
 
 fn unavailable(why: &str) -> Verdict {

@@ -153,6 +153,22 @@ async fn kv_container() {
     lifecycle(&kv.url()).await;
     race(&kv.url(), 3, 17).await;
     store_down(&format!("http://127.0.0.1:{}", closed_port())).await;
+    // Every delivery turned away was counted in the container's metrics, by outcome: the
+    // lifecycle's redelivery in progress and its late duplicate, the race's 50 losers.
+    let expected = [("in_progress", 51), ("duplicate", 1)];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = reqwest::get(format!("{}/metrics", kv.url())).await.unwrap().text().await.unwrap();
+        let count = |o: &str| {
+            let prefix = format!("kv_dedup_deliveries_total{{outcome=\"{o}\"}} ");
+            text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if expected.iter().all(|(o, n)| count(o) == Some(*n)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "dedup counts {:?} != {expected:?}", expected.map(|(o, _)| count(o)));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
