@@ -176,7 +176,14 @@ subscription_schema: [{name: k, type: password, label: {en_US: k}}, {name: k, ty
             check_trigger_provider(c, bad_provider);
         })
         .join("\n");
-        for says in ["identity.name", "identity.description", "subscription_schema[0].type", "declared twice", "subscription_schema[1].label", "at least one event"] {
+        for says in [
+            "identity.name",
+            "identity.description",
+            "subscription_schema[0].type",
+            "declared twice",
+            "subscription_schema[1].label",
+            "at least one event",
+        ] {
             assert!(p.contains(says), "{says} missing in:\n{p}");
         }
         let missing_schema = b"identity: {author: a, name: n, label: {en_US: x}, description: {en_US: d}, icon: i.svg}\nevents: [events/e.yaml]\n";

@@ -92,12 +92,16 @@ impl Door {
             prop(props, "webhook_secret").as_deref(),
             prop(props, "signature_header").as_deref(),
         )?;
-        let tolerance_s = number(props, "timestamp_tolerance_seconds", 1, 86_400)?.map_or(DEFAULT_TOLERANCE_S, |n| n as i64);
-        let duplicate_status = number(props, "duplicate_status", 200, 499)?.map_or(DEFAULT_DUPLICATE_STATUS, |n| n as u16);
+        let tolerance_s =
+            number(props, "timestamp_tolerance_seconds", 1, 86_400)?.map_or(DEFAULT_TOLERANCE_S, |n| n as i64);
+        let duplicate_status =
+            number(props, "duplicate_status", 200, 499)?.map_or(DEFAULT_DUPLICATE_STATUS, |n| n as u16);
         let lease = number(props, "lease_seconds", 0, MAX_LEASE_SECONDS)?.map_or(DEFAULT_LEASE, Duration::from_secs);
         let retention = match prop(props, "retention") {
             None => DEFAULT_RETENTION,
-            Some(r) => parse_duration(&r).ok_or_else(|| format!("retention {r:?} is not a duration such as 7d or 12h"))?,
+            Some(r) => {
+                parse_duration(&r).ok_or_else(|| format!("retention {r:?} is not a duration such as 7d or 12h"))?
+            }
         };
         // The store settings are the tool's, read by the tool's own parser: one store contract.
         let mut creds = serde_json::Map::new();

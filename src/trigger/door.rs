@@ -75,14 +75,13 @@ pub fn is_builder(subscription: &Value) -> bool {
 }
 
 /// Everything before the store: configuration, the raw request, signature, id.
-pub fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked, Verdict> {
+pub fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked, Box<Verdict>> {
     let props = subscription.get("properties").cloned().unwrap_or(Value::Null);
-    let door = Door::from_properties(&props).map_err(|e| {
-        Verdict::refuse(500, "misconfigured", format!("the trigger subscription is misconfigured: {e}"))
-    })?;
-    let request = RawRequest::from_hex(raw_hex).map_err(|e| Verdict::refuse(400, "bad_request", e))?;
+    let door = Door::from_properties(&props)
+        .map_err(|e| refused(500, "misconfigured", format!("the trigger subscription is misconfigured: {e}")))?;
+    let request = RawRequest::from_hex(raw_hex).map_err(|e| refused(400, "bad_request", e))?;
     if request.body.len() > MAX_BODY_BYTES {
-        return Err(Verdict::refuse(
+        return Err(refused(
             413,
             "too_large",
             format!("the body is {} bytes; this trigger accepts at most {MAX_BODY_BYTES}", request.body.len()),
@@ -90,7 +89,7 @@ pub fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked,
     }
     if let Err(why) = door.scheme.verify(&request, now_s, door.tolerance_s) {
         tracing::info!(scheme = door.scheme.name(), "delivery refused: {why}");
-        return Err(Verdict::refuse(401, "unsigned", "the webhook signature is missing or invalid"));
+        return Err(refused(401, "unsigned", "the webhook signature is missing or invalid"));
     }
     // Parsed once: the id, the type and the workflow's `body_json` all come from it.
     let body_json: Option<Value> = serde_json::from_slice(&request.body).ok();
@@ -105,10 +104,10 @@ pub fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked,
         IdSource::BodySha256 => "body".to_owned(),
     };
     let Some(delivery_id) = delivery_id.filter(|id| !id.is_empty()) else {
-        return Err(Verdict::refuse(400, "no_id", format!("no delivery id: the {where_} is missing or empty")));
+        return Err(refused(400, "no_id", format!("no delivery id: the {where_} is missing or empty")));
     };
     if let Err(e) = validate_event_id(&delivery_id) {
-        return Err(Verdict::refuse(400, "no_id", format!("the delivery id in the {where_} is unusable: {e}")));
+        return Err(refused(400, "no_id", format!("the delivery id in the {where_} is unusable: {e}")));
     }
     let event_type = match &door.event_type {
         TypeSource::None => None,
@@ -117,6 +116,11 @@ pub fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked,
     }
     .filter(|t| !t.is_empty() && t.len() <= 64 && !t.chars().any(char::is_control));
     Ok(Checked { door, request, delivery_id, event_type, body_json })
+}
+
+/// A refusal before the store (boxed: a `Verdict` is large next to `Checked`).
+fn refused(status: u16, outcome: &'static str, message: impl Into<String>) -> Box<Verdict> {
+    Box::new(Verdict::refuse(status, outcome, message))
 }
 
 /// A JSON scalar as id text (strings as they are, numbers as written).
@@ -132,7 +136,7 @@ fn scalar(v: &Value) -> Option<String> {
 pub async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict {
     let Checked { door, request, delivery_id, event_type, body_json } = checked;
     let record_type = event_type.clone().unwrap_or_else(|| EVENT.to_owned());
-    let lease_ms = (!door.settings.default_lease.is_zero()).then(|| door.settings.default_lease.as_millis() as i64);
+    let lease_ms = (!door.settings.default_lease.is_zero()).then_some(door.settings.default_lease.as_millis() as i64);
     let req = IngestRequest::without_payload(delivery_id.clone(), record_type, lease_ms);
     let key = storage_key(door.settings.namespace.as_deref(), &delivery_id);
     let answer = match ingest(store, &door.settings, &req).await {
@@ -143,7 +147,9 @@ pub async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict {
         return Verdict::refuse(503, "store_unavailable", "the store gave no record").with("retry", json!(true));
     };
     let base = |v: Verdict| {
-        v.with("delivery_id", json!(delivery_id)).with("attempt", json!(rec.attempt)).with("status", json!(rec.status.as_str()))
+        v.with("delivery_id", json!(delivery_id))
+            .with("attempt", json!(rec.attempt))
+            .with("status", json!(rec.status.as_str()))
     };
     if answer.outcome() != "accepted" {
         let outcome = if rec.status == Status::Processing { "in_progress" } else { "duplicate" };
@@ -152,14 +158,18 @@ pub async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict {
         return base(Verdict::refuse(door.duplicate_status, outcome, message));
     }
     let lease_until = rec.lease_until_ms.map(format_time);
-    let payload = super::reply::payload(&request, body_json, json!({
-        "delivery_id": delivery_id,
-        "event_type": event_type.unwrap_or_default(),
-        "attempt": rec.attempt,
-        "claimed_at": rec.updated_at,
-        "lease_until": lease_until,
-        "key": key,
-    }));
+    let payload = super::reply::payload(
+        &request,
+        body_json,
+        json!({
+            "delivery_id": delivery_id,
+            "event_type": event_type.unwrap_or_default(),
+            "attempt": rec.attempt,
+            "claimed_at": rec.updated_at,
+            "lease_until": lease_until,
+            "key": key,
+        }),
+    );
     let mut v = base(Verdict::refuse(200, "accepted", format!("delivery {delivery_id} accepted")));
     v.start = true;
     v.payload = payload;
@@ -172,8 +182,12 @@ fn failed(e: ToolError, delivery_id: &str, duplicate_status: u16) -> Verdict {
     match e.class {
         ErrorClass::Conflict => {
             tracing::warn!(delivery_id, "delivery id already claimed for different content: {}", e.message);
-            Verdict::refuse(duplicate_status, "conflict", format!("delivery {delivery_id} was already received with different content"))
-                .with("delivery_id", json!(delivery_id))
+            Verdict::refuse(
+                duplicate_status,
+                "conflict",
+                format!("delivery {delivery_id} was already received with different content"),
+            )
+            .with("delivery_id", json!(delivery_id))
         }
         ErrorClass::ParamInvalid => Verdict::refuse(500, "misconfigured", e.message),
         _ => {

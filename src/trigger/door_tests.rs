@@ -22,7 +22,7 @@ fn sub(props: Value) -> Value {
 async fn deliver(store: &MemoryStore, props: Value, raw_hex: &str) -> Verdict {
     match check(&sub(props), raw_hex, 1_700_000_000) {
         Ok(checked) => claim(store, checked).await,
-        Err(v) => v,
+        Err(v) => *v,
     }
 }
 
@@ -33,12 +33,18 @@ fn store() -> MemoryStore {
 #[tokio::test]
 async fn first_delivery_starts_the_event_and_a_redelivery_does_not() {
     let s = store();
-    let r = raw(&[("X-Github-Delivery", "d-1"), ("X-Github-Event", "push"), ("Content-Type", "application/json")], r#"{"ref":"main"}"#);
+    let r = raw(
+        &[("X-Github-Delivery", "d-1"), ("X-Github-Event", "push"), ("Content-Type", "application/json")],
+        r#"{"ref":"main"}"#,
+    );
     let props = json!({"event_type_header": "X-GitHub-Event", "lease_seconds": 600});
     let first = deliver(&s, props.clone(), &r).await;
     assert_eq!((first.status, first.outcome, first.start), (200, "accepted", true));
     let p = &first.payload;
-    assert_eq!((&p["delivery_id"], &p["event_type"], &p["attempt"], &p["key"]), (&json!("d-1"), &json!("push"), &json!(1), &json!("evt_d-1")));
+    assert_eq!(
+        (&p["delivery_id"], &p["event_type"], &p["attempt"], &p["key"]),
+        (&json!("d-1"), &json!("push"), &json!(1), &json!("evt_d-1"))
+    );
     assert_eq!((&p["body_json"], &p["headers"]["x-github-event"]), (&json!({"ref": "main"}), &json!("push")));
     assert!(p["lease_until"].is_string() && p["claimed_at"].is_string());
     let chunk = dispatch_chunk(&first);
@@ -76,7 +82,12 @@ async fn refusals_start_nothing_and_claim_nothing() {
     let gh = json!({"signature_scheme": "github", "webhook_secret": "It's a Secret to Everybody"});
     let cases = [
         (gh.clone(), raw(&[("X-GitHub-Delivery", "a")], body), 401, "unsigned"),
-        (gh.clone(), raw(&[("X-GitHub-Delivery", "a"), ("X-Hub-Signature-256", signed)], "Hello, World?"), 401, "unsigned"),
+        (
+            gh.clone(),
+            raw(&[("X-GitHub-Delivery", "a"), ("X-Hub-Signature-256", signed)], "Hello, World?"),
+            401,
+            "unsigned",
+        ),
         (gh.clone(), raw(&[("X-Hub-Signature-256", signed)], body), 400, "no_id"),
         (json!({}), raw(&[("X-GitHub-Delivery", "")], body), 400, "no_id"),
         (json!({"id_json_pointer": "/id"}), raw(&[], r#"{"id": {"nested": 1}}"#), 400, "no_id"),
@@ -97,11 +108,20 @@ async fn refusals_start_nothing_and_claim_nothing() {
 #[tokio::test]
 async fn ids_come_from_a_header_a_json_pointer_or_the_body_hash() {
     let s = store();
-    let stripe = deliver(&s, json!({"id_json_pointer": "/id", "event_type_json_pointer": "/type"}), &raw(&[], r#"{"id":"evt_1","type":"charge.succeeded"}"#)).await;
-    assert_eq!((&stripe.payload["delivery_id"], &stripe.payload["event_type"]), (&json!("evt_1"), &json!("charge.succeeded")));
+    let stripe = deliver(
+        &s,
+        json!({"id_json_pointer": "/id", "event_type_json_pointer": "/type"}),
+        &raw(&[], r#"{"id":"evt_1","type":"charge.succeeded"}"#),
+    )
+    .await;
+    assert_eq!(
+        (&stripe.payload["delivery_id"], &stripe.payload["event_type"]),
+        (&json!("evt_1"), &json!("charge.succeeded"))
+    );
     let numeric = deliver(&s, json!({"id_json_pointer": "/n"}), &raw(&[], r#"{"n":42}"#)).await;
     assert_eq!(numeric.payload["delivery_id"], "42");
-    let shopify = deliver(&s, json!({"id_header": "X-Shopify-Webhook-Id"}), &raw(&[("x-shopify-webhook-id", "s-1")], "{}")).await;
+    let shopify =
+        deliver(&s, json!({"id_header": "X-Shopify-Webhook-Id"}), &raw(&[("x-shopify-webhook-id", "s-1")], "{}")).await;
     assert_eq!(shopify.payload["delivery_id"], "s-1");
     let hashed = deliver(&s, json!({"id_body_sha256": true}), &raw(&[], "same body")).await;
     let expected = hex::encode(Sha256::digest(b"same body"));

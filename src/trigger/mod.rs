@@ -55,7 +55,11 @@ pub async fn handle(app: &App, action: &str, data: &Value) -> Result<Vec<Value>,
 /// The whole door: builder pings pass, everything else is checked and claimed.
 async fn dispatch(app: &App, data: &Value) -> Verdict {
     if let Some(len) = data.get(OVERSIZE_KEY).and_then(Value::as_u64) {
-        return Verdict::refuse(413, "too_large", format!("the request reached the plugin as a {len}-byte line, too long to read"));
+        return Verdict::refuse(
+            413,
+            "too_large",
+            format!("the request reached the plugin as a {len}-byte line, too long to read"),
+        );
     }
     let subscription = data.get("subscription").unwrap_or(&Value::Null);
     if door::is_builder(subscription) {
@@ -65,7 +69,7 @@ async fn dispatch(app: &App, data: &Value) -> Verdict {
     let raw = data.get("raw_http_request").and_then(Value::as_str).unwrap_or("");
     let mut checked = match door::check(subscription, raw, chrono::Utc::now().timestamp()) {
         Ok(checked) => checked,
-        Err(verdict) => return verdict,
+        Err(verdict) => return *verdict,
     };
     let timeout = app.stores.door_timeout();
     checked.door.settings.call_timeout = timeout;

@@ -153,13 +153,18 @@ mod tests {
     use super::*;
 
     fn req(body: &[u8]) -> RawRequest {
-        RawRequest::parse([b"POST / HTTP/1.1\r\nContent-Type: application/json\r\nX-A: 1\r\n\r\n".as_ref(), body].concat())
+        RawRequest::parse(
+            [b"POST / HTTP/1.1\r\nContent-Type: application/json\r\nX-A: 1\r\n\r\n".as_ref(), body].concat(),
+        )
     }
 
     #[test]
     fn small_bodies_are_carried_whole() {
         let p = payload(&req(br#"{"a":1}"#), Some(json!({"a": 1})), json!({"delivery_id": "d"}));
-        assert_eq!((p["body_text"].as_str(), &p["body_json"], &p["body_truncated"]), (Some(r#"{"a":1}"#), &json!({"a": 1}), &json!(false)));
+        assert_eq!(
+            (p["body_text"].as_str(), &p["body_json"], &p["body_truncated"]),
+            (Some(r#"{"a":1}"#), &json!({"a": 1}), &json!(false))
+        );
         assert_eq!(p["headers"]["x-a"], "1");
         assert_eq!(p["content_type"], "application/json");
     }

@@ -24,7 +24,10 @@ pub enum Scheme {
     /// is `whsec_<base64 key>`.
     StandardWebhooks(hmac::Key),
     /// `<header>: [sha256=]<hex or base64>` over the body.
-    HmacSha256 { key: hmac::Key, header: String },
+    HmacSha256 {
+        key: hmac::Key,
+        header: String,
+    },
 }
 
 impl std::fmt::Debug for Scheme {
@@ -57,10 +60,7 @@ impl Scheme {
                 })?;
                 Scheme::StandardWebhooks(key(&raw))
             }
-            _ => Scheme::HmacSha256 {
-                key: key(secret.as_bytes()),
-                header: header.unwrap_or("X-Signature").to_owned(),
-            },
+            _ => Scheme::HmacSha256 { key: key(secret.as_bytes()), header: header.unwrap_or("X-Signature").to_owned() },
         })
     }
 
@@ -121,7 +121,10 @@ impl Scheme {
 fn fresh(ts: &str, now_s: i64, tolerance_s: i64) -> Result<(), String> {
     let t: i64 = ts.trim().parse().map_err(|_| format!("the signature timestamp {ts:?} is not a number"))?;
     if (now_s - t).abs() > tolerance_s {
-        return Err(format!("the signature timestamp is {} s away from now; the tolerance is {tolerance_s} s", now_s - t));
+        return Err(format!(
+            "the signature timestamp is {} s away from now; the tolerance is {tolerance_s} s",
+            now_s - t
+        ));
     }
     Ok(())
 }

@@ -38,7 +38,10 @@ fn standard_webhooks_spec_vector() {
     let headers = [
         ("Webhook-Id", "msg_p5jXN8AQM9LWM0D4loKWxJek"),
         ("Webhook-Timestamp", "1614265330"),
-        ("Webhook-Signature", "v1,bm9ldHUjKzFob2xlbnRpZXJ2ZXNoYWxsb3dkZWV2 v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+        (
+            "Webhook-Signature",
+            "v1,bm9ldHUjKzFob2xlbnRpZXJ2ZXNoYWxsb3dkZWV2 v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+        ),
     ];
     let body = br#"{"test": 2432232314}"#;
     assert_eq!(s.verify(&request(&headers, body), 1614265330, 300), Ok(()));

@@ -59,11 +59,23 @@ fn the_daemons_trigger_rules_refuse_what_it_refuses() {
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("trigger");
     copy_dir(&trigger_tree(), &source);
-    let problems = |dir: &Path| validate_plugin_dir(dir).err().unwrap_or_default().iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+    let problems = |dir: &Path| {
+        validate_plugin_dir(dir)
+            .err()
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert_eq!(problems(&source), "", "the shipped tree passes");
     // Tools and triggers in one manifest: ManifestValidate refuses it.
     edit(&source, "manifest.yaml", "plugins:\n  triggers:", "plugins:\n  tools:\n    - provider/x.yaml\n  triggers:");
-    assert!(problems(&source).contains("trigger and tool cannot be provided at the same time"), "{}", problems(&source));
+    assert!(
+        problems(&source).contains("trigger and tool cannot be provided at the same time"),
+        "{}",
+        problems(&source)
+    );
     copy_dir(&trigger_tree(), &source);
     edit(&source, "events/webhook_received.yaml", "  name: webhook_received", "  name: webhook received");
     assert!(problems(&source).contains("identity.name"), "{}", problems(&source));

@@ -41,22 +41,47 @@ struct Rule {
 }
 
 const RULES: [Rule; 8] = [
-    Rule { mode: "d-events-null", broken: |a, r| a == "dispatch_trigger_event" && r.chunks.first().is_some_and(|c| c["events"].is_null()) },
-    Rule { mode: "d-events-undeclared", broken: |a, r| a == "dispatch_trigger_event" && r.chunks.iter().any(|c| c["events"].as_array().is_some_and(|e| e.iter().any(|n| n != "webhook_received"))) },
-    Rule { mode: "d-response-empty", broken: |a, r| a == "dispatch_trigger_event" && r.chunks.iter().any(|c| c["response"].as_str().is_none_or(str::is_empty)) },
+    Rule {
+        mode: "d-events-null",
+        broken: |a, r| a == "dispatch_trigger_event" && r.chunks.first().is_some_and(|c| c["events"].is_null()),
+    },
+    Rule {
+        mode: "d-events-undeclared",
+        broken: |a, r| {
+            a == "dispatch_trigger_event"
+                && r.chunks
+                    .iter()
+                    .any(|c| c["events"].as_array().is_some_and(|e| e.iter().any(|n| n != "webhook_received")))
+        },
+    },
+    Rule {
+        mode: "d-response-empty",
+        broken: |a, r| {
+            a == "dispatch_trigger_event" && r.chunks.iter().any(|c| c["response"].as_str().is_none_or(str::is_empty))
+        },
+    },
     Rule { mode: "d-no-stream", broken: |a, r| a == "dispatch_trigger_event" && r.chunks.is_empty() },
     Rule { mode: "d-error", broken: |a, r| a == "dispatch_trigger_event" && r.error.is_some() },
-    Rule { mode: "i-variables-null", broken: |a, r| a == "invoke_trigger_event" && r.chunks.iter().any(|c| !c["variables"].is_object()) },
+    Rule {
+        mode: "i-variables-null",
+        broken: |a, r| a == "invoke_trigger_event" && r.chunks.iter().any(|c| !c["variables"].is_object()),
+    },
     Rule { mode: "i-no-stream", broken: |a, r| a == "invoke_trigger_event" && r.chunks.is_empty() },
     // A 503 with events still starts the run: a failure must never name an event.
-    Rule { mode: "d-response-503", broken: |a, r| a == "dispatch_trigger_event" && r.chunks.iter().any(|c| http(c).0 >= 300 && c["events"] != json!([])) },
+    Rule {
+        mode: "d-response-503",
+        broken: |a, r| {
+            a == "dispatch_trigger_event" && r.chunks.iter().any(|c| http(c).0 >= 300 && c["events"] != json!([]))
+        },
+    },
 ];
 
 #[test]
 fn the_matrix_shows_each_rule_is_a_real_failure() {
     let matrix = lines("20-mutations-matrix.jsonl");
     for rule in RULES {
-        let row = matrix.iter().find(|r| r["mode"] == rule.mode).unwrap_or_else(|| panic!("{} not in the matrix", rule.mode));
+        let row =
+            matrix.iter().find(|r| r["mode"] == rule.mode).unwrap_or_else(|| panic!("{} not in the matrix", rule.mode));
         let runs = row["workflow_runs"].as_array().map_or(0, Vec::len);
         let what = (row["sender_http_status"].as_u64(), runs);
         match rule.mode {
@@ -85,18 +110,35 @@ async fn every_captured_request_gets_a_reply_of_the_captured_shape() {
     let kv = KvServer::start(dir.path(), &[]);
     let p = Plugin::spawn(&ENV).await;
     let scenarios = [
-        "01-builder-validation-dispatch", "02-delivery1", "03-delivery2-duplicate", "04-dispatch-error-bad-api-key",
-        "05-dispatch-error-non-json-body", "06-dispatch-error-empty-object", "07-chunked-with-query", "08-utf8-body",
-        "09-form-urlencoded", "10-debug-listen", "30-ctor-validate-rejected", "31-ctor-validate-ok", "32-ctor-subscribe",
-        "33-ctor-refresh", "34-ctor-dispatch-api-key-subscription", "35-ctor-unsubscribe",
+        "01-builder-validation-dispatch",
+        "02-delivery1",
+        "03-delivery2-duplicate",
+        "04-dispatch-error-bad-api-key",
+        "05-dispatch-error-non-json-body",
+        "06-dispatch-error-empty-object",
+        "07-chunked-with-query",
+        "08-utf8-body",
+        "09-form-urlencoded",
+        "10-debug-listen",
+        "30-ctor-validate-rejected",
+        "31-ctor-validate-ok",
+        "32-ctor-subscribe",
+        "33-ctor-refresh",
+        "34-ctor-dispatch-api-key-subscription",
+        "35-ctor-unsubscribe",
     ];
     let mut outcomes = Vec::new();
     for name in scenarios {
         for line in lines(&format!("{name}.d2p.jsonl")) {
-            let (sid, action) = (line["session_id"].as_str().unwrap(), line["data"]["action"].as_str().unwrap().to_owned());
+            let (sid, action) =
+                (line["session_id"].as_str().unwrap(), line["data"]["action"].as_str().unwrap().to_owned());
             let reply = p.request(ours(line["data"].clone(), &kv.url())).await;
             for rule in &RULES {
-                assert!(!(rule.broken)(&action, &reply), "{name} {action}: a reply like mutation {}: {reply:?}", rule.mode);
+                assert!(
+                    !(rule.broken)(&action, &reply),
+                    "{name} {action}: a reply like mutation {}: {reply:?}",
+                    rule.mode
+                );
             }
             let captured = captured_chunk(&format!("{name}.p2d.jsonl"), sid);
             match action.as_str() {

@@ -18,7 +18,8 @@ pub const ENV: [(&str, &str); 1] = [("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS", "30000"
 
 /// A webhook as Dify serialises it (WSGI-capitalised names, no Content-Length), in hex.
 pub fn raw_request(headers: &[(&str, &str)], body: &str) -> String {
-    let mut text = String::from("POST /triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001 HTTP/1.1\r\nHost: dify\r\n");
+    let mut text =
+        String::from("POST /triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001 HTTP/1.1\r\nHost: dify\r\n");
     for (name, value) in headers {
         text.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -166,7 +167,11 @@ async fn kv_container() {
         if expected.iter().all(|(o, n)| count(o) == Some(*n)) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "dedup counts {:?} != {expected:?}", expected.map(|(o, _)| count(o)));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dedup counts {:?} != {expected:?}",
+            expected.map(|(o, _)| count(o))
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
