@@ -166,19 +166,31 @@ pub fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
     }
     let mut seen = HashSet::new();
     for (i, path) in tools.into_iter().enumerate() {
-        let field = format!("tools[{i}]");
-        let stem = path.strip_prefix("tools/").and_then(|p| p.strip_suffix(".yaml"));
-        if stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
-            c.problem(&field, format!("`{path}` must be tools/<name>.yaml"));
-        } else if let Err(e) = super::archive::check_entry_name(path) {
-            c.problem(&field, format!("`{path}`: {e}"));
-        } else if !seen.insert(path) {
-            c.problem(&field, format!("`{path}` is listed twice"));
-        } else {
-            info.tools.push(path.to_string());
-        }
+        check_listed(c, &format!("tools[{i}]"), path, "tools", &mut seen, &mut info.tools);
     }
     Some(info)
+}
+
+/// One entry of a provider's file list (`tools`, a trigger's `events`): `<dir>/<name>.yaml`,
+/// a usable entry name, listed once; added to `out` when it is all three.
+pub(crate) fn check_listed(
+    c: &mut Checker,
+    field: &str,
+    path: &str,
+    dir: &str,
+    seen: &mut HashSet<String>,
+    out: &mut Vec<String>,
+) {
+    let stem = path.strip_prefix(dir).and_then(|p| p.strip_prefix('/')).and_then(|p| p.strip_suffix(".yaml"));
+    if stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
+        c.problem(field, format!("`{path}` must be {dir}/<name>.yaml"));
+    } else if let Err(e) = super::archive::check_entry_name(path) {
+        c.problem(field, format!("`{path}`: {e}"));
+    } else if !seen.insert(path.to_owned()) {
+        c.problem(field, format!("`{path}` is listed twice"));
+    } else {
+        out.push(path.to_string());
+    }
 }
 
 fn check_parameter(c: &mut Checker, p: &Value, f: &str, names: &mut HashSet<String>) {

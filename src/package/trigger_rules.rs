@@ -8,7 +8,7 @@ use yaml_serde::Value;
 
 use super::manifest_rules::MANIFEST_TAGS;
 use super::patterns;
-use super::tool_rules::{check_identity, check_options, ProviderInfo, CREDENTIAL_TYPES};
+use super::tool_rules::{check_identity, check_listed, check_options, ProviderInfo, CREDENTIAL_TYPES};
 use super::yamlcheck::{at, kind, Checker};
 
 /// Event parameter types (`daemon: trigger_declaration.go` L29-42).
@@ -96,16 +96,7 @@ pub fn check_trigger_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderIn
             check_event_doc(c, item, &field);
             continue;
         };
-        let stem = path.strip_prefix("events/").and_then(|p| p.strip_suffix(".yaml"));
-        if stem.is_none_or(str::is_empty) {
-            c.problem(&field, format!("`{path}` must be events/<name>.yaml"));
-        } else if let Err(e) = super::archive::check_entry_name(path) {
-            c.problem(&field, format!("`{path}`: {e}"));
-        } else if !seen.insert(path) {
-            c.problem(&field, format!("`{path}` is listed twice"));
-        } else {
-            info.tools.push(path.to_string());
-        }
+        check_listed(c, &field, path, "events", &mut seen, &mut info.tools);
     }
     Some(info)
 }
