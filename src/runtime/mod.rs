@@ -25,6 +25,8 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
   REMOTE_INSTALL_URL                 remote: the daemon's debugging address, host:port
   REMOTE_INSTALL_HOST, _PORT         remote: the same in two parts (default localhost, 5003)
   REMOTE_INSTALL_KEY                 remote: the debugging key shown by Dify (required)
+  STATEFUL_TOOL_PACKAGE              remote: register as the tool package (tool, the default) or
+                                     the trigger package (trigger)
   STATEFUL_TOOL_RECONNECT_MS         remote: first reconnect delay, doubling up to 30 s (default 1000)
   STATEFUL_TOOL_RECONNECT_ATTEMPTS   remote: failed attempts in a row before giving up (default 10)
   SERVERLESS_HOST, SERVERLESS_PORT   serverless: HTTP address (default 0.0.0.0, 8080)
