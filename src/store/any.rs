@@ -22,16 +22,6 @@ macro_rules! each_backend {
     };
 }
 
-impl AnyStore {
-    /// Counts a delivery a trigger turned away at the door where the backend keeps metrics
-    /// (the KV container's `/metrics`); Redis and the in-memory store keep none.
-    pub async fn count_dedup(&self, outcome: &str, timeout: Duration) {
-        if let AnyStore::KvContainer(kv) = self {
-            kv.count_dedup(outcome, timeout).await;
-        }
-    }
-}
-
 impl EventStore for AnyStore {
     async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
         each_backend!(self, s => s.create(key, value, ttl, timeout).await)

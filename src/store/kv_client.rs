@@ -58,14 +58,6 @@ impl KvClientStore {
         })
     }
 
-    /// Tells the container a trigger turned a delivery away (`outcome`), for its metrics. Off
-    /// the answer's path and best effort: a lost count is only a lost count.
-    pub async fn count_dedup(&self, outcome: &str, timeout: Duration) {
-        if let Err(e) = self.send(Method::POST, &format!("/dedup/{outcome}"), &[], None, timeout).await {
-            tracing::debug!("the KV container did not take the dedup count: {e}");
-        }
-    }
-
     async fn send(
         &self,
         method: Method,

@@ -79,13 +79,7 @@ async fn dispatch(app: &App, data: &Value) -> Verdict {
         Ok(Err(e)) => return unavailable(&e.to_string()),
         Err(_) => return unavailable("the store did not answer in time"),
     };
-    let verdict = door::claim(&*store, checked).await;
-    if matches!(verdict.outcome, "duplicate" | "in_progress" | "conflict") {
-        // Counted where the operator looks (the KV container's /metrics), after the answer.
-        let outcome = verdict.outcome;
-        tokio::spawn(async move { store.count_dedup(outcome, timeout).await });
-    }
-    verdict
+    door::claim(&*store, checked).await
 }
 
 fn unavailable(why: &str) -> Verdict {
