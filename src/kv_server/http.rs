@@ -6,22 +6,23 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{middleware, Json, Router};
+use axum::routing::{get, post};
+use axum::{middleware, Extension, Json, Router};
 
-use super::auth::{self, Token};
+use super::auth::{self, Auth};
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::{DurabilityMode, Engine, EngineError};
 use super::error::ApiError;
 use super::health::Problem;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
+use super::tokens::Scope;
 use super::{backup, claims, listing, metrics, ui};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
 const KV_EXPIRES_MS: HeaderName = HeaderName::from_static("kv-expires-ms");
-const CAPABILITIES: [&str; 4] = ["conditional-put", "ttl", "server-time", "cas"];
+const CAPABILITIES: [&str; 5] = ["conditional-put", "ttl", "server-time", "cas", "deadline"];
 
 /// What every handler needs.
 pub struct AppState {
@@ -40,7 +41,8 @@ type App = State<Arc<AppState>>;
 /// The whole HTTP surface. Layers run outside-in: request metrics, time stamp, then auth
 /// (only when a token is configured), then the body limit, then the route — so a 401 is
 /// sent before any body byte is read. `/metrics` sits outside auth with `--metrics-public`.
-pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
+/// `POST /admin/reload` (re-read the tokens file) exists when auth is on, and needs `*`.
+pub fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
     let metrics = state.engine.metrics().clone();
     let public = state.metrics_public;
     let mut routes = Router::new()
@@ -52,13 +54,16 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
     if !public {
         routes = routes.route("/metrics", get(metrics_text));
     }
+    if let Some(auth) = &auth {
+        routes = routes.route("/admin/reload", post(auth::reload).with_state(auth.clone()));
+    }
     let routes = routes
         .fallback(unknown_route)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state.clone())
         .layer(DefaultBodyLimit::max(MAX_VALUE_LEN));
-    let mut routes = match token {
-        Some(token) => routes.layer(middleware::from_fn_with_state(token, auth::require_token)),
+    let mut routes = match auth {
+        Some(auth) => routes.layer(middleware::from_fn_with_state(auth, auth::require_token)),
         None => routes,
     };
     if public {
@@ -73,10 +78,18 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
 
 async fn list_keys(
     State(app): App,
+    scope: Option<Extension<Scope>>,
     query: Result<axum::extract::Query<listing::ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
-    Ok(Json(listing::list(&app.engine, query.0).await?).into_response())
+    let mut query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?.0;
+    // A namespace token sees only its own keys.
+    if let Some(Extension(scope)) = scope {
+        match auth::clamp_prefix(&scope, &query.prefix)? {
+            Some(prefix) => query.prefix = prefix,
+            None => return Ok(Json(listing::Page { keys: vec![], next: None }).into_response()),
+        }
+    }
+    Ok(Json(listing::list(&app.engine, query).await?).into_response())
 }
 
 async fn backup_snapshot(State(app): App) -> Result<Response, ApiError> {
@@ -99,9 +112,11 @@ async fn metrics_text(State(app): App) -> Response {
 }
 
 /// Every response, errors included, tells the client the store's clock: the plugin judges
-/// leases by it, never by its own.
+/// leases by it, never by its own. A read sets its own (the time its snapshot is final at).
 async fn stamp_server_time(mut resp: Response) -> Response {
-    resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
+    if !resp.headers().contains_key(KV_TIME_MS) {
+        resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
+    }
     resp
 }
 
@@ -152,10 +167,13 @@ fn key_of(uri: &Uri) -> Result<String, ApiError> {
 
 async fn get_value(State(app): App, uri: Uri) -> Result<Response, ApiError> {
     let key = key_of(&uri)?;
-    match app.engine.get(key).await? {
-        Some(record) => Ok(value_response(StatusCode::OK, &record)),
-        None => Err(ApiError::not_found("key not found")),
-    }
+    let (found, at) = app.engine.get_at(key).await?;
+    let mut resp = match found {
+        Some(record) => value_response(StatusCode::OK, &record),
+        None => ApiError::not_found("key not found").into_response(),
+    };
+    resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(at));
+    Ok(resp)
 }
 
 async fn put_value(State(app): App, req: Request) -> Result<Response, ApiError> {
@@ -179,9 +197,10 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
     // Cheap checks first, so a bad request never costs reading a body.
     let key = key_of(req.uri())?;
     let ttl_ms = request::ttl(req.headers())?;
+    let until_ms = request::deadline(req.headers())?;
     let value = read_body(req).await?;
     request::validate_json(&value)?;
-    let op = WriteOp::Put { key, value: value.clone(), pre, ttl_ms };
+    let op = WriteOp::Put { key, value: value.clone(), pre, ttl_ms, until_ms };
     let outcome = app.engine.write(op).await?;
     if let Some(claim) = claims::classify(pre, &value, &outcome, system_now_ms()) {
         app.engine.metrics().ops.claim(claim);
@@ -190,6 +209,7 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
         Outcome::Created(w) => Ok(written_response(StatusCode::CREATED, w)),
         Outcome::Replaced(w) => Ok(written_response(StatusCode::OK, w)),
         Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        Outcome::TooLate(at) => Err(deadline_passed(at)),
         other => Err(unexpected(other)),
     }
 }
@@ -197,10 +217,12 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
 async fn delete_value(State(app): App, req: Request) -> Result<Response, ApiError> {
     let key = key_of(req.uri())?;
     let pre = request::precondition(req.headers(), false)?;
-    match app.engine.write(WriteOp::Delete { key, pre }).await? {
+    let until_ms = request::deadline(req.headers())?;
+    match app.engine.write(WriteOp::Delete { key, pre, until_ms }).await? {
         Outcome::Deleted => Ok(StatusCode::NO_CONTENT.into_response()),
         Outcome::NotFound => Err(ApiError::not_found("key not found")),
         Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        Outcome::TooLate(at) => Err(deadline_passed(at)),
         other => Err(unexpected(other)),
     }
 }
@@ -256,6 +278,16 @@ fn precondition_failed(current: Option<Record>) -> Response {
     }
 }
 
+/// A write applied after its `KV-Deadline-Ms` is refused with 409 `deadline_passed` (never
+/// 412: its precondition was not even looked at). Nothing was written, and nothing will be.
+fn deadline_passed(at: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "deadline_passed",
+        format!("the write reached the store at {at}, after its KV-Deadline-Ms; nothing was written"),
+    )
+}
+
 /// The engine answered with an outcome of another kind of operation: a bug, reported as a
 /// storage failure rather than guessed into a success.
 /// Only the variant is logged: the outcome may carry a stored value, which is never logged.
@@ -265,6 +297,7 @@ fn unexpected(outcome: Outcome) -> ApiError {
         Outcome::Deleted | Outcome::NotFound => "delete",
         Outcome::PreconditionFailed(_) => "precondition",
         Outcome::Purged(_) => "purge",
+        Outcome::TooLate(_) => "deadline",
     };
     ApiError::from(EngineError::Storage(format!("unexpected {kind} outcome from the engine")))
 }

@@ -1,13 +1,18 @@
 //! Client for our KV container's v1 HTTP protocol (`http://` / `https://` kv_url).
+//!
+//! An `https://` kv_url may name a private CA (`?tls_ca=/path/ca.pem`) and a client
+//! certificate (`&tls_cert=/path/cert.pem&tls_key=/path/key.pem`) for a container that
+//! requires one; see `kv_tls`.
 
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 
+use super::kv_tls;
 use super::record::Record;
 use super::url::redact;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
 
 /// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
 /// free connection instead of opening their own: sockets and memory do not grow with the
@@ -36,12 +41,9 @@ struct Answer {
 
 impl KvClientStore {
     pub fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| StoreError::BadUrl(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
-        if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(StoreError::BadUrl("kv_url must not carry a query or fragment".into()));
-        }
-        let client = reqwest::Client::builder()
+        let (base, tls) = kv_tls::TlsParams::split(url)?;
+        let client = tls
+            .apply(reqwest::Client::builder())?
             .connect_timeout(Duration::from_secs(2).min(timeout))
             .timeout(timeout)
             .pool_max_idle_per_host(MAX_CONNECTIONS)
@@ -51,7 +53,7 @@ impl KvClientStore {
         Ok(KvClientStore {
             client,
             slots: tokio::sync::Semaphore::new(MAX_CONNECTIONS),
-            base: url.trim_end_matches('/').to_owned(),
+            base,
             auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
             clock: StoreClock::new(host),
             timeout,
@@ -113,8 +115,11 @@ impl KvClientStore {
             }
             None => self.clock.now_ms(),
         };
-        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        if status == StatusCode::UNAUTHORIZED {
             return Err(StoreError::Unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
+        }
+        if status == StatusCode::FORBIDDEN {
+            return Err(kv_tls::forbidden(path));
         }
         Ok(Answer { status, headers, body, store_now_ms })
     }
@@ -141,7 +146,10 @@ impl KvClientStore {
     }
 
     fn classify(&self, e: reqwest::Error, timeout: Duration) -> StoreError {
-        if e.is_timeout() {
+        if let Some(why) = kv_tls::refusal(&e) {
+            // The handshake failed: nothing was sent, and the fix is in kv_url or a certificate.
+            StoreError::Unreachable(redact(&self.base), why)
+        } else if e.is_timeout() {
             StoreError::Timeout(timeout.as_millis() as u64)
         } else if e.is_connect() {
             StoreError::Unreachable(redact(&self.base), root_cause(&e))
@@ -168,6 +176,31 @@ fn ttl_header(ttl: Duration) -> (&'static str, String) {
     ("kv-ttl-ms", ttl.as_millis().to_string())
 }
 
+/// The headers of a conditional write: its precondition, its TTL and, when it has one, its
+/// deadline in the store's clock (`KV-Deadline-Ms`; the container refuses the write later).
+fn write_headers(
+    pre: (&'static str, String),
+    ttl: Option<Duration>,
+    until: Option<StoreDeadline>,
+) -> Vec<(&'static str, String)> {
+    let mut h = vec![pre];
+    h.extend(ttl.map(ttl_header));
+    h.extend(until.map(|d| (DEADLINE_HEADER, d.0.to_string())));
+    h
+}
+
+/// The request header that carries a write's deadline (protocol v1, capability `deadline`).
+pub const DEADLINE_HEADER: &str = "kv-deadline-ms";
+
+/// The refusal of a write that reached the container after its `KV-Deadline-Ms`: 409 with
+/// this error code (never 412, which means the precondition failed).
+fn too_late(a: &Answer, until: Option<StoreDeadline>) -> Option<StoreError> {
+    let refused = a.status == StatusCode::CONFLICT
+        && serde_json::from_slice::<serde_json::Value>(&a.body)
+            .is_ok_and(|v| v["error"].as_str() == Some("deadline_passed"));
+    refused.then(|| StoreError::TooLate { deadline_ms: until.map_or(0, |d| d.0), store_now_ms: a.store_now_ms })
+}
+
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
@@ -186,9 +219,19 @@ fn error_text(status: StatusCode, body: &[u8]) -> String {
 }
 
 impl EventStore for KvClientStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        let headers = [(IF_NONE_MATCH.as_str(), "*".to_owned()), ttl_header(ttl)];
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        let headers = write_headers((IF_NONE_MATCH.as_str(), "*".to_owned()), Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
+        if let Some(e) = too_late(&a, until) {
+            return Err(e);
+        }
         match a.status {
             StatusCode::CREATED => Ok(Created::Created),
             StatusCode::PRECONDITION_FAILED => Ok(Created::Exists(Self::current(a)?)),
@@ -197,11 +240,14 @@ impl EventStore for KvClientStore {
         }
     }
 
-    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+    /// `KV-Time-Ms` of a GET is a time by which every write the container applied is
+    /// visible in the answer (it never reports a time past a batch still being committed).
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         let a = self.send(Method::GET, &Self::path(key), &[], None, timeout).await?;
+        let at = a.store_now_ms;
         match a.status {
-            StatusCode::OK => Ok(Some(Self::current(a)?)),
-            StatusCode::NOT_FOUND => Ok(None),
+            StatusCode::OK => Ok((Some(Self::current(a)?), at)),
+            StatusCode::NOT_FOUND => Ok((None, at)),
             s => Err(StoreError::Bad(error_text(s, &a.body))),
         }
     }
@@ -213,12 +259,16 @@ impl EventStore for KvClientStore {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Etag(etag) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
-        let headers = [(IF_MATCH.as_str(), etag.clone()), ttl_header(ttl)];
+        let headers = write_headers((IF_MATCH.as_str(), etag.clone()), Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
+        if let Some(e) = too_late(&a, until) {
+            return Err(e);
+        }
         match a.status {
             StatusCode::OK | StatusCode::CREATED => Ok(Swapped::Swapped),
             StatusCode::PRECONDITION_FAILED if a.headers.contains_key(ETAG) => {
@@ -238,6 +288,7 @@ impl EventStore for KvClientStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
         let started = std::time::Instant::now();
         let Some(cur) = self.read(key, timeout).await? else { return Ok(false) };
@@ -248,12 +299,18 @@ impl EventStore for KvClientStore {
         }
         let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
         let a = match restore {
-            None => self.send(Method::DELETE, &Self::path(key), &[(IF_MATCH.as_str(), etag)], None, left).await?,
+            None => {
+                let headers = write_headers((IF_MATCH.as_str(), etag), None, until);
+                self.send(Method::DELETE, &Self::path(key), &headers, None, left).await?
+            }
             Some(value) => {
-                let headers = [(IF_MATCH.as_str(), etag), ttl_header(ttl)];
+                let headers = write_headers((IF_MATCH.as_str(), etag), Some(ttl), until);
                 self.send(Method::PUT, &Self::path(key), &headers, Some(value), left).await?
             }
         };
+        if let Some(e) = too_late(&a, until) {
+            return Err(e);
+        }
         match a.status {
             StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::CREATED => Ok(true),
             // Changed or gone since the read: it is no longer this claim.
@@ -285,12 +342,15 @@ impl EventStore for KvClientStore {
                 return Err(not_v1(format!("its capabilities {caps:?} lack {needed:?}")));
             }
         }
-        // Authentication is only checked on data routes: read a key that never exists.
-        let probe = self.send(Method::GET, "/state/stateful-tool-credential-probe", &[], None, self.timeout).await?;
-        if !matches!(probe.status, StatusCode::OK | StatusCode::NOT_FOUND) {
-            return Err(StoreError::Bad(error_text(probe.status, &probe.body)));
-        }
+        // The token is checked by the credential check's read of a key in its namespace.
         let mut warnings = vec![];
+        if !caps.contains(&"deadline") {
+            warnings.push(
+                "this KV container predates write deadlines (KV-Deadline-Ms): a write held in the network past a call's \
+                 deadline can still land, and only its lease frees the event; upgrade the container"
+                    .to_owned(),
+            );
+        }
         if health["durability"].as_str() == Some("none") {
             warnings.push(
                 "the KV container runs with --durability none: acknowledged events can be lost on a crash".to_owned(),

@@ -20,6 +20,7 @@ mod chaos_plugin_kill;
 mod chaos_slow_store;
 mod chaos_store_crash;
 mod exactly_once;
+mod held_requests;
 
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;
@@ -31,7 +32,10 @@ mod kv_durability;
 mod kv_files;
 mod kv_fsync;
 mod kv_limits;
+mod kv_namespaces;
 mod kv_protocol;
+mod kv_rotation;
+mod kv_tls;
 mod kv_ttl;
 
 // Operating it: the daemon launch log, metrics, inspection, backups, service files.
