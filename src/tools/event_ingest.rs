@@ -31,6 +31,13 @@ pub struct IngestRequest {
 }
 
 impl IngestRequest {
+    /// A request without a payload (what the trigger claims): only the id and the type are
+    /// compared on a redelivery.
+    pub fn without_payload(event_id: String, event_type: String, lease_ms: Option<i64>) -> IngestRequest {
+        let (fingerprint, compared_as) = fingerprint_and_kind(&event_type, None);
+        IngestRequest { event_id, event_type, payload: None, fingerprint, compared_as, lease_ms, run_id: None }
+    }
+
     /// The record a first claim of this event writes at store time `now` (a fresh claim id).
     pub fn first_claim(&self, now: i64) -> Record {
         Record {
@@ -98,19 +105,25 @@ impl IngestRequest {
 
 pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
+    let answer = ingest(store, settings, &req).await?;
+    Ok(answer.field("payload_compared_as", json!(req.compared_as)))
+}
+
+/// Claims a validated request: the one claim path, also taken by the trigger's dispatch (a
+/// delivery claimed at the door is the same record `event_status`/`event_complete` see).
+pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: &IngestRequest) -> Result<Answer, ToolError> {
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
     let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
     let mut claims = Claims::default();
-    let answer = match claim(store, settings, &req, &key, &deadline, &mut claims).await {
-        Ok(answer) => answer,
+    match claim(store, settings, req, &key, &deadline, &mut claims).await {
+        Ok(answer) => Ok(answer),
         // A lost answer: this call's claim may be in the store after all.
         Err(e) => {
             let own = claims.resolve(store, &key, settings.retention, &deadline, e).await?;
             let retry = own.attempt > 1;
-            answer("accepted", own, &key, retry)
+            Ok(answer("accepted", own, &key, retry))
         }
-    };
-    Ok(answer.field("payload_compared_as", json!(req.compared_as)))
+    }
 }
 
 async fn claim<S: EventStore>(

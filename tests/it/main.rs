@@ -63,11 +63,16 @@ mod serverless;
 mod shim;
 mod store_client_limits;
 
+// The trigger package: dedup at the door (both backends), the captured daemon lines replayed.
+mod trigger_captures;
+mod trigger_door;
+
 // The signed package: building, validating, signing, the spec's vectors, the marketplace check.
 mod marketplace;
 mod package_build;
 mod package_cli;
 mod package_cli_keys;
+mod package_trigger;
 mod package_validate;
 mod package_vectors;
 
