@@ -8,7 +8,7 @@ pub const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`s
                                     or for Redis ≥ 7 redis(s)://[:password@]host:port/db, \
                                     redis(s)+cluster://[:password@]host:port,host:port… or \
                                     redis(s)+sentinel://[:password@]host:port,host:port…/master[/db], \
-                                    or for PostgreSQL postgres://user:password@host:port[,host:port…]/database";
+                                    or for PostgreSQL postgres://role:password@host:port[,host:port…]/database";
 
 /// A backend, by `kv_url` scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
