@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/stateful-tool
 [ -x "$bin" ] || { echo "build first: cargo build --release" >&2; exit 1; }
-args=(--out dist --bin "amd64=$bin")
+# The README written for Dify's plugin panel, not the repository's (docs/dify-panel-readme.md says why).
+args=(--out dist --bin "amd64=$bin" --readme docs/dify-panel-readme.md)
 if [ "${ARM64:-1}" != 0 ]; then
   arm=$(./scripts/build-arm64.sh | tail -n1)
   args+=(--bin "arm64=$arm")

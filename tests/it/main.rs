@@ -42,8 +42,10 @@ mod kv_metrics;
 mod kv_ops;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
-// and the Python shim the daemon starts; what Dify's callers make of our answers.
+// and the Python shim the daemon starts; what Dify's callers make of our answers, and what
+// an admin and a model see of the plugin in Dify.
 mod dify_callers;
+mod dify_face;
 mod protocol;
 mod protocol_vectors;
 mod remote;
