@@ -46,6 +46,7 @@ mod kv_ops;
 // an admin and a model see of the plugin in Dify.
 mod dify_callers;
 mod dify_face;
+mod dify_screens;
 mod protocol;
 mod protocol_vectors;
 mod remote;
