@@ -295,7 +295,7 @@ mod tests {
             let map = full.as_object_mut().unwrap();
             for gone in NOT_FOR_AGENTS {
                 assert!(agent.get(gone).is_none(), "{gone}");
-                map.remove(gone);
+                map.shift_remove(gone);
             }
             map.retain(|_, v| !v.is_null());
             let fp = map.insert("fingerprint".into(), json!(rec.fingerprint[..19])).unwrap();
