@@ -2,16 +2,14 @@
 # Makes sure redis-server (Redis >= 7, from Debian's packages; its Cluster and Sentinel modes
 # included), redis-cli (builds the test Cluster) and openssl (makes the TLS tests' CA) are
 # installed: the test suite starts its own servers on ephemeral loopback ports. Also strace:
-# kv_fsync:: traces the KV container to prove it fsyncs directories; and headless chromium
-# with a font: dify_screens:: renders the README the package ships and the icons as Dify shows them.
+# kv_fsync:: traces the KV container to prove it fsyncs directories.
 set -euo pipefail
 if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 \
-  && command -v openssl >/dev/null 2>&1 && command -v strace >/dev/null 2>&1 \
-  && command -v chromium >/dev/null 2>&1; then
+  && command -v openssl >/dev/null 2>&1 && command -v strace >/dev/null 2>&1; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "redis-server, redis-cli, openssl, strace or chromium is missing: run 'sudo apt-get install -y redis-server redis-tools openssl strace chromium fonts-dejavu-core' (the tests need Redis >= 7)" >&2
+  echo "redis-server, redis-cli, openssl or strace is missing: run 'sudo apt-get install -y redis-server redis-tools openssl strace' (the tests need Redis >= 7)" >&2
   exit 1
 fi
 echo "installing redis-server from Debian's packages..." >&2
@@ -23,9 +21,6 @@ here=$(dirname "$0")
 apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" update -qq
 "$here/wait-apt-lock.sh"
 apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" install -y -qq redis-server redis-tools openssl strace >/dev/null
-# Without recommends: chromium's pull in a desktop's worth of packages the screenshots do not need.
-"$here/wait-apt-lock.sh"
-apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 # The package starts a system service on 6379; the tests never use it.
 (service redis-server stop || systemctl stop redis-server || true) >/dev/null 2>&1
 redis-server --version

@@ -4,6 +4,6 @@
 # "installed" check, both rendered by headless Chromium in tests/it/dify_screens.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/ensure-redis.sh
+./scripts/ensure-ui-tools.sh
 STATEFUL_TOOL_SCREENSHOTS_DIR=docs/screenshots cargo test --locked --test it dify_screens:: -- --test-threads=1
 ls -l docs/screenshots

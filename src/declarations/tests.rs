@@ -573,7 +573,7 @@ fn json_forms_are_built_from_the_yaml() {
 fn vector12() -> (Value, Value) {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/spec/examples/12-remote-tcp-registration.plugin-to-daemon.jsonl"
+        "/tests/fixtures/spec/examples/12-remote-tcp-registration.plugin-to-daemon.jsonl"
     );
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read test vector {path}: {e}"));
     let (mut manifest, mut provider) = (None, None);

@@ -18,6 +18,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use super::ops_metrics::OpsMetrics;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     route: &'static str,
@@ -44,6 +46,8 @@ pub struct Metrics {
     evicted_connections: Counter,
     keys: Gauge,
     data_bytes: Gauge,
+    /// Claims, write latency, health and census gauges (and the status page's ring).
+    pub ops: OpsMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -92,6 +96,7 @@ impl Default for Metrics {
         registry.register("keys", "Keys stored (expired keys count until they are purged)", keys.clone());
         let data_bytes = Gauge::default();
         registry.register_with_unit("data_file_size", "Size of the data file", Unit::Bytes, data_bytes.clone());
+        let ops = OpsMetrics::register(&mut registry);
         Metrics {
             registry,
             requests,
@@ -104,6 +109,7 @@ impl Default for Metrics {
             evicted_connections,
             keys,
             data_bytes,
+            ops,
         }
     }
 }
@@ -138,9 +144,17 @@ impl Metrics {
         self.open_connections.dec();
     }
 
-    /// The text exposition, with the store gauges set to the given values first.
-    pub fn render(&self, keys: u64, data_bytes: u64) -> String {
-        self.keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
+    /// Client connections open now.
+    pub fn open_connections(&self) -> i64 {
+        self.open_connections.get()
+    }
+
+    /// The text exposition, with the store gauges set to the given values first (`keys`
+    /// unknown, e.g. on a damaged store: the last value stays).
+    pub fn render(&self, keys: Option<u64>, data_bytes: u64) -> String {
+        if let Some(keys) = keys {
+            self.keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
+        }
         self.data_bytes.set(i64::try_from(data_bytes).unwrap_or(i64::MAX));
         let mut out = String::with_capacity(8 * 1024);
         prometheus_text::encode(&mut out, &self.registry).expect("writing into a String cannot fail");
@@ -158,6 +172,9 @@ impl Metrics {
         };
         self.requests.get_or_create(&RequestLabels { route, method, status }).inc();
         self.latency.get_or_create(&RouteLabels { route }).observe(took.as_secs_f64());
+        if route == "/state/{key}" && matches!(method, "PUT" | "POST" | "DELETE") {
+            self.ops.write_done(took);
+        }
     }
 }
 
@@ -169,6 +186,8 @@ fn route_of(path: &str) -> &'static str {
         "/backup" => "/backup",
         "/state" => "/state",
         p if p.starts_with("/state/") => "/state/{key}",
+        p if p.starts_with("/ui/api/") => "/ui/api",
+        p if p == "/ui" || p.starts_with("/ui/") => "/ui",
         _ => "other",
     }
 }
@@ -197,5 +216,7 @@ mod tests {
         assert_eq!(route_of("/state/evt_a"), "/state/{key}");
         assert_eq!(route_of("/state"), "/state");
         assert_eq!(route_of("/x/../y"), "other");
+        assert_eq!((route_of("/ui"), route_of("/ui/app.js"), route_of("/ui/api/now")), ("/ui", "/ui", "/ui/api"));
+        assert_eq!(route_of("/uix"), "other");
     }
 }

@@ -16,6 +16,7 @@
 mod auth;
 mod backup;
 mod batch;
+mod claims;
 mod conn;
 mod engine;
 #[cfg(test)]
@@ -29,10 +30,13 @@ mod limits;
 mod listing;
 mod metrics;
 mod open;
+mod ops_metrics;
+mod rates;
 mod record;
 mod request;
 mod tracked;
 mod ttl;
+mod ui;
 mod writer;
 
 use std::io::Write;
@@ -91,6 +95,8 @@ pub struct ServeArgs {
     pub metrics_public: bool,
     #[command(flatten)]
     pub conn: limits::ConnArgs,
+    #[command(flatten)]
+    pub ui: ui::UiArgs,
 }
 
 /// `kv serve --help`: the environment variables it reads, with defaults.
@@ -157,9 +163,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         durability: args.durability,
         data_file: args.data.join(DB_FILE),
         metrics_public: args.metrics_public,
+        ui: ui::UiState::new(&args.ui),
     });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
     let limits = runtime.block_on(async { limits::Limits::from_args(&args.conn) });
+    state.engine.metrics().ops.set_max_connections(limits.max_connections);
     let result = runtime.block_on(serve_http(state, listener, token, purge_every, limits));
     // Dropping the runtime drops every task holding an engine handle; the writer then
     // commits whatever is still queued and exits, and the database closes cleanly.

@@ -1,4 +1,4 @@
-//! Screenshots of what Dify shows, in headless Chromium (installed by scripts/ensure-redis.sh):
+//! Screenshots of what Dify shows, in headless Chromium (installed by scripts/ensure-ui-tools.sh):
 //! the README the package ships, rendered as Dify's plugin panel renders markdown (every single
 //! line break a break) at the panel's 580 px, and the icons on a light and a dark tile, at the
 //! sizes Dify draws them, one beside the "installed" check Dify's install dialog puts on its
@@ -42,7 +42,7 @@ fn chromium(page: &Path, width: u32, height: u32, action: &str) -> String {
         .arg(action)
         .arg(format!("file://{}", page.display()))
         .output()
-        .expect("chromium runs (scripts/ensure-redis.sh installs it; make test calls it)");
+        .expect("chromium runs (scripts/ensure-ui-tools.sh installs it; make test calls it)");
     assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

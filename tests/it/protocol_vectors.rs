@@ -1,4 +1,4 @@
-//! Replays the captured daemon transcripts (shared/spec/examples) against the real binary.
+//! Replays the captured daemon transcripts (tests/fixtures/spec/examples) against the real binary.
 //!
 //! The captures come from an echo plugin, so requests are mapped onto our provider and tools
 //! (echo → event_ingest, fail → an invalid event_ingest, slow → event_status, nope stays
@@ -13,12 +13,11 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_stateful-tool");
-const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/examples");
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/spec/examples");
 
 fn read_jsonl(name: &str) -> Vec<Value> {
     let path = format!("{EXAMPLES}/{name}");
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e} (shared/ must sit beside the checkout)"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod arb;
+pub mod browser;
 pub mod daemon;
 pub mod fake;
 pub mod kv;

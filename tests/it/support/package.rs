@@ -10,9 +10,9 @@ use std::process::{Command, Output};
 
 use stateful_tool::package::Arch;
 
-/// The spec's vector folder; CI checks `../shared` out beside this repository.
+/// The signed and tampered package vectors (copied from the protocol spec; see tests/fixtures/spec/README.md).
 pub fn vectors() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/vectors"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/spec/vectors"))
 }
 
 pub fn vector(name: &str) -> PathBuf {
