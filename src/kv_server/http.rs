@@ -6,16 +6,17 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{middleware, Json, Router};
+use axum::routing::{get, post};
+use axum::{middleware, Extension, Json, Router};
 
-use super::auth::{self, Token};
+use super::auth::{self, Auth};
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::{DurabilityMode, Engine, EngineError};
 use super::error::ApiError;
 use super::health::Problem;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
+use super::tokens::Scope;
 use super::{backup, claims, listing, metrics, ui};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
@@ -40,7 +41,8 @@ type App = State<Arc<AppState>>;
 /// The whole HTTP surface. Layers run outside-in: request metrics, time stamp, then auth
 /// (only when a token is configured), then the body limit, then the route — so a 401 is
 /// sent before any body byte is read. `/metrics` sits outside auth with `--metrics-public`.
-pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
+/// `POST /admin/reload` (re-read the tokens file) exists when auth is on, and needs `*`.
+pub fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
     let metrics = state.engine.metrics().clone();
     let public = state.metrics_public;
     let mut routes = Router::new()
@@ -52,13 +54,16 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
     if !public {
         routes = routes.route("/metrics", get(metrics_text));
     }
+    if let Some(auth) = &auth {
+        routes = routes.route("/admin/reload", post(auth::reload).with_state(auth.clone()));
+    }
     let routes = routes
         .fallback(unknown_route)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state.clone())
         .layer(DefaultBodyLimit::max(MAX_VALUE_LEN));
-    let mut routes = match token {
-        Some(token) => routes.layer(middleware::from_fn_with_state(token, auth::require_token)),
+    let mut routes = match auth {
+        Some(auth) => routes.layer(middleware::from_fn_with_state(auth, auth::require_token)),
         None => routes,
     };
     if public {
@@ -73,10 +78,18 @@ pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
 
 async fn list_keys(
     State(app): App,
+    scope: Option<Extension<Scope>>,
     query: Result<axum::extract::Query<listing::ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
-    Ok(Json(listing::list(&app.engine, query.0).await?).into_response())
+    let mut query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?.0;
+    // A namespace token sees only its own keys.
+    if let Some(Extension(scope)) = scope {
+        match auth::clamp_prefix(&scope, &query.prefix)? {
+            Some(prefix) => query.prefix = prefix,
+            None => return Ok(Json(listing::Page { keys: vec![], next: None }).into_response()),
+        }
+    }
+    Ok(Json(listing::list(&app.engine, query).await?).into_response())
 }
 
 async fn backup_snapshot(State(app): App) -> Result<Response, ApiError> {

@@ -32,6 +32,11 @@ struct RouteLabels {
     route: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
 /// Every metric of one server. Metric handles are cheap clones of shared atomics.
 pub struct Metrics {
     registry: Registry,
@@ -46,6 +51,8 @@ pub struct Metrics {
     evicted_connections: Counter,
     keys: Gauge,
     data_bytes: Gauge,
+    /// Requests and TLS handshakes refused, by reason (a fixed set; never the token).
+    auth_failures: Family<ReasonLabels, Counter>,
     /// Claims, write latency, health and census gauges (and the status page's ring).
     pub ops: OpsMetrics,
 }
@@ -96,8 +103,15 @@ impl Default for Metrics {
         registry.register("keys", "Keys stored (expired keys count until they are purged)", keys.clone());
         let data_bytes = Gauge::default();
         registry.register_with_unit("data_file_size", "Size of the data file", Unit::Bytes, data_bytes.clone());
+        let auth_failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "auth_failures",
+            "Requests refused by authentication (401, 403) and failed TLS handshakes, by reason",
+            auth_failures.clone(),
+        );
         let ops = OpsMetrics::register(&mut registry);
         Metrics {
+            auth_failures,
             registry,
             requests,
             latency,
@@ -132,6 +146,11 @@ impl Metrics {
     /// A quiet connection was closed to make room at the connection cap.
     pub fn connection_evicted(&self) {
         self.evicted_connections.inc();
+    }
+
+    /// A request or TLS handshake was refused; `reason` is one of a fixed set of names.
+    pub fn auth_failed(&self, reason: &'static str) {
+        self.auth_failures.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// A client connection was accepted.

@@ -31,7 +31,10 @@ mod kv_durability;
 mod kv_files;
 mod kv_fsync;
 mod kv_limits;
+mod kv_namespaces;
 mod kv_protocol;
+mod kv_rotation;
+mod kv_tls;
 mod kv_ttl;
 
 // Operating it: the daemon launch log, metrics, inspection, backups, service files.

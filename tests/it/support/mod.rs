@@ -7,6 +7,7 @@ pub mod browser;
 pub mod daemon;
 pub mod fake;
 pub mod kv;
+pub mod kv_pki;
 pub mod lifecycle;
 pub mod load;
 pub mod package;
