@@ -214,11 +214,24 @@ fn prompt_tool(name: &str) -> Value {
     json!({"type": "function", "function": {"name": name, "description": decl["description"]["llm"], "parameters": parameters}})
 }
 
+/// JSON as Python's `json.dumps` writes it by default (`", "` and `": "`), which is how the
+/// request body reaches the model's API from Dify's model plugins (httpx).
+fn python_json(v: &Value) -> String {
+    match v {
+        Value::Array(items) => format!("[{}]", items.iter().map(python_json).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => {
+            let fields: Vec<String> = map.iter().map(|(k, v)| format!("{}: {}", json!(k), python_json(v))).collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        scalar => scalar.to_string(),
+    }
+}
+
 #[test]
 fn the_tool_definitions_cost_a_model_at_most_600_tokens() {
     let mut total = 0;
     for name in tool_names() {
-        let n = tokens(&prompt_tool(name).to_string());
+        let n = tokens(&python_json(&prompt_tool(name)));
         eprintln!("definition of {name}: {n} tokens (cl100k)");
         total += n;
     }
