@@ -7,13 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/stateful-tool
 [ -x "$bin" ] || { echo "build first: cargo build --release" >&2; exit 1; }
-# The README written for Dify's plugin panel, not the repository's (docs/dify-panel-readme.md says why).
-args=(--out dist --bin "amd64=$bin" --readme docs/dify-panel-readme.md)
+args=(--out dist --bin "amd64=$bin")
 if [ "${ARM64:-1}" != 0 ]; then
   arm=$(./scripts/build-arm64.sh | tail -n1)
   args+=(--bin "arm64=$arm")
 fi
-"$bin" package "${args[@]}"
+# The tool package's README is the one written for Dify's plugin panel, not the repository's.
+"$bin" package "${args[@]}" --readme docs/dify-panel-readme.md
 "$bin" package "${args[@]}" --source trigger
 version=$(sed -n 's/^version: *\([0-9][0-9.]*\).*/\1/p' manifest.yaml | head -n1)
 pkg="dist/stateful_tool-$version.difypkg"

@@ -151,8 +151,9 @@ impl Serialize for Answer {
     }
 }
 
-/// The answer as an agent's model reads it: without [`NOT_FOR_AGENTS`] and null fields,
-/// the fingerprint cut to a prefix (64 hex characters cost a model tokens and tell it
+/// The answer as an agent's model reads it: without [`NOT_FOR_AGENTS`], null fields and
+/// flags that are false (`retry`, `stuck`, …: the sentence says what matters), the
+/// fingerprint cut to a prefix (64 hex characters cost a model tokens and tell it
 /// nothing more).
 struct ForAgent<'a>(&'a Answer);
 
@@ -165,8 +166,9 @@ impl Serialize for ForAgent<'_> {
 impl Answer {
     fn serialize_for<S: Serializer>(&self, s: S, agent: bool) -> Result<S::Ok, S::Error> {
         let shown = |name: &str, null: bool| !agent || !(null || NOT_FOR_AGENTS.contains(&name));
+        let empty = |v: &Value| v.is_null() || *v == Value::Bool(false);
         let mut m = s.serialize_map(None)?;
-        for (k, v) in self.head.iter().filter(|(k, v)| shown(k, v.is_null())) {
+        for (k, v) in self.head.iter().filter(|(k, v)| shown(k, empty(v))) {
             m.serialize_entry(k, v)?;
         }
         if let Some((rec, key)) = &self.record {
@@ -183,7 +185,7 @@ impl Answer {
                 }
             }
         }
-        for (k, v) in self.tail.iter().filter(|(k, v)| shown(k, v.is_null())) {
+        for (k, v) in self.tail.iter().filter(|(k, v)| shown(k, empty(v))) {
             m.serialize_entry(k, v)?;
         }
         m.end()
@@ -298,14 +300,14 @@ mod tests {
                 assert!(agent.get(gone).is_none(), "{gone}");
                 map.shift_remove(gone);
             }
-            map.retain(|_, v| !v.is_null());
+            map.retain(|_, v| !v.is_null() && *v != json!(false));
             let fp = map.insert("fingerprint".into(), json!(rec.fingerprint[..19])).unwrap();
             assert_eq!(fp, json!(rec.fingerprint));
             assert_eq!(agent, full, "the rest as it is, in order");
             let keys: Vec<&String> = agent.as_object().unwrap().keys().collect();
             assert_eq!(keys, full.as_object().unwrap().keys().collect::<Vec<_>>());
             assert_eq!(agent["outcome"], "accepted");
-            assert_eq!(agent["retry"], false);
+            assert!(agent.get("retry").is_none(), "a false flag is left out");
             assert_eq!(agent["attempt"], json!(rec.attempt));
         }
     }

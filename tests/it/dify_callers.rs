@@ -255,8 +255,8 @@ fn check(caller: Caller, s: &Step, lines: &[String], replay: &Value) {
     let end = if caller.gets_variables() { "." } else { ".\n" };
     let sentence = text.strip_suffix(end).unwrap_or_else(|| panic!("{what}: text {text:?} ends with {end:?}"));
     assert!(sentence.starts_with("Event ") && !sentence.contains(['{', '\n']), "{what}: text {text:?}");
-    // A model's record leaves out what it cannot use (NOT_FOR_AGENTS), nulls and most of the
-    // fingerprint; a workflow node's keeps them all.
+    // A model's record leaves out what it cannot use (NOT_FOR_AGENTS), nulls, false flags and
+    // most of the fingerprint; a workflow node's keeps them all.
     let fingerprint = record.get("fingerprint").and_then(Value::as_str);
     if caller.gets_variables() {
         assert!(record["key"].is_string(), "{what}: {record}");
@@ -265,7 +265,8 @@ fn check(caller: Caller, s: &Step, lines: &[String], replay: &Value) {
         for gone in stateful_tool::tools::answer::NOT_FOR_AGENTS {
             assert!(record.get(gone).is_none(), "{what}: {gone} in {record}");
         }
-        assert!(record.as_object().unwrap().values().all(|v| !v.is_null()), "{what}: no nulls: {record}");
+        let empty = |v: &Value| v.is_null() || *v == json!(false);
+        assert!(!record.as_object().unwrap().values().any(empty), "{what}: no nulls or false flags: {record}");
         assert!(fingerprint.is_none_or(|f| f.len() == "sha256:".len() + 12), "{what}: {record}");
     }
     if caller.gets_variables() {
