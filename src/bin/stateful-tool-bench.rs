@@ -110,6 +110,7 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         stage_calls: if args.quick { 1_000 } else { 50_000 },
         stage_creates: if args.quick { 50 } else { 2_000 },
         burst_sessions: if args.quick { bench::burst::QUICK_SESSIONS } else { bench::burst::SESSIONS },
+        callgrind_dir: args.out.parent().unwrap_or(std::path::Path::new(".")).join("callgrind"),
     })
 }
 

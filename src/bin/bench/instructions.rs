@@ -79,10 +79,13 @@ pub fn available() -> bool {
 }
 
 /// Both replays of one caller kind against the store at `url` (process `store_pid`); `run`
-/// numbers the sessions.
+/// numbers the sessions. The callgrind files stay in `keep` (`{store}-{caller}-{lines}.callgrind`),
+/// ready for `callgrind_annotate`.
+#[allow(clippy::too_many_arguments)]
 pub async fn measure(
     exe: &Path,
     tmp: &TempDir,
+    keep: &Path,
     store: &'static str,
     url: &str,
     store_pid: u32,
@@ -93,7 +96,7 @@ pub async fn measure(
     for (total, n) in totals.iter_mut().zip([SHORT, LONG]) {
         *run += 1;
         let tag = format!("ir-{store}-{}-{n}-{run}", caller.name().replace(' ', "-"));
-        let out = tmp.path().join(format!("{tag}.callgrind"));
+        let out = keep.join(format!("{}-{}-{n}.callgrind", store, caller.name().replace(' ', "-")));
         let wrapper: Vec<String> = ["valgrind", "--tool=callgrind", &format!("--callgrind-out-file={}", out.display())]
             .map(str::to_owned)
             .to_vec();

@@ -114,8 +114,10 @@ async fn instructions(
         eprintln!("  instructions: skipped (valgrind is not on the PATH)");
         return Ok(());
     }
+    std::fs::create_dir_all(&cfg.callgrind_dir)?;
     for caller in super::instructions::Caller::ALL {
-        let count = super::instructions::measure(&cfg.plugin, tmp, name, url, store_pid, caller, run_id).await?;
+        let keep = &cfg.callgrind_dir;
+        let count = super::instructions::measure(&cfg.plugin, tmp, keep, name, url, store_pid, caller, run_id).await?;
         eprintln!("  instr  {name:<9} {:<13} {:>9.0} instructions per ingest", count.caller, count.per_ingest);
         res.instructions.push(count);
     }
