@@ -7,7 +7,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 
 help:
 	@echo "make run      - start the KV container (on-disk data) and ingest one event twice: accepted, then duplicate"
-	@echo "make test     - the whole test suite (installs redis-server if missing)"
+	@echo "make test     - the whole test suite (installs redis-server, chromium and promtool if missing)"
 	@echo "make lint     - cargo fmt --check and clippy -D warnings"
 	@echo "make package  - build dist/stateful_tool-$(VERSION).difypkg (SIGNING_KEY=private.pem also signs it)"
 	@echo "make bench    - benchmarks: plugin vs raw store, KV container durability"
@@ -24,6 +24,7 @@ run: build
 
 test:
 	./scripts/ensure-redis.sh
+	./scripts/ensure-ui-tools.sh
 	$(CARGO) test --locked
 
 lint:

@@ -136,6 +136,10 @@ async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, Ses
     let settings = Settings::from_credentials(credentials(data)).map_err(|e| fail(e.message))?;
     let store = app.stores.get(&settings.store).await.map_err(|e| fail(e.to_string()))?;
     let probe = store.probe().await.map_err(|e| fail(e.to_string()))?;
+    // The token must open the credential's namespace (a KV container binds tokens to
+    // namespaces): read a key of that namespace that never exists.
+    let key = crate::store::key::storage_key(settings.namespace.as_deref(), "stateful-tool-credential-probe");
+    store.read(&key, app.stores.call_timeout()).await.map_err(|e| fail(e.to_string()))?;
     for w in &probe.warnings {
         tracing::warn!(backend = probe.backend, "store check: {w}");
     }

@@ -99,7 +99,9 @@ impl From<crate::store::key::InvalidInput> for ToolError {
 impl From<crate::store::StoreError> for ToolError {
     fn from(e: crate::store::StoreError) -> Self {
         match e {
-            crate::store::StoreError::BadUrl(message) => ToolError::param(message),
+            crate::store::StoreError::BadUrl(message) | crate::store::StoreError::Forbidden(message) => {
+                ToolError::param(message)
+            }
             e => ToolError::upstream(e.to_string()),
         }
     }

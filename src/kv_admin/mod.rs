@@ -1,6 +1,6 @@
 //! The `kv` subcommands: `kv serve` and `kv check` (the KV container itself), and the operator
 //! commands against a store: `kv ls`, `kv get` (KV container or Redis), `kv backup` and
-//! `kv restore` (KV container).
+//! `kv restore` (KV container), and `kv reload` (re-read a running container's tokens file).
 
 mod show;
 mod source;
@@ -28,6 +28,8 @@ pub enum KvCommand {
     Restore(RestoreArgs),
     /// Verify a stopped store's data file offline: every page checksum and every record.
     Check(kv_server::CheckArgs),
+    /// Make a running KV container re-read its --tokens-file (as SIGHUP does).
+    Reload(ReloadArgs),
 }
 
 /// Runs one `kv` subcommand.
@@ -39,7 +41,24 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
         KvCommand::Backup(args) => backup(args),
         KvCommand::Restore(args) => restore(args),
         KvCommand::Check(args) => kv_server::check(&args.data),
+        KvCommand::Reload(args) => reload(args),
     }
+}
+
+#[derive(clap::Args)]
+pub struct ReloadArgs {
+    /// `http(s)://host:port` of the KV container (`?tls_ca=…` as in the plugin's kv_url).
+    #[arg(long)]
+    pub url: String,
+    /// A `*` token of the container.
+    #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
+    let tokens = runtime()?.block_on(source::reload(&args.url, args.token.as_deref()))?;
+    println!("tokens file re-read: {tokens} tokens in force");
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(clap::Args)]

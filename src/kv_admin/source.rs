@@ -8,6 +8,7 @@ use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
 use crate::kv_server::{read_snapshot, sync_parent, Summary};
+use crate::store::kv_tls::TlsParams;
 use crate::store::url::redact;
 
 /// One key as read from the store, with the store's clock at the time of reading.
@@ -49,8 +50,8 @@ impl Source {
             return Ok(Source::Redis(conn));
         }
         ensure!(url.starts_with("http://") || url.starts_with("https://"), "--url must be http(s):// or redis(s)://");
-        let http = reqwest::Client::builder().timeout(TIMEOUT).build()?;
-        Ok(Source::Kv { base: url.trim_end_matches('/').to_owned(), token: token.map(str::to_owned), http })
+        let (base, http) = kv_http(url, reqwest::Client::builder().timeout(TIMEOUT))?;
+        Ok(Source::Kv { base, token: token.map(str::to_owned), http })
     }
 
     pub async fn list(&self, prefix: &str, limit: usize) -> anyhow::Result<Vec<Item>> {
@@ -148,7 +149,34 @@ async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
     if status == reqwest::StatusCode::UNAUTHORIZED {
         bail!("the KV container refused the token (401): give --token or KV_TOKEN");
     }
+    if status == reqwest::StatusCode::FORBIDDEN {
+        bail!("the KV container refused (403): this needs a token for every namespace (`*` in its tokens file)");
+    }
     bail!("the KV container answered {status}: {}", body.chars().take(300).collect::<String>())
+}
+
+/// The base URL and an HTTP client for a KV container `--url`, which may carry the plugin's
+/// TLS parameters (`?tls_ca=…&tls_cert=…&tls_key=…`).
+fn kv_http(url: &str, builder: reqwest::ClientBuilder) -> anyhow::Result<(String, reqwest::Client)> {
+    let (base, tls) = TlsParams::split(url)?;
+    Ok((base, tls.apply(builder)?.build()?))
+}
+
+/// `kv reload --url`: asks the running container to re-read its tokens file.
+pub async fn reload(url: &str, token: Option<&str>) -> anyhow::Result<u64> {
+    let (base, http) = kv_http(url, reqwest::Client::builder().timeout(TIMEOUT))?;
+    let mut req = http.post(format!("{base}/admin/reload"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.context("reaching the KV container")?;
+    if resp.status() == reqwest::StatusCode::CONFLICT {
+        let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await?).unwrap_or_default();
+        bail!("the KV container kept its tokens: {}", body["message"].as_str().unwrap_or("reload refused"));
+    }
+    let body = check(resp).await?.bytes().await.context("reading the reload answer")?;
+    let body: serde_json::Value = serde_json::from_slice(&body).context("reading the reload answer")?;
+    Ok(body["tokens"].as_u64().unwrap_or_default())
 }
 
 /// `*`, `?`, `[` and `\` are glob syntax in SCAN MATCH.
@@ -170,8 +198,8 @@ pub async fn download_backup(url: &str, token: Option<&str>, out: &Path) -> anyh
         "online backups need the KV container's http(s):// URL"
     );
     // No overall timeout: a large store takes as long as it takes to stream.
-    let http = reqwest::Client::builder().connect_timeout(TIMEOUT).build()?;
-    let mut req = http.get(format!("{}/backup", url.trim_end_matches('/')));
+    let (base, http) = kv_http(url, reqwest::Client::builder().connect_timeout(TIMEOUT))?;
+    let mut req = http.get(format!("{base}/backup"));
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }

@@ -222,13 +222,19 @@ pub fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
 
 /// `GET /backup`: the snapshot streamed as it is read. A failure mid-way aborts the body,
 /// so the client sees no trailer and refuses the file.
-pub fn stream(db: std::sync::Arc<Database>) -> axum::body::Body {
+/// `metrics` learns the snapshot's time once the whole stream was handed over (the
+/// `kv_last_backup_timestamp_seconds` that backup-age alerts watch).
+pub fn stream(db: std::sync::Arc<Database>, metrics: std::sync::Arc<super::metrics::Metrics>) -> axum::body::Body {
     type Chunk = Result<bytes::Bytes, std::io::Error>;
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(8);
+    let taken_ms = system_now_ms();
     tokio::task::spawn_blocking(move || {
         let mut w = BufWriter::with_capacity(64 * 1024, ChannelWriter(tx.clone()));
         match write_snapshot(&db, &mut w) {
-            Ok(s) => tracing::info!("kv: backup streamed: {} records, revision {}", s.records, s.last_rev),
+            Ok(s) => {
+                tracing::info!("kv: backup streamed: {} records, revision {}", s.records, s.last_rev);
+                metrics.ops.backup_taken(taken_ms);
+            }
             Err(e) => {
                 tracing::warn!("kv: backup stream ended early: {e:#}");
                 let _ = tx.blocking_send(Err(std::io::Error::other("backup failed")));

@@ -3,7 +3,9 @@
 //! under the connection cap. At the cap the oldest connection that is not serving a request
 //! is closed to make room: idle sockets cannot lock a health check or a client out. No
 //! accepted connection is ever dropped unanswered: while the evicted ones are still closing
-//! (the hard ceiling), new connections wait in the kernel's listen queue.
+//! (the hard ceiling), new connections wait in the kernel's listen queue. With TLS the
+//! handshake comes first, bounded by the header timeout; the peer address rides along in
+//! every request's extensions for the auth log.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -16,11 +18,14 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
+use super::auth::Peer;
 use super::limits::Limits;
 use super::metrics::Metrics;
+use super::tls::{handshake_failure, Tls};
 use super::tracked::{ConnState, Epoch, Tracked};
 
 /// How long, at shutdown, a connection may finish the request it is serving.
@@ -150,7 +155,7 @@ impl Conns {
 }
 
 /// Serves `router` on `listener` until `shutdown` turns true, then lets the open requests
-/// finish for up to `grace`.
+/// finish for up to `grace`. With `tls`, every connection is HTTPS.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -158,6 +163,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
     metrics: Arc<Metrics>,
+    tls: Option<Tls>,
 ) {
     let conns = Arc::new(Conns {
         limits,
@@ -179,7 +185,7 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => break,
         };
-        let (tcp, _peer): (TcpStream, SocketAddr) = match accepted {
+        let (tcp, peer): (TcpStream, SocketAddr) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
                 // Out of file descriptors or memory: the backlog waits; try again shortly.
@@ -196,9 +202,24 @@ pub async fn serve(
         conns.lock().insert(id, state.clone());
         metrics.connection_opened();
         let (conns, builder, router, shutdown) = (conns.clone(), builder.clone(), router.clone(), shutdown.clone());
-        let metrics = metrics.clone();
+        let (metrics, tls, handshake_timeout) = (metrics.clone(), tls.clone(), conns.limits.header_timeout);
         tokio::spawn(async move {
-            serve_one(tcp, state, &builder, router, shutdown).await;
+            match tls {
+                None => serve_one(tcp, peer, state, &builder, router, shutdown).await,
+                Some(tls) => match tokio::time::timeout(handshake_timeout, tls.acceptor.accept(tcp).into_fallible())
+                    .await
+                {
+                    Ok(Ok(stream)) => serve_one(stream, peer, state, &builder, router, shutdown).await,
+                    Ok(Err((e, tcp))) => {
+                        let (reason, detail) = handshake_failure(&e);
+                        tls.refusals.refused(Some(peer), reason, &detail);
+                        close_after_alert(tcp).await;
+                    }
+                    Err(_) => {
+                        tls.refusals.refused(Some(peer), "tls_handshake", "no TLS handshake within the header timeout")
+                    }
+                },
+            }
             conns.remove(id);
             metrics.connection_closed();
         });
@@ -222,16 +243,18 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     b
 }
 
-async fn serve_one(
-    tcp: TcpStream,
+async fn serve_one<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: T,
+    peer: SocketAddr,
     state: Arc<ConnState>,
     builder: &auto::Builder<TokioExecutor>,
     router: Router,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let io = TokioIo::new(Tracked::new(tcp, state.clone()));
+    let io = TokioIo::new(Tracked::new(io, state.clone()));
     let svc_state = state.clone();
-    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(Peer(peer));
         let guard = svc_state.begin_request();
         let mut router = router.clone();
         async move {
@@ -258,6 +281,17 @@ async fn serve_one(
     state.closing.store(true, Relaxed);
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(SHUTDOWN_CLOSE_GRACE, conn).await;
+}
+
+/// After a refused handshake the alert saying why is on its way; closing a socket with
+/// unread bytes (the client's first request, under TLS 1.3) would reset the connection and
+/// the client would lose it. So: end our side, and drain briefly until the client closes.
+async fn close_after_alert(mut tcp: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tcp.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let drain = async { while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 async fn housekeeping(conns: Arc<Conns>) {

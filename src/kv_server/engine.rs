@@ -188,7 +188,7 @@ impl Engine {
 }
 
 /// A failed read: damage is reported through `/healthz`, other failures only to the client.
-enum ReadError {
+pub(super) enum ReadError {
     Damaged(String),
     Failed(String),
 }

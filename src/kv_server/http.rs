@@ -6,17 +6,18 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{middleware, Json, Router};
+use axum::routing::{get, post};
+use axum::{middleware, Extension, Json, Router};
 
-use super::auth::{self, Token};
+use super::auth::{self, Auth};
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::{DurabilityMode, Engine, EngineError};
 use super::error::ApiError;
 use super::health::Problem;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
-use super::{backup, listing, metrics};
+use super::tokens::Scope;
+use super::{backup, claims, listing, metrics, ui};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
@@ -31,6 +32,8 @@ pub struct AppState {
     pub data_file: std::path::PathBuf,
     /// `--metrics-public`: `/metrics` needs no token.
     pub metrics_public: bool,
+    /// The status page's census cache.
+    pub ui: ui::UiState,
 }
 
 type App = State<Arc<AppState>>;
@@ -38,52 +41,74 @@ type App = State<Arc<AppState>>;
 /// The whole HTTP surface. Layers run outside-in: request metrics, time stamp, then auth
 /// (only when a token is configured), then the body limit, then the route — so a 401 is
 /// sent before any body byte is read. `/metrics` sits outside auth with `--metrics-public`.
-pub fn router(state: Arc<AppState>, token: Option<Arc<Token>>) -> Router {
+/// `POST /admin/reload` (re-read the tokens file) exists when auth is on, and needs `*`.
+pub fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
     let metrics = state.engine.metrics().clone();
     let public = state.metrics_public;
     let mut routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/state", get(list_keys))
         .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
-        .route("/backup", get(backup_snapshot));
+        .route("/backup", get(backup_snapshot))
+        .merge(ui::api_routes());
     if !public {
         routes = routes.route("/metrics", get(metrics_text));
+    }
+    if let Some(auth) = &auth {
+        routes = routes.route("/admin/reload", post(auth::reload).with_state(auth.clone()));
     }
     let routes = routes
         .fallback(unknown_route)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state.clone())
         .layer(DefaultBodyLimit::max(MAX_VALUE_LEN));
-    let mut routes = match token {
-        Some(token) => routes.layer(middleware::from_fn_with_state(token, auth::require_token)),
+    let mut routes = match auth {
+        Some(auth) => routes.layer(middleware::from_fn_with_state(auth, auth::require_token)),
         None => routes,
     };
     if public {
         routes = routes.merge(Router::new().route("/metrics", get(metrics_text)).with_state(state));
     }
+    // The status page itself holds no data: a browser loads it without a token.
     routes
+        .merge(ui::asset_routes())
         .layer(middleware::map_response(stamp_server_time))
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
 }
 
 async fn list_keys(
     State(app): App,
+    scope: Option<Extension<Scope>>,
     query: Result<axum::extract::Query<listing::ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
-    Ok(Json(listing::list(&app.engine, query.0).await?).into_response())
+    let mut query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?.0;
+    // A namespace token sees only its own keys.
+    if let Some(Extension(scope)) = scope {
+        match auth::clamp_prefix(&scope, &query.prefix)? {
+            Some(prefix) => query.prefix = prefix,
+            None => return Ok(Json(listing::Page { keys: vec![], next: None }).into_response()),
+        }
+    }
+    Ok(Json(listing::list(&app.engine, query).await?).into_response())
 }
 
 async fn backup_snapshot(State(app): App) -> Result<Response, ApiError> {
-    let mut resp = backup::stream(app.engine.db()?).into_response();
+    let mut resp = backup::stream(app.engine.db()?, app.engine.metrics().clone()).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
     Ok(resp)
 }
 
-async fn metrics_text(State(app): App) -> Result<Response, ApiError> {
-    let keys = listing::key_count(&app.engine).await?;
+/// Served even when the store cannot be read (damage, writer stopped): then `kv_healthy`
+/// is 0 and the figures that need a read keep their last values.
+async fn metrics_text(State(app): App) -> Response {
+    let keys = listing::key_count(&app.engine).await.ok();
     let bytes = std::fs::metadata(&app.data_file).map_or(0, |m| m.len());
-    Ok(metrics::response(app.engine.metrics().render(keys, bytes)))
+    let ops = &app.engine.metrics().ops;
+    ops.set_healthy(health_problem(&app).is_none());
+    if let Ok(census) = app.ui.census.current(&app.engine).await {
+        ops.set_census(&census.counts);
+    }
+    metrics::response(app.engine.metrics().render(keys, bytes))
 }
 
 /// Every response, errors included, tells the client the store's clock: the plugin judges
@@ -93,11 +118,16 @@ async fn stamp_server_time(mut resp: Response) -> Response {
     resp
 }
 
-async fn healthz(State(app): App) -> Response {
-    let problem = match app.engine.writer_alive() {
+/// What `/healthz` reports when it is not ok.
+pub fn health_problem(app: &AppState) -> Option<Problem> {
+    match app.engine.writer_alive() {
         true => app.engine.health().problem(),
         false => Some(Problem { status: "unavailable", reason: "the storage writer stopped".into() }),
-    };
+    }
+}
+
+async fn healthz(State(app): App) -> Response {
+    let problem = health_problem(&app);
     let mut body = serde_json::json!({
         "status": problem.as_ref().map_or("ok", |p| p.status),
         "capabilities": CAPABILITIES,
@@ -164,8 +194,12 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
     let ttl_ms = request::ttl(req.headers())?;
     let value = read_body(req).await?;
     request::validate_json(&value)?;
-    let op = WriteOp::Put { key, value, pre, ttl_ms };
-    match app.engine.write(op).await? {
+    let op = WriteOp::Put { key, value: value.clone(), pre, ttl_ms };
+    let outcome = app.engine.write(op).await?;
+    if let Some(claim) = claims::classify(pre, &value, &outcome, system_now_ms()) {
+        app.engine.metrics().ops.claim(claim);
+    }
+    match outcome {
         Outcome::Created(w) => Ok(written_response(StatusCode::CREATED, w)),
         Outcome::Replaced(w) => Ok(written_response(StatusCode::OK, w)),
         Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),

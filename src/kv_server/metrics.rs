@@ -18,6 +18,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use super::ops_metrics::OpsMetrics;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     route: &'static str,
@@ -28,6 +30,11 @@ struct RequestLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
     route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
 }
 
 /// Every metric of one server. Metric handles are cheap clones of shared atomics.
@@ -44,6 +51,10 @@ pub struct Metrics {
     evicted_connections: Counter,
     keys: Gauge,
     data_bytes: Gauge,
+    /// Requests and TLS handshakes refused, by reason (a fixed set; never the token).
+    auth_failures: Family<ReasonLabels, Counter>,
+    /// Claims, write latency, health and census gauges (and the status page's ring).
+    pub ops: OpsMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -92,7 +103,15 @@ impl Default for Metrics {
         registry.register("keys", "Keys stored (expired keys count until they are purged)", keys.clone());
         let data_bytes = Gauge::default();
         registry.register_with_unit("data_file_size", "Size of the data file", Unit::Bytes, data_bytes.clone());
+        let auth_failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "auth_failures",
+            "Requests refused by authentication (401, 403) and failed TLS handshakes, by reason",
+            auth_failures.clone(),
+        );
+        let ops = OpsMetrics::register(&mut registry);
         Metrics {
+            auth_failures,
             registry,
             requests,
             latency,
@@ -104,6 +123,7 @@ impl Default for Metrics {
             evicted_connections,
             keys,
             data_bytes,
+            ops,
         }
     }
 }
@@ -128,6 +148,11 @@ impl Metrics {
         self.evicted_connections.inc();
     }
 
+    /// A request or TLS handshake was refused; `reason` is one of a fixed set of names.
+    pub fn auth_failed(&self, reason: &'static str) {
+        self.auth_failures.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
     /// A client connection was accepted.
     pub fn connection_opened(&self) {
         self.open_connections.inc();
@@ -138,9 +163,17 @@ impl Metrics {
         self.open_connections.dec();
     }
 
-    /// The text exposition, with the store gauges set to the given values first.
-    pub fn render(&self, keys: u64, data_bytes: u64) -> String {
-        self.keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
+    /// Client connections open now.
+    pub fn open_connections(&self) -> i64 {
+        self.open_connections.get()
+    }
+
+    /// The text exposition, with the store gauges set to the given values first (`keys`
+    /// unknown, e.g. on a damaged store: the last value stays).
+    pub fn render(&self, keys: Option<u64>, data_bytes: u64) -> String {
+        if let Some(keys) = keys {
+            self.keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
+        }
         self.data_bytes.set(i64::try_from(data_bytes).unwrap_or(i64::MAX));
         let mut out = String::with_capacity(8 * 1024);
         prometheus_text::encode(&mut out, &self.registry).expect("writing into a String cannot fail");
@@ -158,6 +191,9 @@ impl Metrics {
         };
         self.requests.get_or_create(&RequestLabels { route, method, status }).inc();
         self.latency.get_or_create(&RouteLabels { route }).observe(took.as_secs_f64());
+        if route == "/state/{key}" && matches!(method, "PUT" | "POST" | "DELETE") {
+            self.ops.write_done(took);
+        }
     }
 }
 
@@ -169,6 +205,8 @@ fn route_of(path: &str) -> &'static str {
         "/backup" => "/backup",
         "/state" => "/state",
         p if p.starts_with("/state/") => "/state/{key}",
+        p if p.starts_with("/ui/api/") => "/ui/api",
+        p if p == "/ui" || p.starts_with("/ui/") => "/ui",
         _ => "other",
     }
 }
@@ -197,5 +235,7 @@ mod tests {
         assert_eq!(route_of("/state/evt_a"), "/state/{key}");
         assert_eq!(route_of("/state"), "/state");
         assert_eq!(route_of("/x/../y"), "other");
+        assert_eq!((route_of("/ui"), route_of("/ui/app.js"), route_of("/ui/api/now")), ("/ui", "/ui", "/ui/api"));
+        assert_eq!(route_of("/uix"), "other");
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Layout: `http` (routes, status mapping) → `request` (validation) → `engine` (redb,
 //! handle, MVCC reads) → `writer` (the group-commit thread) → `batch` (one write
-//! transaction per batch). `auth` checks the bearer token, `ttl` purges expired keys,
+//! transaction per batch). `auth` checks bearer tokens against the `tokens` table (each bound
+//! to namespaces or `*`), `tls` sets up HTTPS, `ttl` purges expired keys,
 //! `record` is the on-disk layout, `inspect` reads a stopped store.
 //!
 //! Connections: `conn` runs hyper (HTTP/1.1 and h2c) over sockets `tracked` watches, under
@@ -13,9 +14,11 @@
 //! cannot parse are answered by hyper itself (plain 400/431, without our JSON body or
 //! `KV-Time-Ms`).
 
+mod access;
 mod auth;
 mod backup;
 mod batch;
+mod claims;
 mod conn;
 mod engine;
 #[cfg(test)]
@@ -29,10 +32,15 @@ mod limits;
 mod listing;
 mod metrics;
 mod open;
+mod ops_metrics;
+mod rates;
 mod record;
 mod request;
+mod tls;
+mod tokens;
 mod tracked;
 mod ttl;
+mod ui;
 mod writer;
 
 use std::io::Write;
@@ -74,6 +82,20 @@ pub struct ServeArgs {
     /// File holding the bearer token (its first line); wins over --token / KV_TOKEN.
     #[arg(long)]
     pub token_file: Option<std::path::PathBuf>,
+    /// Tokens bound to namespaces: one `NAMESPACE TOKEN` per line (`*` = every namespace;
+    /// `sha256:<hex>` instead of the token). Re-read on SIGHUP and `kv reload`.
+    /// Instead of --token / --token-file / KV_TOKEN.
+    #[arg(long)]
+    pub tokens_file: Option<std::path::PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Require a client certificate signed by this PEM CA on every connection (mTLS).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
     /// `immediate`: every acknowledged write is fsync'd first. `none`: no fsync per write
     /// (benchmarks only; a crash can lose the last second or two of writes).
     #[arg(long, value_enum, default_value = "immediate")]
@@ -91,6 +113,8 @@ pub struct ServeArgs {
     pub metrics_public: bool,
     #[command(flatten)]
     pub conn: limits::ConnArgs,
+    #[command(flatten)]
+    pub ui: ui::UiArgs,
 }
 
 /// `kv serve --help`: the environment variables it reads, with defaults.
@@ -124,14 +148,15 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     log_panics();
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
-    let token = match token_text(&args)? {
-        Some(t) => Some(Arc::new(auth::Token::new(&t)?)),
-        None => None,
+    let tokens = access::token_table(&args)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(tls::acceptor(&tls::TlsFiles { cert, key, client_ca: args.tls_client_ca.as_deref() })?)
+        }
+        _ => None,
     };
-    if !listen.ip().is_loopback() && token.is_none() {
-        tracing::warn!(
-            "kv: listening on a non-loopback address without a token; anyone who can reach it can read and write"
-        );
+    for warning in access::exposure_warnings(listen, tokens.is_some(), tls.is_some()) {
+        tracing::warn!("{warning}");
     }
     // Bind first: a port already in use must fail before the data directory is created or
     // opened, so a mistaken second start leaves no trace on disk.
@@ -149,7 +174,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         "kv: data in {} (durability {}, auth {})",
         args.data.join(DB_FILE).display(),
         args.durability.as_str(),
-        if token.is_some() { "on" } else { "off" }
+        match &tokens {
+            Some(t) if args.tokens_file.is_some() => format!("{} tokens from --tokens-file", t.len()),
+            Some(_) => "one token".to_owned(),
+            None => "off".to_owned(),
+        }
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
     let state = Arc::new(http::AppState {
@@ -157,10 +186,16 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         durability: args.durability,
         data_file: args.data.join(DB_FILE),
         metrics_public: args.metrics_public,
+        ui: ui::UiState::new(&args.ui),
     });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
     let limits = runtime.block_on(async { limits::Limits::from_args(&args.conn) });
-    let result = runtime.block_on(serve_http(state, listener, token, purge_every, limits));
+    state.engine.metrics().ops.set_max_connections(limits.max_connections);
+    let metrics = state.engine.metrics().clone();
+    let refusals = Arc::new(auth::Refusals::new(metrics));
+    let auth = tokens.map(|t| Arc::new(auth::Auth::new(t, args.tokens_file.clone(), refusals.clone())));
+    let tls = tls.map(|acceptor| tls::Tls { acceptor, refusals });
+    let result = runtime.block_on(serve_http(state, listener, auth, tls, purge_every, limits));
     // Dropping the runtime drops every task holding an engine handle; the writer then
     // commits whatever is still queued and exits, and the database closes cleanly.
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -185,22 +220,11 @@ fn log_panics() {
     }));
 }
 
-/// The token from `--token-file` (first line, surrounding blanks trimmed), else `--token` /
-/// `KV_TOKEN`.
-fn token_text(args: &ServeArgs) -> anyhow::Result<Option<String>> {
-    let Some(path) = &args.token_file else {
-        return Ok(args.token.clone());
-    };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?;
-    let token = text.lines().next().unwrap_or_default().trim();
-    anyhow::ensure!(!token.is_empty(), "--token-file {}: the first line is empty", path.display());
-    Ok(Some(token.to_owned()))
-}
-
 async fn serve_http(
     state: Arc<http::AppState>,
     listener: std::net::TcpListener,
-    token: Option<Arc<auth::Token>>,
+    auth: Option<Arc<auth::Auth>>,
+    tls: Option<tls::Tls>,
     purge_every: Duration,
     limits: limits::Limits,
 ) -> anyhow::Result<ExitCode> {
@@ -208,10 +232,12 @@ async fn serve_http(
     let local = listener.local_addr()?;
     let purge = tokio::spawn(ttl::purge_loop(state.engine.clone(), purge_every));
     let metrics = state.engine.metrics().clone();
-    let app = http::router(state, token);
+    let reloads = auth.clone().map(|auth| tokio::spawn(access::reload_on_hangup(auth)));
+    let app = http::router(state, auth);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut server = tokio::spawn(conn::serve(listener, app, limits, stopped, SHUTDOWN_GRACE, metrics));
-    announce(local);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut server = tokio::spawn(conn::serve(listener, app, limits, stopped, SHUTDOWN_GRACE, metrics, tls));
+    announce(scheme, local);
     tokio::select! {
         () = shutdown_signal() => {}
         ended = &mut server => {
@@ -220,6 +246,9 @@ async fn serve_http(
         }
     }
     tracing::info!("kv: shutting down");
+    if let Some(reloads) = reloads {
+        reloads.abort();
+    }
     let _ = stop.send(true);
     purge.abort();
     if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), server).await.is_err() {
@@ -229,12 +258,12 @@ async fn serve_http(
 }
 
 /// The one line on stdout: tests and scripts read it to learn the (possibly ephemeral) port.
-fn announce(local: SocketAddr) {
+fn announce(scheme: &str, local: SocketAddr) {
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "listening on http://{local}").and_then(|()| out.flush()).is_err() {
+    if writeln!(out, "listening on {scheme}://{local}").and_then(|()| out.flush()).is_err() {
         tracing::warn!("kv: could not write the 'listening on' line to stdout");
     }
-    tracing::info!("kv: listening on http://{local}");
+    tracing::info!("kv: listening on {scheme}://{local}");
 }
 
 async fn shutdown_signal() {

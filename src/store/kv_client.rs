@@ -1,10 +1,15 @@
 //! Client for our KV container's v1 HTTP protocol (`http://` / `https://` kv_url).
+//!
+//! An `https://` kv_url may name a private CA (`?tls_ca=/path/ca.pem`) and a client
+//! certificate (`&tls_cert=/path/cert.pem&tls_key=/path/key.pem`) for a container that
+//! requires one; see `kv_tls`.
 
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 
+use super::kv_tls;
 use super::record::Record;
 use super::url::redact;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
@@ -36,12 +41,9 @@ struct Answer {
 
 impl KvClientStore {
     pub fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| StoreError::BadUrl(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
-        if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(StoreError::BadUrl("kv_url must not carry a query or fragment".into()));
-        }
-        let client = reqwest::Client::builder()
+        let (base, tls) = kv_tls::TlsParams::split(url)?;
+        let client = tls
+            .apply(reqwest::Client::builder())?
             .connect_timeout(Duration::from_secs(2).min(timeout))
             .timeout(timeout)
             .pool_max_idle_per_host(MAX_CONNECTIONS)
@@ -51,7 +53,7 @@ impl KvClientStore {
         Ok(KvClientStore {
             client,
             slots: tokio::sync::Semaphore::new(MAX_CONNECTIONS),
-            base: url.trim_end_matches('/').to_owned(),
+            base,
             auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
             clock: StoreClock::new(host),
             timeout,
@@ -113,8 +115,11 @@ impl KvClientStore {
             }
             None => self.clock.now_ms(),
         };
-        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        if status == StatusCode::UNAUTHORIZED {
             return Err(StoreError::Unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
+        }
+        if status == StatusCode::FORBIDDEN {
+            return Err(kv_tls::forbidden(path));
         }
         Ok(Answer { status, headers, body, store_now_ms })
     }
@@ -141,7 +146,10 @@ impl KvClientStore {
     }
 
     fn classify(&self, e: reqwest::Error, timeout: Duration) -> StoreError {
-        if e.is_timeout() {
+        if let Some(why) = kv_tls::refusal(&e) {
+            // The handshake failed: nothing was sent, and the fix is in kv_url or a certificate.
+            StoreError::Unreachable(redact(&self.base), why)
+        } else if e.is_timeout() {
             StoreError::Timeout(timeout.as_millis() as u64)
         } else if e.is_connect() {
             StoreError::Unreachable(redact(&self.base), root_cause(&e))
@@ -285,11 +293,7 @@ impl EventStore for KvClientStore {
                 return Err(not_v1(format!("its capabilities {caps:?} lack {needed:?}")));
             }
         }
-        // Authentication is only checked on data routes: read a key that never exists.
-        let probe = self.send(Method::GET, "/state/stateful-tool-credential-probe", &[], None, self.timeout).await?;
-        if !matches!(probe.status, StatusCode::OK | StatusCode::NOT_FOUND) {
-            return Err(StoreError::Bad(error_text(probe.status, &probe.body)));
-        }
+        // The token is checked by the credential check's read of a key in its namespace.
         let mut warnings = vec![];
         if health["durability"].as_str() == Some("none") {
             warnings.push(

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod hosts;
 pub mod key;
 pub mod kv_client;
+pub mod kv_tls;
 pub mod memory;
 pub mod record;
 pub mod redis;
@@ -34,6 +35,10 @@ pub enum StoreError {
     Interrupted(String),
     #[error("the store refused the credentials: {0}")]
     Unauthorized(String),
+    /// The token is valid but bound to other namespaces: the user's credentials
+    /// (`param_invalid`); the message names the namespace.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("the store answered {0}")]
     Bad(String),
     #[error("the store configuration is invalid: {0}")]

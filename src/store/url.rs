@@ -42,7 +42,8 @@ const SHOWN_CHARS: usize = 200;
 
 /// The URL as messages and logs show it: the whole userinfo (user and password; a bare
 /// `TOKEN@host` is a secret too) becomes `***`, with or without a scheme, parsable or not;
-/// so does the value of every query parameter but `tls_ca` (`sentinel_password=…`).
+/// so does the value of every query parameter but the file paths `tls_ca`, `tls_cert` and
+/// `tls_key` (`sentinel_password=…`).
 pub fn redact(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
@@ -58,7 +59,7 @@ pub fn redact(url: &str) -> String {
             let pairs: Vec<String> = query
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
-                    Some(("tls_ca", _)) => pair.to_owned(),
+                    Some(("tls_ca" | "tls_cert" | "tls_key", _)) => pair.to_owned(),
                     Some((name, _)) => format!("{name}=***"),
                     None => pair.to_owned(),
                 })
@@ -99,6 +100,10 @@ mod tests {
         assert_eq!(
             redact("redis+sentinel://s1/m?sentinel_password=a@b"),
             "redis+sentinel://s1/m?sentinel_password=***"
+        );
+        assert_eq!(
+            redact("https://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem"),
+            "https://h:1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem"
         );
         assert_eq!(redact(&"x".repeat(300)).chars().count(), SHOWN_CHARS + 1);
     }

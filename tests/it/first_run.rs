@@ -82,15 +82,18 @@ fn package_lock_wait_gives_up_after_its_timeout_naming_the_holder() {
 }
 
 #[test]
-fn ensure_redis_waits_for_the_lock_before_each_apt_get() {
-    let body = fs::read_to_string(script("ensure-redis.sh")).unwrap();
-    let lines: Vec<&str> = body.lines().filter(|l| l.contains("apt-get") && !l.trim_start().starts_with('#')).collect();
-    let runs: Vec<&&str> = lines.iter().filter(|l| l.trim_start().starts_with("apt-get")).collect();
-    assert_eq!(runs.len(), 2, "{lines:?}");
-    for run in runs {
-        assert!(run.contains("DPkg::Lock::Timeout"), "{run}");
-        let at = body.find(*run).unwrap();
-        assert!(body[..at].trim_end().ends_with("\"$here/wait-apt-lock.sh\""), "no wait before: {run}");
+fn ensure_scripts_wait_for_the_lock_before_each_apt_get() {
+    for name in ["ensure-redis.sh", "ensure-ui-tools.sh"] {
+        let body = fs::read_to_string(script(name)).unwrap();
+        let lines: Vec<&str> =
+            body.lines().filter(|l| l.contains("apt-get") && !l.trim_start().starts_with('#')).collect();
+        let runs: Vec<&&str> = lines.iter().filter(|l| l.trim_start().starts_with("apt-get")).collect();
+        assert_eq!(runs.len(), 2, "{name}: {lines:?}");
+        for run in runs {
+            assert!(run.contains("DPkg::Lock::Timeout"), "{name}: {run}");
+            let at = body.find(*run).unwrap();
+            assert!(body[..at].trim_end().ends_with("\"$here/wait-apt-lock.sh\""), "{name}: no wait before: {run}");
+        }
     }
 }
 

@@ -67,6 +67,10 @@ async fn damage_found_while_serving_is_reported_and_never_served_as_data() {
     let health: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(health["status"], "damaged", "{health}");
     assert!(health["reason"].as_str().unwrap().contains("damaged"), "{health}");
+    // /metrics still answers, with kv_healthy 0: what the KvUnhealthy alert watches.
+    let (code, text) = status(http.get(format!("{}/metrics", server.url()))).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.lines().any(|l| l == "kv_healthy 0"), "{text}");
     // A while later (the writer retries reopening the file) it still says so, and still answers.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let (code, text) = status(http.get(format!("{}/state/k1", server.url()))).await;

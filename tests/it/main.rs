@@ -31,7 +31,10 @@ mod kv_durability;
 mod kv_files;
 mod kv_fsync;
 mod kv_limits;
+mod kv_namespaces;
 mod kv_protocol;
+mod kv_rotation;
+mod kv_tls;
 mod kv_ttl;
 
 // Operating it: the daemon launch log, metrics, inspection, backups, service files.
@@ -40,6 +43,10 @@ mod daemon_quiet;
 mod deploy;
 mod kv_metrics;
 mod kv_ops;
+// The status page in a real browser (headless Chromium over WebDriver), the alert rules
+// (promtool) and the Grafana dashboard checked against a real `/metrics`.
+mod kv_alerts;
+mod kv_ui;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
 // and the Python shim the daemon starts; what Dify's callers make of our answers.

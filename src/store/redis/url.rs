@@ -130,7 +130,7 @@ fn host_port(text: &str, default_port: u16) -> Result<String, StoreError> {
     Ok(format!("{host}:{port}"))
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());

@@ -11,8 +11,10 @@ use tokio::net::TcpListener;
 
 use super::plugin::{request_line, Reply};
 
-pub const VECTOR_12: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/spec/examples/12-remote-tcp-registration.plugin-to-daemon.jsonl");
+pub const VECTOR_12: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/spec/examples/12-remote-tcp-registration.plugin-to-daemon.jsonl"
+);
 /// Bound on every single wait, so a broken plugin fails the test instead of hanging it.
 pub const STEP: Duration = Duration::from_secs(20);
 

@@ -14,6 +14,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct KvServer {
     child: Child,
     addr: SocketAddr,
+    /// `http` or `https` (with `--tls-cert`), as announced.
+    scheme: &'static str,
     data_dir: PathBuf,
     extra_args: Vec<String>,
 }
@@ -86,12 +88,12 @@ impl KvServer {
                 panic!("kv server printed no 'listening on' line (exit: {status:?})");
             }
         };
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|a| a.trim().parse().ok())
+        let (scheme, addr) = [("http", "listening on http://"), ("https", "listening on https://")]
+            .into_iter()
+            .find_map(|(scheme, prefix)| Some((scheme, line.strip_prefix(prefix)?.trim().parse().ok()?)))
             .unwrap_or_else(|| panic!("unexpected first stdout line {line:?}"));
         let extra_args = l.extra_args.iter().map(|s| s.to_string()).collect();
-        KvServer { child, addr, data_dir: l.data_dir.to_path_buf(), extra_args }
+        KvServer { child, addr, scheme, data_dir: l.data_dir.to_path_buf(), extra_args }
     }
 
     /// `kill -9`, then a new server on the same address and data directory (crash recovery).
@@ -101,9 +103,9 @@ impl KvServer {
         *self = Self::start_at(&self.addr.to_string(), &self.data_dir.clone(), &args);
     }
 
-    /// `http://127.0.0.1:<port>` (no trailing slash).
+    /// `http://127.0.0.1:<port>` (`https://` with TLS; no trailing slash).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -122,6 +124,12 @@ impl KvServer {
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// SIGHUP: the server re-reads its tokens file.
+    pub fn hangup(&self) {
+        let status = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -HUP");
     }
 
     /// SIGTERM and wait (bounded) for a clean exit.
@@ -145,6 +153,22 @@ impl Drop for KvServer {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// Runs `kv serve` with arguments it must refuse: asserts it exits non-zero without ever
+/// announcing an address, and returns its stderr.
+pub fn serve_refused(data_dir: &Path, extra_args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_stateful-tool"))
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data_dir)
+        .args(extra_args)
+        .env_remove("KV_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run stateful-tool kv serve");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && out.stdout.is_empty(), "{extra_args:?} was not refused: {err}");
+    err
 }
 
 /// A response read off a raw socket, for requests an HTTP client library would "fix"

@@ -3,9 +3,11 @@
 #![allow(dead_code)]
 
 pub mod arb;
+pub mod browser;
 pub mod daemon;
 pub mod fake;
 pub mod kv;
+pub mod kv_pki;
 pub mod lifecycle;
 pub mod load;
 pub mod package;
