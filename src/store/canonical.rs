@@ -46,7 +46,9 @@ fn put<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 
 /// A string exactly as `serde_json::to_writer` writes it. serde_json lends a string out of
 /// the input only when it had no escape there, and it refuses raw control characters, so a
-/// borrowed one holds nothing to escape: its text goes out as it came in.
+/// borrowed one holds nothing to escape: its text goes out as it came in. (A `&Cow`, not a
+/// `&str`: whether it is borrowed is the point.)
+#[allow(clippy::ptr_arg)]
 fn put_str(out: &mut Vec<u8>, s: &Cow<str>) {
     match s {
         Cow::Borrowed(text) => {
