@@ -11,8 +11,9 @@ if ! [[ "$new" =~ ^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}$ ]]; then
 fi
 old=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 sed -i "0,/^version = \".*\"/s//version = \"$new\"/" Cargo.toml
-sed -i "s/^version: [0-9][0-9.]*/version: $new/" manifest.yaml
+sed -i "s/^version: [0-9][0-9.]*/version: $new/" manifest.yaml trigger/manifest.yaml
 cargo update -w --offline >/dev/null 2>&1 || cargo update -w >/dev/null
 grep -q "^version = \"$new\"" Cargo.toml
 grep -q "^version: $new\\b" manifest.yaml
-echo "version $old -> $new (Cargo.toml, Cargo.lock, manifest.yaml); the package will be dist/stateful_tool-$new.difypkg"
+grep -q "^version: $new\\b" trigger/manifest.yaml
+echo "version $old -> $new (Cargo.toml, Cargo.lock, manifest.yaml, trigger/manifest.yaml); the package will be dist/stateful_tool-$new.difypkg"

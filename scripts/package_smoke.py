@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Starts a built package the way the daemon does, and checks the first answers.
 
-Usage: scripts/package_smoke.py dist/stateful_tool-<version>[.signed].difypkg
+Usage: scripts/package_smoke.py dist/stateful_{tool,trigger}-<version>[.signed].difypkg
 
 The package is extracted with every file 0644 (the daemon's extraction drops exec bits),
 then `python3 -m main` runs in it with INSTALL_METHOD=local: the shim must restore the
 binary's exec bit and exec it, the binary must write its heartbeat first and answer a
-credential validation against the in-process store.
+credential validation against the in-process store (tool package), or a webhook sent while
+the subscription is being built (trigger package: 200, no event, nothing claimed).
 """
 import os
 import subprocess
@@ -20,23 +21,41 @@ REQUEST = (
     '{"kv_url":"memory://"},"provider":"stateful_tool","type":"tool","user_id":"ci"}}\n'
 )
 
+# A builder-phase dispatch (bare endpoint id, no properties): answered without a store.
+TRIGGER_REQUEST = (
+    '{"session_id":"pkg-smoke","conversation_id":null,"message_id":null,"app_id":null,"endpoint_id":null,'
+    '"context":null,"event":"request","data":{"action":"dispatch_trigger_event","credential_type":"unauthorized",'
+    '"credentials":{},"provider":"stateful_trigger","raw_http_request":"'
+    + b"POST /triggers/plugin/e HTTP/1.1\r\nX-Github-Delivery: smoke\r\n\r\n{}".hex()
+    + '","subscription":{"endpoint":"e","expires_at":-1,"parameters":{},"properties":{}},"type":"trigger","user_id":""}}\n'
+)
+
 
 def main(pkg: str) -> None:
     with tempfile.TemporaryDirectory() as d:
         with zipfile.ZipFile(pkg) as z:
+            trigger = b"\n  triggers:" in z.read("manifest.yaml")
             for info in z.infolist():
                 assert not info.filename.endswith("/"), f"directory entry {info.filename}"
                 z.extract(info, d)
                 os.chmod(os.path.join(d, info.filename), 0o644)
         env = dict(os.environ, INSTALL_METHOD="local", STATEFUL_TOOL_ALLOW_MEMORY_STORE="1")
         out = subprocess.run(
-            [sys.executable, "-m", "main"], cwd=d, input=REQUEST, capture_output=True, text=True, env=env, timeout=60
+            [sys.executable, "-m", "main"],
+            cwd=d,
+            input=TRIGGER_REQUEST if trigger else REQUEST,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
         )
         lines = out.stdout.splitlines()
         assert out.returncode == 0, (out.returncode, out.stderr)
         assert lines and '"heartbeat"' in lines[0], lines[:3]
-        assert any('"result":true' in line for line in lines), lines
-        print(f"shim + binary from the package: heartbeat first, validate answered ({len(lines)} lines)")
+        answer = '"events":[]' if trigger else '"result":true'
+        assert any(answer in line for line in lines), lines
+        what = "builder dispatch" if trigger else "validate"
+        print(f"shim + binary from the package: heartbeat first, {what} answered ({len(lines)} lines)")
 
 
 if __name__ == "__main__":

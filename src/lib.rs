@@ -17,3 +17,4 @@ pub mod protocol;
 pub mod runtime;
 pub mod store;
 pub mod tools;
+pub mod trigger;

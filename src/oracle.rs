@@ -17,7 +17,9 @@ use crate::runtime::session_loop::serve;
 use crate::runtime::ServeOptions;
 use crate::store::key::{is_key_charset_safe, parse_storage_key, storage_key};
 use crate::store::memory::MemoryStore;
-use crate::store::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use crate::store::{
+    Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+};
 
 /// A line that parses into something with a `data` object, with its credentials pinned to the
 /// in-process `memory://` store: no generated input can make the plugin connect anywhere.
@@ -136,11 +138,18 @@ impl CountingStore {
 }
 
 impl EventStore for CountingStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        self.count()?.create(key, value, ttl, timeout).await
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        self.count()?.create(key, value, ttl, timeout, until).await
     }
-    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
-        self.count()?.read(key, timeout).await
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
+        self.count()?.read_at(key, timeout).await
     }
     async fn swap(
         &self,
@@ -149,8 +158,9 @@ impl EventStore for CountingStore {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        self.count()?.swap(key, expected, value, ttl, timeout).await
+        self.count()?.swap(key, expected, value, ttl, timeout, until).await
     }
     async fn release(
         &self,
@@ -159,8 +169,9 @@ impl EventStore for CountingStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
-        self.count()?.release(key, claim_id, restore, ttl, timeout).await
+        self.count()?.release(key, claim_id, restore, ttl, timeout, until).await
     }
     async fn probe(&self) -> Result<Probe, StoreError> {
         Ok(Probe::default())

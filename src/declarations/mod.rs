@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
+pub mod trigger;
+
 /// The locales every i18n object carries; missing ones are filled from `en_US` (as the SDK does).
 pub const LOCALES: [&str; 4] = ["en_US", "zh_Hans", "ja_JP", "pt_BR"];
 

@@ -415,6 +415,7 @@ fn tools_declare_the_agreed_contract() {
             s("event_type", "string", "llm", true),
             s("payload", "string", "llm", false),
             s("lease_seconds", "number", "form", false),
+            s("run_id", "string", "llm", false),
         ]
     );
     let lease = param(ingest, "lease_seconds");
@@ -428,6 +429,7 @@ fn tools_declare_the_agreed_contract() {
             "accepted",
             "duplicate",
             "retry",
+            "retry_of_same_run",
             "event_id",
             "event_type",
             "status",

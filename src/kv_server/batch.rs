@@ -36,10 +36,13 @@ pub enum WriteOp {
         value: Bytes,
         pre: Precondition,
         ttl_ms: Option<u64>,
+        /// `KV-Deadline-Ms`: refused unless applied at a store time up to this.
+        until_ms: Option<u64>,
     },
     Delete {
         key: String,
         pre: Precondition,
+        until_ms: Option<u64>,
     },
     /// Delete at most `limit` expired keys.
     Purge {
@@ -65,6 +68,8 @@ pub enum Outcome {
     /// Precondition failed; carries the live value if there is one.
     PreconditionFailed(Option<Record>),
     Purged(usize),
+    /// Reached the writer after its deadline (at this store time): nothing was written.
+    TooLate(u64),
 }
 
 /// Anything that stops a batch from committing; every request in it then gets an error.
@@ -132,8 +137,12 @@ pub fn apply(
 impl Tables<'_> {
     fn apply_one(&mut self, op: &WriteOp) -> Result<Outcome, BatchError> {
         match op {
-            WriteOp::Put { key, value, pre, ttl_ms } => self.put(key, value, *pre, *ttl_ms),
-            WriteOp::Delete { key, pre } => self.delete(key, *pre),
+            // The deadline is judged with the batch's time, the time the write is applied at.
+            WriteOp::Put { until_ms: Some(d), .. } | WriteOp::Delete { until_ms: Some(d), .. } if self.now > *d => {
+                Ok(Outcome::TooLate(self.now))
+            }
+            WriteOp::Put { key, value, pre, ttl_ms, .. } => self.put(key, value, *pre, *ttl_ms),
+            WriteOp::Delete { key, pre, .. } => self.delete(key, *pre),
             WriteOp::Purge { limit } => self.purge(*limit),
         }
     }

@@ -12,6 +12,7 @@
 //! request. N concurrent writers therefore cost about one fsync, not N.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redb::Database;
@@ -23,7 +24,7 @@ use super::metrics::Metrics;
 use super::open::DbSlot;
 use super::record::{Clock, Record};
 pub use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
-use super::writer::{Job, Writer};
+use super::writer::{Job, Writer, IDLE};
 
 /// Writes waiting for the writer; a full queue makes request handlers wait (backpressure).
 const QUEUE_DEPTH: usize = 4 * MAX_BATCH;
@@ -40,6 +41,8 @@ pub struct Engine {
     #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<Stats>,
     metrics: Arc<Metrics>,
+    /// Shared with the writer: when the batch being applied started (IDLE = none).
+    busy_since: Arc<AtomicU64>,
 }
 
 /// Joins the writer thread; it exits once every [`Engine`] handle has been dropped.
@@ -103,6 +106,7 @@ impl Engine {
         let (queue, rx) = mpsc::channel(QUEUE_DEPTH);
         let stats = Arc::new(Stats::default());
         let metrics = Arc::new(Metrics::default());
+        let busy_since = Arc::new(AtomicU64::new(IDLE));
         let writer = Writer {
             slot: slot.clone(),
             health: health.clone(),
@@ -112,6 +116,7 @@ impl Engine {
             clock: clock.clone(),
             stats: stats.clone(),
             metrics: metrics.clone(),
+            busy_since: busy_since.clone(),
         };
         let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || {
             if let Some(gate) = gate {
@@ -119,16 +124,31 @@ impl Engine {
             }
             writer.run();
         })?;
-        let engine = Engine { slot, health, queue, clock, stats, metrics };
+        let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since };
         Ok((engine, WriterHandle(thread)))
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
     pub async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
+        self.get_at(key).await.map(|(found, _)| found)
+    }
+
+    /// The live record under `key` (from an MVCC snapshot, on a blocking thread), and a store time T such that every write applied at a time up to T
+    /// is in the snapshot read: the read's own time, or just before the batch that was being
+    /// applied when the read began (its writes commit later and would be missed). A client
+    /// judging "no write with a deadline before T can appear any more" relies on it.
+    pub async fn get_at(&self, key: String) -> Result<(Option<Record>, u64), EngineError> {
         let db = self.db()?;
         let clock = self.clock.clone();
         let health = self.health.clone();
-        match tokio::task::spawn_blocking(move || read_live(&db, &key, clock.now_ms())).await {
+        let busy_since = self.busy_since.clone();
+        let read = move || {
+            let now = clock.now_ms();
+            let busy = busy_since.load(Ordering::SeqCst);
+            let at = if busy == IDLE { now } else { now.min(busy.saturating_sub(1)) };
+            read_live(&db, &key, now).map(|found| (found, at))
+        };
+        match tokio::task::spawn_blocking(read).await {
             Ok(Ok(found)) => Ok(found),
             Ok(Err(ReadError::Damaged(why))) => {
                 health.damaged(&why);
@@ -153,6 +173,12 @@ impl Engine {
         self.queue.send(Job { op, reply }).await.map_err(|_| EngineError::Unavailable)?;
         // A dropped reply means the writer died mid-batch: report failure, never success.
         answer.await.map_err(|_| EngineError::Unavailable)?
+    }
+
+    /// When the batch being applied started (tests pose as a writer mid-batch).
+    #[cfg(test)]
+    pub(crate) fn busy_since(&self) -> &AtomicU64 {
+        &self.busy_since
     }
 
     #[cfg(test)]

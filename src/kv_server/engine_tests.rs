@@ -15,7 +15,7 @@ use super::record::Clock;
 type Reply = Result<Outcome, EngineError>;
 
 fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
-    WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms }
+    WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms, until_ms: None }
 }
 
 fn open(dir: &Path, clock: Clock) -> (Engine, WriterHandle) {
@@ -115,7 +115,7 @@ async fn later_writes_in_a_batch_see_earlier_ones() {
     let ops = vec![
         put("k", "\"a\"", Precondition::IfAbsent, None),
         put("k", "\"b\"", Precondition::IfAbsent, None),
-        WriteOp::Delete { key: "k".into(), pre: Precondition::None },
+        WriteOp::Delete { key: "k".into(), pre: Precondition::None, until_ms: None },
         put("k", "\"c\"", Precondition::IfAbsent, None),
         put("k", "\"d\"", Precondition::IfRev(1), None),
     ];
@@ -157,11 +157,11 @@ async fn compare_and_swap_and_conditional_delete() {
     }
     let absent = e.write(put("nope", "1", Precondition::IfExists, None)).await;
     assert_eq!(absent.unwrap(), Outcome::PreconditionFailed(None));
-    let stale = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w1.rev) }).await;
+    let stale = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w1.rev), until_ms: None }).await;
     assert!(matches!(stale, Ok(Outcome::PreconditionFailed(Some(_)))));
-    let del = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w2.rev) }).await;
+    let del = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w2.rev), until_ms: None }).await;
     assert_eq!(del.unwrap(), Outcome::Deleted);
-    let again = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::None }).await;
+    let again = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::None, until_ms: None }).await;
     assert_eq!(again.unwrap(), Outcome::NotFound);
     assert!(e.get("k".into()).await.unwrap().is_none());
     drop(e);
@@ -244,4 +244,34 @@ async fn none_mode_still_keeps_writes_over_a_clean_restart() {
     drop(e);
     writer.join();
     assert_eq!(inventory(dir.path()).unwrap().records, 10);
+}
+
+/// `KV-Deadline-Ms` is judged with the time of the batch that applies the write, before its
+/// precondition; a read reports a time before any batch still being applied (whose writes it
+/// cannot see yet), so "past the deadline and absent" is final.
+#[tokio::test]
+async fn deadlines_are_judged_at_the_batch_and_reads_never_claim_a_batch_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let (clock, now) = Clock::manual(1_000_000);
+    let (e, writer) = open(dir.path(), clock);
+    let by = |until_ms| WriteOp::Put {
+        key: "k".into(),
+        value: Bytes::from_static(b"1"),
+        pre: Precondition::IfAbsent,
+        ttl_ms: None,
+        until_ms: Some(until_ms),
+    };
+    assert_eq!(e.write(by(999_999)).await.unwrap(), Outcome::TooLate(1_000_000));
+    assert!(e.get("k".into()).await.unwrap().is_none(), "a late write writes nothing");
+    let w = created(e.write(by(1_000_000)).await);
+    let late_delete = WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w.rev), until_ms: Some(999_000) };
+    assert_eq!(e.write(late_delete).await.unwrap(), Outcome::TooLate(1_000_000));
+    let (found, at) = e.get_at("k".into()).await.unwrap();
+    assert_eq!((found.map(|r| r.rev), at), (Some(w.rev), 1_000_000), "idle: the read's own time");
+    now.store(1_000_500, Ordering::SeqCst);
+    e.busy_since().store(1_000_200, Ordering::SeqCst);
+    assert_eq!(e.get_at("k".into()).await.unwrap().1, 1_000_199, "just before the batch in progress");
+    e.busy_since().store(u64::MAX, Ordering::SeqCst);
+    drop(e);
+    writer.join();
 }

@@ -22,7 +22,7 @@ use super::{backup, claims, listing, metrics, ui};
 const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
 const KV_EXPIRES_MS: HeaderName = HeaderName::from_static("kv-expires-ms");
-const CAPABILITIES: [&str; 4] = ["conditional-put", "ttl", "server-time", "cas"];
+const CAPABILITIES: [&str; 5] = ["conditional-put", "ttl", "server-time", "cas", "deadline"];
 
 /// What every handler needs.
 pub struct AppState {
@@ -112,9 +112,11 @@ async fn metrics_text(State(app): App) -> Response {
 }
 
 /// Every response, errors included, tells the client the store's clock: the plugin judges
-/// leases by it, never by its own.
+/// leases by it, never by its own. A read sets its own (the time its snapshot is final at).
 async fn stamp_server_time(mut resp: Response) -> Response {
-    resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
+    if !resp.headers().contains_key(KV_TIME_MS) {
+        resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
+    }
     resp
 }
 
@@ -165,10 +167,13 @@ fn key_of(uri: &Uri) -> Result<String, ApiError> {
 
 async fn get_value(State(app): App, uri: Uri) -> Result<Response, ApiError> {
     let key = key_of(&uri)?;
-    match app.engine.get(key).await? {
-        Some(record) => Ok(value_response(StatusCode::OK, &record)),
-        None => Err(ApiError::not_found("key not found")),
-    }
+    let (found, at) = app.engine.get_at(key).await?;
+    let mut resp = match found {
+        Some(record) => value_response(StatusCode::OK, &record),
+        None => ApiError::not_found("key not found").into_response(),
+    };
+    resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(at));
+    Ok(resp)
 }
 
 async fn put_value(State(app): App, req: Request) -> Result<Response, ApiError> {
@@ -192,9 +197,10 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
     // Cheap checks first, so a bad request never costs reading a body.
     let key = key_of(req.uri())?;
     let ttl_ms = request::ttl(req.headers())?;
+    let until_ms = request::deadline(req.headers())?;
     let value = read_body(req).await?;
     request::validate_json(&value)?;
-    let op = WriteOp::Put { key, value: value.clone(), pre, ttl_ms };
+    let op = WriteOp::Put { key, value: value.clone(), pre, ttl_ms, until_ms };
     let outcome = app.engine.write(op).await?;
     if let Some(claim) = claims::classify(pre, &value, &outcome, system_now_ms()) {
         app.engine.metrics().ops.claim(claim);
@@ -203,6 +209,7 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
         Outcome::Created(w) => Ok(written_response(StatusCode::CREATED, w)),
         Outcome::Replaced(w) => Ok(written_response(StatusCode::OK, w)),
         Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        Outcome::TooLate(at) => Err(deadline_passed(at)),
         other => Err(unexpected(other)),
     }
 }
@@ -210,10 +217,12 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
 async fn delete_value(State(app): App, req: Request) -> Result<Response, ApiError> {
     let key = key_of(req.uri())?;
     let pre = request::precondition(req.headers(), false)?;
-    match app.engine.write(WriteOp::Delete { key, pre }).await? {
+    let until_ms = request::deadline(req.headers())?;
+    match app.engine.write(WriteOp::Delete { key, pre, until_ms }).await? {
         Outcome::Deleted => Ok(StatusCode::NO_CONTENT.into_response()),
         Outcome::NotFound => Err(ApiError::not_found("key not found")),
         Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        Outcome::TooLate(at) => Err(deadline_passed(at)),
         other => Err(unexpected(other)),
     }
 }
@@ -269,6 +278,16 @@ fn precondition_failed(current: Option<Record>) -> Response {
     }
 }
 
+/// A write applied after its `KV-Deadline-Ms` is refused with 409 `deadline_passed` (never
+/// 412: its precondition was not even looked at). Nothing was written, and nothing will be.
+fn deadline_passed(at: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "deadline_passed",
+        format!("the write reached the store at {at}, after its KV-Deadline-Ms; nothing was written"),
+    )
+}
+
 /// The engine answered with an outcome of another kind of operation: a bug, reported as a
 /// storage failure rather than guessed into a success.
 /// Only the variant is logged: the outcome may carry a stored value, which is never logged.
@@ -278,6 +297,7 @@ fn unexpected(outcome: Outcome) -> ApiError {
         Outcome::Deleted | Outcome::NotFound => "delete",
         Outcome::PreconditionFailed(_) => "precondition",
         Outcome::Purged(_) => "purge",
+        Outcome::TooLate(_) => "deadline",
     };
     ApiError::from(EngineError::Storage(format!("unexpected {kind} outcome from the engine")))
 }

@@ -14,6 +14,8 @@ const MAX_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
 pub const TTL_MS: &str = "kv-ttl-ms";
 pub const TTL_SECONDS: &str = "kv-ttl-seconds";
+/// A write's deadline in this container's clock (unix ms): applied later, it is refused.
+pub const DEADLINE_MS: &str = "kv-deadline-ms";
 
 /// Checks the raw (still percent-encoded) path segment after `/state/`. Rejecting `%`
 /// outright means no decoded form (`%2F`, `%00`, `%20`, …) can ever reach the store, and
@@ -106,6 +108,13 @@ pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     Ok(Some(ttl_ms))
 }
 
+/// `KV-Deadline-Ms` → the unix ms after which the write must be refused; absent → none.
+pub fn deadline(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(v) = header(headers, DEADLINE_MS)? else { return Ok(None) };
+    let n = v.parse::<u64>().ok().filter(|_| v.bytes().all(|b| b.is_ascii_digit()));
+    n.map(Some).ok_or_else(|| ApiError::bad_request("bad_deadline", "KV-Deadline-Ms must be unix milliseconds"))
+}
+
 /// The body must be one JSON value in UTF-8; checked without building it (no allocation per
 /// node). UTF-8 is checked first: skipping over a string, serde_json does not validate it.
 pub fn validate_json(body: &[u8]) -> Result<(), ApiError> {
@@ -171,6 +180,16 @@ mod tests {
         }
         assert!(ttl(&headers(&[(TTL_MS, "1"), (TTL_SECONDS, "1")])).is_err());
         assert!(ttl(&headers(&[(TTL_SECONDS, "9999999999999")])).is_err());
+    }
+
+    #[test]
+    fn deadlines() {
+        assert_eq!(deadline(&headers(&[])).unwrap(), None);
+        assert_eq!(deadline(&headers(&[(DEADLINE_MS, "1700000000123")])).unwrap(), Some(1_700_000_000_123));
+        for bad in ["", "-1", "+5", "1.5", "soon", "99999999999999999999999"] {
+            assert!(deadline(&headers(&[(DEADLINE_MS, bad)])).is_err(), "{bad:?}");
+        }
+        assert!(deadline(&headers(&[(DEADLINE_MS, "1"), (DEADLINE_MS, "2")])).is_err());
     }
 
     #[test]

@@ -98,7 +98,13 @@ pub(super) struct Writer {
     pub clock: Clock,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
+    /// The store time a batch being applied started at ([`IDLE`] between batches): a read
+    /// never reports a time at or past it, since that batch's writes are not visible yet.
+    pub busy_since: Arc<AtomicU64>,
 }
+
+/// `busy_since` between batches.
+pub const IDLE: u64 = u64::MAX;
 
 impl Writer {
     pub fn run(mut self) {
@@ -199,10 +205,14 @@ impl Writer {
             }
         }
         let db = self.slot.get().ok_or("the database is closed")?;
+        // Published before the batch's time is taken, cleared once its commit is visible:
+        // a reader that saw IDLE took its time before this batch's (see Engine::get_at).
+        self.busy_since.store(self.clock.now_ms(), Ordering::SeqCst);
         let now = self.clock.now_ms();
         let (durability, force) = if recovering { (Durability::Immediate, true) } else { (durability, force_commit) };
         let applied =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batch::apply(&db, ops, now, durability, force)));
+        self.busy_since.store(IDLE, Ordering::SeqCst);
         match applied {
             Ok(Ok(done)) => {
                 if self.broken.take().is_some() {

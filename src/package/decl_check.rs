@@ -6,6 +6,7 @@ use super::checksum::checked_unique_identifier;
 use super::layout::{Tree, FIXED_FILES};
 use super::manifest_rules::{check_manifest, ManifestInfo};
 use super::tool_rules::{check_provider, check_tool};
+use super::trigger_rules::{check_event, check_trigger_provider};
 use super::yamlcheck::Checker;
 use super::yamlcheck::Problem;
 
@@ -55,15 +56,17 @@ pub(crate) fn check_declarations(
         }
     }
     let mut tool_names = HashSet::new();
+    let (kind, item) = if info.trigger { ("plugins.triggers", "event") } else { ("plugins.tools", "tool") };
     for (i, provider) in info.providers.iter().enumerate() {
-        if !require(tree, provider, "manifest.yaml", &format!("plugins.tools[{i}]"), problems) {
+        if !require(tree, provider, "manifest.yaml", &format!("{kind}[{i}]"), problems) {
             continue;
         }
         referenced.insert(provider.clone());
         let Some(text) = read(tree, provider, problems) else {
             continue;
         };
-        let Some(p) = check_provider(&mut Checker::new(provider, problems, warnings), &text) else {
+        let check = if info.trigger { check_trigger_provider } else { check_provider };
+        let Some(p) = check(&mut Checker::new(provider, problems, warnings), &text) else {
             continue;
         };
         if !p.name.is_empty() && !info.name.is_empty() && p.name != info.name {
@@ -76,19 +79,20 @@ pub(crate) fn check_declarations(
             }
         }
         for (j, tool) in p.tools.iter().enumerate() {
-            if !require(tree, tool, provider, &format!("tools[{j}]"), problems) {
+            if !require(tree, tool, provider, &format!("{item}s[{j}]"), problems) {
                 continue;
             }
             referenced.insert(tool.clone());
             let Some(text) = read(tree, tool, problems) else {
                 continue;
             };
-            if let Some(name) = check_tool(&mut Checker::new(tool, problems, warnings), &text) {
+            let check_item = if info.trigger { check_event } else { check_tool };
+            if let Some(name) = check_item(&mut Checker::new(tool, problems, warnings), &text) {
                 if !tool_names.insert(name.clone()) {
                     problems.push(Problem::new(
                         tool,
                         "identity.name",
-                        format!("`{name}` is also the name of another tool"),
+                        format!("`{name}` is also the name of another {item}"),
                     ));
                 }
             }

@@ -31,7 +31,7 @@ pub const MANIFEST_TAGS: [&str; 19] = [
     "trigger",
 ];
 
-const OTHER_PROVIDER_KINDS: [&str; 5] = ["models", "endpoints", "agent_strategies", "datasources", "triggers"];
+const OTHER_PROVIDER_KINDS: [&str; 4] = ["models", "endpoints", "agent_strategies", "datasources"];
 
 /// What the rest of the packager needs from a manifest that parsed.
 #[derive(Debug, Default, Clone)]
@@ -40,8 +40,10 @@ pub struct ManifestInfo {
     pub name: String,
     pub version: String,
     pub arches: Vec<Arch>,
-    /// Paths listed in `plugins.tools`.
+    /// Paths listed in `plugins.tools` (or `plugins.triggers` for a trigger plugin).
     pub providers: Vec<String>,
+    /// True for a trigger plugin (`plugins.triggers`), false for a tool plugin.
+    pub trigger: bool,
     /// `(field, entry name under _assets/)` for `icon` and `icon_dark`.
     pub icons: Vec<(String, String)>,
 }
@@ -66,26 +68,33 @@ fn check_author(c: &mut Checker, v: Option<&Value>) -> Option<String> {
     ok.then(|| s.to_string())
 }
 
-fn check_plugins(c: &mut Checker, doc: &Value) -> Vec<String> {
+fn check_plugins(c: &mut Checker, doc: &Value) -> (Vec<String>, bool) {
     if c.req_map(at(doc, "plugins"), "plugins").is_none() {
-        return Vec::new();
+        return (Vec::new(), false);
     }
     for other in OTHER_PROVIDER_KINDS {
         let field = format!("plugins.{other}");
         if at(doc, &field).is_some_and(|v| v.as_sequence().is_none_or(|s| !s.is_empty())) {
-            c.problem(&field, "this packager builds tool plugins only; remove it");
+            c.problem(&field, "this packager builds tool and trigger plugins only; remove it");
         }
     }
-    let tools = c.str_list(at(doc, "plugins.tools"), "plugins.tools", true);
+    let listed = |kind: &str| at(doc, kind).is_some_and(|v| v.as_sequence().is_none_or(|s| !s.is_empty()));
+    // `ManifestValidate`: a trigger provider cannot share a package with tools.
+    let trigger = listed("plugins.triggers");
+    if trigger && listed("plugins.tools") {
+        c.problem("plugins.triggers", "trigger and tool cannot be provided at the same time (the daemon refuses it)");
+    }
+    let kind = if trigger { "plugins.triggers" } else { "plugins.tools" };
+    let tools = c.str_list(at(doc, kind), kind, true);
     if tools.len() != 1 {
         c.problem(
-            "plugins.tools",
+            kind,
             format!("must list exactly one provider file (the daemon keeps only the last one), found {}", tools.len()),
         );
     }
     let mut out = Vec::new();
     for (i, path) in tools.iter().enumerate() {
-        let field = format!("plugins.tools[{i}]");
+        let field = format!("{kind}[{i}]");
         let stem = path.strip_prefix("provider/").and_then(|p| p.strip_suffix(".yaml"));
         if path.len() > 128 || stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
             c.problem(&field, format!("`{path}` must be provider/<name>.yaml (at most 128 characters)"));
@@ -95,7 +104,7 @@ fn check_plugins(c: &mut Checker, doc: &Value) -> Vec<String> {
             out.push(path.to_string());
         }
     }
-    out
+    (out, trigger)
 }
 
 fn check_misc(c: &mut Checker, doc: &Value) {
@@ -151,7 +160,7 @@ pub fn check_manifest(c: &mut Checker, text: &[u8]) -> Option<ManifestInfo> {
         }
     }
     check_resource(c, &doc);
-    info.providers = check_plugins(c, &doc);
+    (info.providers, info.trigger) = check_plugins(c, &doc);
     info.arches = check_meta(c, &doc);
     check_misc(c, &doc);
     Some(info)

@@ -26,6 +26,7 @@ pub mod patterns;
 pub mod runtime_rules;
 pub mod sign;
 pub mod tool_rules;
+pub mod trigger_rules;
 pub mod validate;
 pub mod verify;
 pub mod yamlcheck;

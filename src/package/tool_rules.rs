@@ -29,7 +29,7 @@ pub const PROVIDER_TAGS: [&str; 17] = [
     "other",
 ];
 
-const CREDENTIAL_TYPES: [&str; 7] =
+pub(crate) const CREDENTIAL_TYPES: [&str; 7] =
     ["secret-input", "text-input", "select", "boolean", "model-selector", "app-selector", "array[tools]"];
 
 /// Tool parameter types the daemon and the SDK accept (`ToolParameter.type`).
@@ -66,7 +66,7 @@ pub struct ProviderInfo {
 }
 
 /// Options of a select (credential or parameter): a non-empty list of `{value, label}`.
-fn check_options(c: &mut Checker, v: Option<&Value>, field: &str) {
+pub(crate) fn check_options(c: &mut Checker, v: Option<&Value>, field: &str) {
     let Some(options) = c.req_list(v, field) else {
         return;
     };
@@ -126,36 +126,39 @@ fn check_credentials(c: &mut Checker, doc: &Value) {
     }
 }
 
-/// Checks a provider file.
-pub fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
-    let doc = c.parse(text)?;
-    let mut info = ProviderInfo::default();
-    if c.req_map(at(&doc, "identity"), "identity").is_some() {
-        c.req_str(at(&doc, "identity.author"), "identity.author");
-        if let Some(name) = c.req_str(at(&doc, "identity.name"), "identity.name") {
+/// Checks a provider's `identity` (tool or trigger provider alike) with its allowed `tags`;
+/// fills `info.name` and `info.icons`.
+pub(crate) fn check_identity(c: &mut Checker, doc: &Value, tags: &[&str], info: &mut ProviderInfo) {
+    if c.req_map(at(doc, "identity"), "identity").is_some() {
+        c.req_str(at(doc, "identity.author"), "identity.author");
+        if let Some(name) = c.req_str(at(doc, "identity.name"), "identity.name") {
             if patterns::is_identity_name(name) {
                 info.name = name.to_string();
             } else {
                 c.problem("identity.name", format!("`{name}` must match ^[a-zA-Z0-9_-]+$"));
             }
         }
-        c.i18n(at(&doc, "identity.label"), "identity.label", true);
-        c.i18n(at(&doc, "identity.description"), "identity.description", true);
+        c.i18n(at(doc, "identity.label"), "identity.label", true);
+        c.i18n(at(doc, "identity.description"), "identity.description", true);
         for (field, required) in [("identity.icon", true), ("identity.icon_dark", false)] {
-            let icon = if required { c.req_str(at(&doc, field), field) } else { c.opt_str(at(&doc, field), field) };
+            let icon = if required { c.req_str(at(doc, field), field) } else { c.opt_str(at(doc, field), field) };
             if let Some(entry) = icon.and_then(|i| icon_entry(c, i, field)) {
                 info.icons.push((field.to_string(), entry));
             }
         }
-        for (i, tag) in c.str_list(at(&doc, "identity.tags"), "identity.tags", false).into_iter().enumerate() {
-            if !PROVIDER_TAGS.contains(&tag) {
-                c.problem(
-                    &format!("identity.tags[{i}]"),
-                    format!("`{tag}` is not one of: {}", PROVIDER_TAGS.join(", ")),
-                );
+        for (i, tag) in c.str_list(at(doc, "identity.tags"), "identity.tags", false).into_iter().enumerate() {
+            if !tags.contains(&tag) {
+                c.problem(&format!("identity.tags[{i}]"), format!("`{tag}` is not one of: {}", tags.join(", ")));
             }
         }
     }
+}
+
+/// Checks a provider file.
+pub fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
+    let doc = c.parse(text)?;
+    let mut info = ProviderInfo::default();
+    check_identity(c, &doc, &PROVIDER_TAGS, &mut info);
     check_credentials(c, &doc);
     let tools = c.str_list(at(&doc, "tools"), "tools", true);
     if tools.is_empty() && at(&doc, "tools").is_some() {
@@ -163,19 +166,31 @@ pub fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
     }
     let mut seen = HashSet::new();
     for (i, path) in tools.into_iter().enumerate() {
-        let field = format!("tools[{i}]");
-        let stem = path.strip_prefix("tools/").and_then(|p| p.strip_suffix(".yaml"));
-        if stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
-            c.problem(&field, format!("`{path}` must be tools/<name>.yaml"));
-        } else if let Err(e) = super::archive::check_entry_name(path) {
-            c.problem(&field, format!("`{path}`: {e}"));
-        } else if !seen.insert(path) {
-            c.problem(&field, format!("`{path}` is listed twice"));
-        } else {
-            info.tools.push(path.to_string());
-        }
+        check_listed(c, &format!("tools[{i}]"), path, "tools", &mut seen, &mut info.tools);
     }
     Some(info)
+}
+
+/// One entry of a provider's file list (`tools`, a trigger's `events`): `<dir>/<name>.yaml`,
+/// a usable entry name, listed once; added to `out` when it is all three.
+pub(crate) fn check_listed(
+    c: &mut Checker,
+    field: &str,
+    path: &str,
+    dir: &str,
+    seen: &mut HashSet<String>,
+    out: &mut Vec<String>,
+) {
+    let stem = path.strip_prefix(dir).and_then(|p| p.strip_prefix('/')).and_then(|p| p.strip_suffix(".yaml"));
+    if stem.is_none_or(|s| s.is_empty() || s.contains('/')) {
+        c.problem(field, format!("`{path}` must be {dir}/<name>.yaml"));
+    } else if let Err(e) = super::archive::check_entry_name(path) {
+        c.problem(field, format!("`{path}`: {e}"));
+    } else if !seen.insert(path.to_owned()) {
+        c.problem(field, format!("`{path}` is listed twice"));
+    } else {
+        out.push(path.to_string());
+    }
 }
 
 fn check_parameter(c: &mut Checker, p: &Value, f: &str, names: &mut HashSet<String>) {

@@ -25,12 +25,16 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
   REMOTE_INSTALL_URL                 remote: the daemon's debugging address, host:port
   REMOTE_INSTALL_HOST, _PORT         remote: the same in two parts (default localhost, 5003)
   REMOTE_INSTALL_KEY                 remote: the debugging key shown by Dify (required)
+  STATEFUL_TOOL_PACKAGE              remote: register as the tool package (tool, the default) or
+                                     the trigger package (trigger)
   STATEFUL_TOOL_RECONNECT_MS         remote: first reconnect delay, doubling up to 30 s (default 1000)
   STATEFUL_TOOL_RECONNECT_ATTEMPTS   remote: failed attempts in a row before giving up (default 10)
   SERVERLESS_HOST, SERVERLESS_PORT   serverless: HTTP address (default 0.0.0.0, 8080)
   AWS_LAMBDA_HOST, AWS_LAMBDA_PORT   aws_lambda: HTTP address (default 0.0.0.0, 8080)
   STATEFUL_TOOL_STORE_TIMEOUT_MS     one deadline for all store round trips of a tool call, in ms
                                      (default 5000)
+  STATEFUL_TOOL_TRIGGER_TIMEOUT_MS   trigger: one deadline for a webhook's claim at the door, in ms
+                                     (default 1500; the sender is waiting)
   STATEFUL_TOOL_STORE_HOSTS          comma-separated host or host:port entries: the only stores
                                      kv_url may name (default: any host)
   STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
@@ -86,6 +90,7 @@ impl RuntimeOptions {
             store: StoreOptions {
                 call_timeout: millis("STATEFUL_TOOL_STORE_TIMEOUT_MS").unwrap_or(store.call_timeout),
                 allow_memory: get("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some(),
+                door_timeout: millis("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS").unwrap_or(store.door_timeout),
                 ..store
             },
             clock: Clock::with_offset(offset_ms),

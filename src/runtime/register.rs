@@ -13,14 +13,15 @@ use tokio::sync::watch;
 pub const ASSET_CHUNK: usize = 8192;
 
 /// The whole registration in the order the daemon requires: handshake, manifest (before any
-/// category declaration: it replaces the whole declaration), tool declaration, asset chunks,
-/// end. Nothing else may be sent before `end`: any other line, a heartbeat included, makes the
+/// category declaration: it replaces the whole declaration), the provider's declaration
+/// (`(kind, provider)`: `tool_declaration` or `trigger_declaration`), asset chunks, end. Nothing else may be sent before `end`: any other line, a heartbeat included, makes the
 /// daemon refuse the connection.
-pub fn registration(key: &str, manifest: &Value, provider: &Value, assets: &[(&str, &[u8])]) -> Vec<u8> {
+pub fn registration(key: &str, manifest: &Value, declaration: (&str, &Value), assets: &[(&str, &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
     push(&mut out, "handshake", &json!({ "key": key }));
     push(&mut out, "manifest_declaration", manifest);
-    push(&mut out, "tool_declaration", &json!([provider]));
+    let (kind, provider) = declaration;
+    push(&mut out, kind, &json!([provider]));
     for &(name, bytes) in assets {
         if bytes.is_empty() {
             // The daemon rejects empty chunk data, so an empty file cannot be sent at all.
@@ -153,7 +154,7 @@ mod tests {
     fn order_and_asset_chunking() {
         let big: Vec<u8> = (0..ASSET_CHUNK * 2 + 5).map(|i| i as u8).collect();
         let assets: [(&str, &[u8]); 3] = [("big.png", &big), ("empty.svg", b""), ("icon.svg", b"<svg/>")];
-        let out = lines(&registration("k", &json!({"m": 1}), &json!({"p": 2}), &assets));
+        let out = lines(&registration("k", &json!({"m": 1}), ("tool_declaration", &json!({"p": 2})), &assets));
         let kinds: Vec<&str> = out.iter().map(|l| l["type"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,

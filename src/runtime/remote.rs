@@ -48,6 +48,9 @@ pub struct RemoteConfig {
     pub key: String,
     pub reconnect_base: Duration,
     pub max_attempts: u32,
+    /// `STATEFUL_TOOL_PACKAGE=trigger`: register as the stateful_trigger package (the daemon
+    /// refuses one registration holding both a tool and a trigger provider).
+    pub trigger: bool,
 }
 
 impl RemoteConfig {
@@ -74,7 +77,13 @@ impl RemoteConfig {
              (REMOTE_INSTALL_KEY=...) or the environment",
         )?;
         let number = |name: &str, default: u64| get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(default);
+        let trigger = match get("STATEFUL_TOOL_PACKAGE").as_deref() {
+            None | Some("tool") => false,
+            Some("trigger") => true,
+            Some(other) => anyhow::bail!("STATEFUL_TOOL_PACKAGE={other:?}: use tool (the default) or trigger"),
+        };
         Ok(RemoteConfig {
+            trigger,
             host,
             port,
             key,
@@ -180,7 +189,17 @@ async fn connect_once(cfg: &RemoteConfig, app: &Arc<App>, opts: &ServeOptions) -
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
     let (mut reader, mut verdict) = Watched::new(read_half);
-    let lines = registration(&cfg.key, declarations::manifest(), declarations::tool_provider(), declarations::assets());
+    let lines = if cfg.trigger {
+        let provider = ("trigger_declaration", declarations::trigger::provider());
+        registration(&cfg.key, declarations::trigger::manifest(), provider, declarations::assets())
+    } else {
+        registration(
+            &cfg.key,
+            declarations::manifest(),
+            ("tool_declaration", declarations::tool_provider()),
+            declarations::assets(),
+        )
+    };
     let sent = timeout(REGISTER_TIMEOUT, async {
         write_half.write_all(&lines).await?;
         write_half.flush().await

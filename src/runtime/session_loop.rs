@@ -99,6 +99,13 @@ fn accept_line(line: Line<&[u8]>) -> Option<Accepted> {
         Line::Oversize { prefix, len } => (prefix, Some(len)),
     };
     if let Some(len) = oversize {
+        // A webhook too big to hold: the sender gets a clean 413 instead of our error text.
+        if memchr::memmem::find(bytes, br#""data":{"action":"dispatch_trigger_event""#).is_some() {
+            if let Some(sid) = session_id_from_prefix(bytes) {
+                let data = serde_json::json!({"type": "trigger", "action": "dispatch_trigger_event", (crate::trigger::OVERSIZE_KEY): len});
+                return Some((sid, Caller::Unknown, Ok(data)));
+            }
+        }
         let message =
             format!("request line of {len} bytes exceeds the {} byte limit", crate::protocol::wire::MAX_INPUT_LINE);
         return report(session_id_from_prefix(bytes), message);

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{kv_client, memory, redis};
-use super::{Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
 
 /// One of the backends, chosen by the `kv_url` scheme.
 pub enum AnyStore {
@@ -23,11 +23,18 @@ macro_rules! each_backend {
 }
 
 impl EventStore for AnyStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        each_backend!(self, s => s.create(key, value, ttl, timeout).await)
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        each_backend!(self, s => s.create(key, value, ttl, timeout, until).await)
     }
-    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
-        each_backend!(self, s => s.read(key, timeout).await)
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
+        each_backend!(self, s => s.read_at(key, timeout).await)
     }
     async fn swap(
         &self,
@@ -36,8 +43,9 @@ impl EventStore for AnyStore {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        each_backend!(self, s => s.swap(key, expected, value, ttl, timeout).await)
+        each_backend!(self, s => s.swap(key, expected, value, ttl, timeout, until).await)
     }
     async fn release(
         &self,
@@ -46,8 +54,9 @@ impl EventStore for AnyStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
-        each_backend!(self, s => s.release(key, claim_id, restore, ttl, timeout).await)
+        each_backend!(self, s => s.release(key, claim_id, restore, ttl, timeout, until).await)
     }
     async fn probe(&self) -> Result<Probe, StoreError> {
         each_backend!(self, s => s.probe().await)

@@ -35,6 +35,9 @@ pub struct StoreOptions {
     pub allow_memory: bool,
     /// The store hosts `kv_url` may name (`STATEFUL_TOOL_STORE_HOSTS`; all when unset).
     pub allowed_hosts: AllowedHosts,
+    /// Bound of a trigger's claim at the door (`STATEFUL_TOOL_TRIGGER_TIMEOUT_MS`): the
+    /// webhook sender is waiting (GitHub gives up after 10 s).
+    pub door_timeout: Duration,
 }
 
 impl Default for StoreOptions {
@@ -43,6 +46,7 @@ impl Default for StoreOptions {
             call_timeout: Duration::from_secs(5),
             allow_memory: false,
             allowed_hosts: AllowedHosts::default(),
+            door_timeout: Duration::from_millis(1500),
         }
     }
 }
@@ -61,6 +65,11 @@ impl StoreCache {
     /// How long one tool call may spend on its store round trips together.
     pub fn call_timeout(&self) -> std::time::Duration {
         self.options.call_timeout
+    }
+
+    /// How long a trigger's claim at the door may take in all.
+    pub fn door_timeout(&self) -> std::time::Duration {
+        self.options.door_timeout
     }
 
     /// The shared client for `cfg`, connecting on first use. A failed connect is not

@@ -30,6 +30,37 @@ impl Clock {
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         d.as_millis() as i64 + self.offset_ms
     }
+
+    /// A monotonic time in ms (for a call's deadline: wall-clock steps must not stretch or
+    /// cut it); a manual clock's own time.
+    pub fn mono_ms(&self) -> i64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        match &self.manual {
+            Some(t) => t.load(Ordering::SeqCst),
+            None => ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_millis() as i64,
+        }
+    }
+
+    /// Waits `ms` of this clock (a manual clock: until its owner has moved it that far).
+    pub async fn sleep_ms(&self, ms: i64) {
+        if ms <= 0 {
+            return;
+        }
+        match &self.manual {
+            None => tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await,
+            Some(_) => {
+                let until = self.mono_ms() + ms;
+                std::future::poll_fn(|cx| {
+                    if self.mono_ms() >= until {
+                        return std::task::Poll::Ready(());
+                    }
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                })
+                .await
+            }
+        }
+    }
 }
 
 /// The store's clock as seen from here: host time plus the offset measured on the last
@@ -62,13 +93,25 @@ impl StoreClock {
         self.inner.0.store(store_now_ms - self.host.now_ms(), Ordering::Relaxed);
         self.inner.1.store(true, Ordering::Relaxed);
     }
+    /// The plugin host's clock this estimate is based on.
+    pub fn host(&self) -> &Clock {
+        &self.host
+    }
     /// True once any answer carried the store's time.
     pub fn is_synced(&self) -> bool {
         self.inner.1.load(Ordering::Relaxed)
     }
-    /// Estimated current store time in unix ms.
+    /// Estimated current store time in unix ms. The offset is measured when an answer is
+    /// received (store time minus host time then), so it is the LOWEST offset the round trip
+    /// allows: the estimate is never ahead of the store's real clock (short of clock jumps).
     pub fn now_ms(&self) -> i64 {
         self.host.now_ms() + self.inner.0.load(Ordering::Relaxed)
+    }
+
+    /// The store deadline of a write sent now with `timeout`: since the estimate is never
+    /// ahead of the store, the store reaches it no later than the caller's timeout fires.
+    pub fn deadline_after(&self, timeout: std::time::Duration) -> super::StoreDeadline {
+        super::StoreDeadline(self.now_ms() + timeout.as_millis() as i64)
     }
 }
 

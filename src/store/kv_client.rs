@@ -12,7 +12,7 @@ use reqwest::{Method, StatusCode};
 use super::kv_tls;
 use super::record::Record;
 use super::url::redact;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
 
 /// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
 /// free connection instead of opening their own: sockets and memory do not grow with the
@@ -176,6 +176,31 @@ fn ttl_header(ttl: Duration) -> (&'static str, String) {
     ("kv-ttl-ms", ttl.as_millis().to_string())
 }
 
+/// The headers of a conditional write: its precondition, its TTL and, when it has one, its
+/// deadline in the store's clock (`KV-Deadline-Ms`; the container refuses the write later).
+fn write_headers(
+    pre: (&'static str, String),
+    ttl: Option<Duration>,
+    until: Option<StoreDeadline>,
+) -> Vec<(&'static str, String)> {
+    let mut h = vec![pre];
+    h.extend(ttl.map(ttl_header));
+    h.extend(until.map(|d| (DEADLINE_HEADER, d.0.to_string())));
+    h
+}
+
+/// The request header that carries a write's deadline (protocol v1, capability `deadline`).
+pub const DEADLINE_HEADER: &str = "kv-deadline-ms";
+
+/// The refusal of a write that reached the container after its `KV-Deadline-Ms`: 409 with
+/// this error code (never 412, which means the precondition failed).
+fn too_late(a: &Answer, until: Option<StoreDeadline>) -> Option<StoreError> {
+    let refused = a.status == StatusCode::CONFLICT
+        && serde_json::from_slice::<serde_json::Value>(&a.body)
+            .is_ok_and(|v| v["error"].as_str() == Some("deadline_passed"));
+    refused.then(|| StoreError::TooLate { deadline_ms: until.map_or(0, |d| d.0), store_now_ms: a.store_now_ms })
+}
+
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
@@ -194,9 +219,19 @@ fn error_text(status: StatusCode, body: &[u8]) -> String {
 }
 
 impl EventStore for KvClientStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        let headers = [(IF_NONE_MATCH.as_str(), "*".to_owned()), ttl_header(ttl)];
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        let headers = write_headers((IF_NONE_MATCH.as_str(), "*".to_owned()), Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
+        if let Some(e) = too_late(&a, until) {
+            return Err(e);
+        }
         match a.status {
             StatusCode::CREATED => Ok(Created::Created),
             StatusCode::PRECONDITION_FAILED => Ok(Created::Exists(Self::current(a)?)),
@@ -205,11 +240,14 @@ impl EventStore for KvClientStore {
         }
     }
 
-    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+    /// `KV-Time-Ms` of a GET is a time by which every write the container applied is
+    /// visible in the answer (it never reports a time past a batch still being committed).
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         let a = self.send(Method::GET, &Self::path(key), &[], None, timeout).await?;
+        let at = a.store_now_ms;
         match a.status {
-            StatusCode::OK => Ok(Some(Self::current(a)?)),
-            StatusCode::NOT_FOUND => Ok(None),
+            StatusCode::OK => Ok((Some(Self::current(a)?), at)),
+            StatusCode::NOT_FOUND => Ok((None, at)),
             s => Err(StoreError::Bad(error_text(s, &a.body))),
         }
     }
@@ -221,12 +259,16 @@ impl EventStore for KvClientStore {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Etag(etag) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
-        let headers = [(IF_MATCH.as_str(), etag.clone()), ttl_header(ttl)];
+        let headers = write_headers((IF_MATCH.as_str(), etag.clone()), Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
+        if let Some(e) = too_late(&a, until) {
+            return Err(e);
+        }
         match a.status {
             StatusCode::OK | StatusCode::CREATED => Ok(Swapped::Swapped),
             StatusCode::PRECONDITION_FAILED if a.headers.contains_key(ETAG) => {
@@ -246,6 +288,7 @@ impl EventStore for KvClientStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
         let started = std::time::Instant::now();
         let Some(cur) = self.read(key, timeout).await? else { return Ok(false) };
@@ -256,12 +299,18 @@ impl EventStore for KvClientStore {
         }
         let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
         let a = match restore {
-            None => self.send(Method::DELETE, &Self::path(key), &[(IF_MATCH.as_str(), etag)], None, left).await?,
+            None => {
+                let headers = write_headers((IF_MATCH.as_str(), etag), None, until);
+                self.send(Method::DELETE, &Self::path(key), &headers, None, left).await?
+            }
             Some(value) => {
-                let headers = [(IF_MATCH.as_str(), etag), ttl_header(ttl)];
+                let headers = write_headers((IF_MATCH.as_str(), etag), Some(ttl), until);
                 self.send(Method::PUT, &Self::path(key), &headers, Some(value), left).await?
             }
         };
+        if let Some(e) = too_late(&a, until) {
+            return Err(e);
+        }
         match a.status {
             StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::CREATED => Ok(true),
             // Changed or gone since the read: it is no longer this claim.
@@ -295,6 +344,13 @@ impl EventStore for KvClientStore {
         }
         // The token is checked by the credential check's read of a key in its namespace.
         let mut warnings = vec![];
+        if !caps.contains(&"deadline") {
+            warnings.push(
+                "this KV container predates write deadlines (KV-Deadline-Ms): a write held in the network past a call's \
+                 deadline can still land, and only its lease frees the event; upgrade the container"
+                    .to_owned(),
+            );
+        }
         if health["durability"].as_str() == Some("none") {
             warnings.push(
                 "the KV container runs with --durability none: acknowledged events can be lost on a crash".to_owned(),

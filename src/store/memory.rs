@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::record::Record;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
 
 #[derive(Default)]
 struct Entry {
@@ -34,6 +34,14 @@ impl MemoryStore {
         Clock::with_offset(self.store_skew_ms).now_ms()
     }
 
+    /// Refuses a write whose deadline has passed by this store's clock.
+    fn in_time(now: i64, until: Option<StoreDeadline>) -> Result<(), StoreError> {
+        match until {
+            Some(StoreDeadline(d)) if now > d => Err(StoreError::TooLate { deadline_ms: d, store_now_ms: now }),
+            _ => Ok(()),
+        }
+    }
+
     fn live<'a>(map: &'a HashMap<String, Entry>, key: &str, now: i64) -> Option<&'a Entry> {
         map.get(key).filter(|e| e.expires_ms == 0 || e.expires_ms > now)
     }
@@ -55,8 +63,16 @@ impl MemoryStore {
 }
 
 impl EventStore for MemoryStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, _: Duration) -> Result<Created, StoreError> {
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        _: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
         let now = self.store_now();
+        Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
         if let Some(e) = Self::live(&g.0, key, now) {
             return Ok(Created::Exists(Self::current(e, now)));
@@ -67,10 +83,10 @@ impl EventStore for MemoryStore {
         Ok(Created::Created)
     }
 
-    async fn read(&self, key: &str, _: Duration) -> Result<Option<Current>, StoreError> {
+    async fn read_at(&self, key: &str, _: Duration) -> Result<(Option<Current>, i64), StoreError> {
         let now = self.store_now();
         let g = self.map.lock().unwrap();
-        Ok(Self::live(&g.0, key, now).map(|e| Self::current(e, now)))
+        Ok((Self::live(&g.0, key, now).map(|e| Self::current(e, now)), now))
     }
 
     async fn swap(
@@ -80,8 +96,10 @@ impl EventStore for MemoryStore {
         value: &[u8],
         ttl: Duration,
         _: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let now = self.store_now();
+        Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
         match Self::live(&g.0, key, now) {
             Some(e) if Version::Rev(e.rev) == *expected => {}
@@ -100,8 +118,10 @@ impl EventStore for MemoryStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         _: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
         let now = self.store_now();
+        Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
         let ours = Self::live(&g.0, key, now)
             .and_then(|e| Record::from_bytes(&e.value).ok())

@@ -46,7 +46,18 @@ pub enum StoreError {
     /// `kv_url` cannot be used as written (scheme, syntax); the message says what to write.
     #[error("{0}")]
     BadUrl(String),
+    /// The store refused a write that reached it after its deadline: it was not applied and
+    /// never will be (not ambiguous).
+    #[error("the store refused a write that reached it after its deadline (deadline {deadline_ms}, store time {store_now_ms})")]
+    TooLate { deadline_ms: i64, store_now_ms: i64 },
 }
+
+/// A conditional write's deadline in the STORE's own clock (unix ms). The store applies the
+/// write only while its clock, at the moment it applies it, is at most this; later it refuses
+/// with [`StoreError::TooLate`], so a write held in the network can never land after its
+/// caller has given up on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StoreDeadline(pub i64);
 
 impl StoreError {
     /// True when the request may have been applied although no answer arrived: the caller
@@ -101,6 +112,7 @@ pub struct Probe {
 
 /// The atomic operations the tools need, and nothing else. Every call takes the timeout of
 /// its one round trip: the tools split one deadline over all round trips of a tool call.
+/// Every write takes `until` (None = no deadline): see [`StoreDeadline`].
 pub trait EventStore: Send + Sync {
     /// Creates `key` only if it is absent, in one atomic operation; otherwise returns the
     /// current value. `ttl` is the store-side retention.
@@ -110,9 +122,20 @@ pub trait EventStore: Send + Sync {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<Created, StoreError>> + Send;
+    /// Reads `key`, with the store's time T of the read: every write the store applied at a
+    /// store time up to T is visible in it (so a write whose deadline is before T that is not
+    /// there never will be).
+    fn read_at(
+        &self,
+        key: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(Option<Current>, i64), StoreError>> + Send;
     /// Reads `key`.
-    fn read(&self, key: &str, timeout: Duration) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send;
+    fn read(&self, key: &str, timeout: Duration) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send {
+        async move { self.read_at(key, timeout).await.map(|(cur, _)| cur) }
+    }
     /// Replaces `key` only if it still holds `expected`, in one atomic operation.
     fn swap(
         &self,
@@ -121,6 +144,7 @@ pub trait EventStore: Send + Sync {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<Swapped, StoreError>> + Send;
     /// Rolls back a claim whose outcome is unknown: only while the record under `key` still
     /// carries `claim_id`, deletes it (`restore` = None) or puts `restore` back (the record
@@ -132,6 +156,7 @@ pub trait EventStore: Send + Sync {
         restore: Option<&[u8]>,
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Checks reachability, authentication, and that atomic creates are supported.
     fn probe(&self) -> impl Future<Output = Result<Probe, StoreError>> + Send;

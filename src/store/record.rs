@@ -45,6 +45,10 @@ pub struct Record {
     /// from "someone else's identical delivery landed".
     #[serde(default)]
     pub claim_id: String,
+    /// The workflow run that made this claim (`event_ingest`'s optional `run_id`): a later
+    /// call of the same run finding its claim still `processing` is that run's retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 impl Record {
@@ -210,6 +214,7 @@ mod tests {
             completed_at: None,
             result: None,
             claim_id: new_claim_id(),
+            run_id: None,
         };
         assert_eq!(Record::from_bytes(&r.to_bytes()).unwrap(), r);
         assert!(r.lease_expired(10) && !r.lease_expired(9));

@@ -191,6 +191,7 @@ mod tests {
             completed_at: None,
             result: None,
             claim_id: new_claim_id(),
+            run_id: None,
         };
         let done = Record {
             status: Status::Completed,

@@ -1,9 +1,9 @@
 //! One deadline per tool call: the store timeout bounds all of a call's round trips together.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::ToolError;
-use crate::store::StoreError;
+use crate::store::{Clock, StoreError};
 
 /// A round trip is not started with less time than this left: it could not finish.
 const MIN_ROUND_TRIP: Duration = Duration::from_millis(2);
@@ -13,20 +13,36 @@ const MIN_ROUND_TRIP: Duration = Duration::from_millis(2);
 /// the deadline for the claim itself.
 const RESERVE: Duration = Duration::from_secs(1);
 
-/// When the call started and how long all of its store round trips may take together.
+/// When the call started and how long all of its store round trips may take together, on
+/// the host's monotonic clock (a simulation's virtual one).
 #[derive(Debug, Clone)]
 pub struct Deadline {
-    started: Instant,
+    clock: Clock,
+    started_ms: i64,
     budget: Duration,
 }
 
 impl Deadline {
-    pub fn start(budget: Duration) -> Deadline {
-        Deadline { started: Instant::now(), budget }
+    pub fn start(clock: &Clock, budget: Duration) -> Deadline {
+        Deadline { clock: clock.clone(), started_ms: clock.mono_ms(), budget }
+    }
+
+    fn elapsed(&self) -> Duration {
+        Duration::from_millis((self.clock.mono_ms() - self.started_ms).max(0) as u64)
     }
 
     fn remaining(&self) -> Duration {
-        self.budget.saturating_sub(self.started.elapsed())
+        self.budget.saturating_sub(self.elapsed())
+    }
+
+    /// Waits up to `ms` of the call's clock, never past the point where `keep` is all that is
+    /// left; false when the wait would not fit.
+    pub async fn wait(&self, ms: i64, keep: Duration) -> bool {
+        if ms > 0 && Duration::from_millis(ms as u64) + keep > self.remaining() {
+            return false;
+        }
+        self.clock.sleep_ms(ms).await;
+        true
     }
 
     fn bounded(&self, t: Duration) -> Result<Duration, StoreError> {
@@ -38,11 +54,18 @@ impl Deadline {
 
     /// The timeout of a round trip whose failure still needs round trips to resolve (a write
     /// whose lost answer is read back, a read-back whose failure leads to a roll-back): what
-    /// is left minus a reserve of half of it, at most [`RESERVE`], so the resolution always
-    /// has time too.
+    /// is left before the final reserve, minus a reserve of half of it, at most [`RESERVE`],
+    /// so the resolution always has time too.
     pub fn share(&self) -> Result<Duration, StoreError> {
-        let left = self.remaining();
+        let left = self.remaining().saturating_sub(self.final_reserve());
         self.bounded(left - (left / 2).min(RESERVE))
+    }
+
+    /// Kept back from every [`Deadline::share`] for the one read that settles a call whose
+    /// write answers were lost, after their store deadlines have passed: a fifth of the
+    /// budget, at most [`RESERVE`].
+    fn final_reserve(&self) -> Duration {
+        (self.budget / 5).min(RESERVE)
     }
 
     /// The timeout of a call's last round trip: all that is left.
@@ -52,7 +75,7 @@ impl Deadline {
 
     /// Milliseconds since the call started.
     pub fn waited_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        self.elapsed().as_millis() as u64
     }
 
     /// A store failure as the tool reports it; a timeout says how long the whole call waited.
@@ -75,13 +98,16 @@ mod tests {
 
     #[test]
     fn shares_halve_what_is_left_and_an_exhausted_budget_is_a_timeout() {
-        let d = Deadline::start(Duration::from_secs(3600));
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1000));
+        let clock = Clock::manual(now.clone());
+        let d = Deadline::start(&clock, Duration::from_secs(3600));
         let share = d.share().unwrap();
-        assert!(share <= Duration::from_secs(3599) && share > Duration::from_secs(3590));
+        assert_eq!(share, Duration::from_secs(3598));
         assert!(d.rest().unwrap() > share);
-        let short = Deadline::start(Duration::from_millis(1000)).share().unwrap();
-        assert!(short <= Duration::from_millis(500) && short > Duration::from_millis(490), "{short:?}");
-        let spent = Deadline { started: Instant::now() - Duration::from_secs(2), budget: Duration::from_secs(1) };
+        let short = Deadline::start(&clock, Duration::from_millis(1000)).share().unwrap();
+        assert_eq!(short, Duration::from_millis(400), "a fifth kept for the settling read, half of the rest");
+        let spent = Deadline::start(&clock, Duration::from_secs(1));
+        now.fetch_add(2000, std::sync::atomic::Ordering::SeqCst);
         assert!(matches!(spent.share(), Err(StoreError::Timeout(_))));
         let msg = spent.error(StoreError::Timeout(500)).message;
         assert!(msg.contains("this call waited 2") && msg.contains("1000 ms"), "{msg}");

@@ -28,20 +28,49 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
         )));
     }
     let key = storage_key(settings.namespace.as_deref(), &event_id);
-    let deadline = Deadline::start(settings.call_timeout);
+    let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
+    let asked = Completion { event_id, key, target, attempt, result };
+    let mut claims = Claims::default();
+    match complete(store, settings, &asked, &deadline, &mut claims).await {
+        // A lost answer: this call's completion may be in the store after all.
+        Err(e) => {
+            let own = claims.resolve(store, &asked.key, settings.retention, &deadline, e).await?;
+            Ok(answer(target.as_str(), own, &asked.key))
+        }
+        done => done,
+    }
+}
+
+/// A validated completion request.
+struct Completion {
+    event_id: String,
+    key: String,
+    target: Status,
+    attempt: Option<u32>,
+    result: Option<String>,
+}
+
+async fn complete<S: EventStore>(
+    store: &S,
+    settings: &Settings,
+    asked: &Completion,
+    deadline: &Deadline,
+    claims: &mut Claims,
+) -> Result<Answer, ToolError> {
+    let Completion { event_id, key, target, attempt, result } = asked;
+    let (key, target, attempt) = (key.as_str(), *target, *attempt);
     let fail = |e| deadline.error(e);
     let not_found = || {
         ToolError::not_found(format!(
             "no event with id {event_id:?} was ingested (or its record expired); nothing to complete"
         ))
     };
-    let mut claims = Claims::default();
-    let mut cur = store.read(&key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
+    let mut cur = store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
     for _ in 0..MAX_ROUNDS {
-        let rec = decode(&cur.value, &key)?;
+        let rec = decode(&cur.value, key)?;
         if claims.owns(&rec.claim_id) && !old_settle() {
             // This call's own completion landed (its answer was lost or came late).
-            return Ok(answer(target.as_str(), rec, &key));
+            return Ok(answer(target.as_str(), rec, key));
         }
         if let Some(a) = attempt {
             if a > rec.attempt {
@@ -58,9 +87,9 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
             }
         }
         if rec.status != Status::Processing {
-            let same = rec.status == target && (result.is_none() || result == rec.result);
+            let same = rec.status == target && (result.is_none() || *result == rec.result);
             if same {
-                return Ok(answer(&format!("already_{}", target.as_str()), rec, &key));
+                return Ok(answer(&format!("already_{}", target.as_str()), rec, key));
             }
             return Err(ToolError::conflict(format!(
                 "event {event_id:?} (attempt {}) is already {}; it cannot become {}",
@@ -78,18 +107,17 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
             claim_id: new_claim_id(),
             ..rec
         };
-        claims.push(&next.claim_id);
-        match store
-            .swap(&key, &cur.version, &next.to_bytes(), settings.retention, deadline.share().map_err(fail)?)
-            .await
-        {
-            Ok(Swapped::Swapped) => return Ok(answer(target.as_str(), next, &key)),
+        let timeout = deadline.share().map_err(fail)?;
+        let until = claims.push(store.clock(), &next.claim_id, timeout);
+        match store.swap(key, &cur.version, &next.to_bytes(), settings.retention, timeout, until).await {
+            Ok(Swapped::Swapped) => return Ok(answer(target.as_str(), next, key)),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Err(not_found()),
             Err(e) if e.is_ambiguous() => {
-                cur = store.read(&key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
-                if old_settle() && decode(&cur.value, &key)?.claim_id == next.claim_id {
-                    return Ok(answer(target.as_str(), next, &key));
+                claims.lost(&next);
+                cur = store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
+                if old_settle() && decode(&cur.value, key)?.claim_id == next.claim_id {
+                    return Ok(answer(target.as_str(), next, key));
                 }
             }
             Err(e) => return Err(fail(e)),

@@ -12,6 +12,8 @@ use crate::store::record::{check_depth, fingerprint, fingerprint_and_kind, forma
 use crate::store::{Created, Current, EventStore, Swapped};
 
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// Longest accepted `run_id` (Dify's workflow run ids are 36-character UUIDs).
+pub const MAX_RUN_ID_BYTES: usize = 255;
 
 /// A validated ingest call; nothing touches the store before this exists.
 pub struct IngestRequest {
@@ -23,9 +25,19 @@ pub struct IngestRequest {
     pub compared_as: &'static str,
     /// The effective lease: this call's `lease_seconds`, else the provider default; None = never.
     pub lease_ms: Option<i64>,
+    /// The workflow run calling (`{{#sys.workflow_run_id#}}`): its claim says so, and the same
+    /// run calling again (a node retry) finds its own claim instead of a duplicate.
+    pub run_id: Option<String>,
 }
 
 impl IngestRequest {
+    /// A request without a payload (what the trigger claims): only the id and the type are
+    /// compared on a redelivery.
+    pub fn without_payload(event_id: String, event_type: String, lease_ms: Option<i64>) -> IngestRequest {
+        let (fingerprint, compared_as) = fingerprint_and_kind(&event_type, None);
+        IngestRequest { event_id, event_type, payload: None, fingerprint, compared_as, lease_ms, run_id: None }
+    }
+
     /// The record a first claim of this event writes at store time `now` (a fresh claim id).
     pub fn first_claim(&self, now: i64) -> Record {
         Record {
@@ -42,6 +54,7 @@ impl IngestRequest {
             completed_at: None,
             result: None,
             claim_id: new_claim_id(),
+            run_id: self.run_id.clone(),
         }
     }
 
@@ -66,6 +79,14 @@ impl IngestRequest {
         }
         let lease = params::optional_int(p, "lease_seconds", 0, MAX_LEASE_SECONDS as i64)?
             .unwrap_or(settings.default_lease.as_secs() as i64);
+        let run_id = params::optional_str(p, "run_id")?.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty());
+        if let Some(r) = &run_id {
+            if r.len() > MAX_RUN_ID_BYTES || r.chars().any(char::is_control) {
+                return Err(ToolError::param(format!(
+                    "run_id must be printable text of at most {MAX_RUN_ID_BYTES} bytes; pass {{{{#sys.workflow_run_id#}}}}"
+                )));
+            }
+        }
         let (fingerprint, compared_as) = fingerprint_and_kind(&event_type, payload.as_deref());
         if compared_as == "text" {
             check_depth(payload.as_deref().unwrap_or_default()).map_err(ToolError::param)?;
@@ -77,18 +98,31 @@ impl IngestRequest {
             fingerprint,
             compared_as,
             lease_ms: (lease > 0).then_some(lease * 1000),
+            run_id,
         })
     }
 }
 
 pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
+    let answer = ingest(store, settings, &req).await?;
+    Ok(answer.field("payload_compared_as", json!(req.compared_as)))
+}
+
+/// Claims a validated request: the one claim path, also taken by the trigger's dispatch (a
+/// delivery claimed at the door is the same record `event_status`/`event_complete` see).
+pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: &IngestRequest) -> Result<Answer, ToolError> {
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
-    let deadline = Deadline::start(settings.call_timeout);
+    let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
     let mut claims = Claims::default();
-    match claim(store, settings, &req, &key, &deadline, &mut claims).await {
-        Ok(answer) => Ok(answer.field("payload_compared_as", json!(req.compared_as))),
-        Err(e) => Err(claims.roll_back(store, &key, settings.retention, &deadline, e).await),
+    match claim(store, settings, req, &key, &deadline, &mut claims).await {
+        Ok(answer) => Ok(answer),
+        // A lost answer: this call's claim may be in the store after all.
+        Err(e) => {
+            let own = claims.resolve(store, &key, settings.retention, &deadline, e).await?;
+            let retry = own.attempt > 1;
+            Ok(answer("accepted", own, &key, retry))
+        }
     }
 }
 
@@ -113,9 +147,10 @@ async fn claim<S: EventStore>(
     let fresh = req.first_claim(now);
     let bytes = fresh.to_bytes();
     let ttl = settings.ttl_for(req.lease_ms);
-    claims.push(&fresh.claim_id);
     for _ in 0..MAX_ROUNDS {
-        let existing = match store.create(key, &bytes, ttl, deadline.share().map_err(fail)?).await {
+        let timeout = deadline.share().map_err(fail)?;
+        let until = claims.push(store.clock(), &fresh.claim_id, timeout);
+        let existing = match store.create(key, &bytes, ttl, timeout, until).await {
             Ok(Created::Created) => return Ok(answer("accepted", fresh, key, false)),
             Ok(Created::Exists(cur)) => cur,
             // The write may have landed (or may still land): read the key back.
@@ -162,6 +197,12 @@ async fn settle<S: EventStore>(
         if rec.fingerprint != req.fingerprint {
             return Err(conflict(&rec, req));
         }
+        if rec.status == Status::Processing && req.run_id.is_some() && rec.run_id == req.run_id {
+            // The same workflow run calling again (Dify's node retry after an answer it never
+            // saw): its attempt is still its own, and nobody else was told to run it.
+            let retry = rec.attempt > 1;
+            return Ok(Some(answer_of("accepted", rec, key, retry, true)));
+        }
         let reclaim =
             rec.status == Status::Failed || (rec.status == Status::Processing && rec.lease_expired(cur.store_now_ms));
         if !reclaim {
@@ -175,10 +216,12 @@ async fn settle<S: EventStore>(
             completed_at: None,
             result: None,
             claim_id: new_claim_id(),
+            run_id: req.run_id.clone(),
             ..rec
         };
-        claims.push(&next.claim_id);
-        match store.swap(key, &cur.version, &next.to_bytes(), ttl, deadline.share().map_err(fail)?).await {
+        let timeout = deadline.share().map_err(fail)?;
+        let until = claims.push(store.clock(), &next.claim_id, timeout);
+        match store.swap(key, &cur.version, &next.to_bytes(), ttl, timeout, until).await {
             Ok(Swapped::Swapped) => return Ok(Some(answer("accepted", next, key, true))),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Ok(None),
@@ -222,11 +265,17 @@ fn conflict(rec: &Record, req: &IngestRequest) -> ToolError {
 }
 
 fn answer(outcome: &str, rec: Record, key: &str, retry: bool) -> Answer {
+    answer_of(outcome, rec, key, retry, false)
+}
+
+/// `same_run`: the answer is to a retry of the run whose claim this is (`run_id`).
+fn answer_of(outcome: &str, rec: Record, key: &str, retry: bool, same_run: bool) -> Answer {
     let accepted = outcome == "accepted";
     Answer::new(outcome)
         .field("accepted", json!(accepted))
         .field("duplicate", json!(!accepted))
         .field("retry", json!(retry))
+        .field("retry_of_same_run", json!(same_run))
         .record(rec, key)
 }
 
@@ -256,6 +305,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_same_run_calling_again_is_its_own_retry_and_another_run_a_duplicate() {
+        let (s, st) = (store(), settings());
+        let ev = |run: Option<&str>| params(json!({"event_id": "R1", "event_type": "created", "run_id": run}));
+        let first = run(&s, &st, &ev(Some("run-a"))).await.unwrap().to_value();
+        assert_eq!((first["outcome"].as_str(), first["retry_of_same_run"].as_bool()), (Some("accepted"), Some(false)));
+        let again = run(&s, &st, &ev(Some("run-a"))).await.unwrap().to_value();
+        assert_eq!(
+            (again["outcome"].as_str(), again["attempt"].as_u64(), again["retry_of_same_run"].as_bool()),
+            (Some("accepted"), Some(1), Some(true))
+        );
+        for other in [Some("run-b"), None] {
+            let v = run(&s, &st, &ev(other)).await.unwrap().to_value();
+            assert_eq!((v["outcome"].as_str(), v["retry_of_same_run"].as_bool()), (Some("duplicate"), Some(false)));
+        }
+        // Once the run completed it, its own retry is a duplicate like any other delivery.
+        let done = params(json!({"event_id": "R1", "attempt": 1}));
+        super::super::event_complete::run(&s, &st, &done).await.unwrap();
+        assert_eq!(run(&s, &st, &ev(Some("run-a"))).await.unwrap().to_value()["outcome"], "duplicate");
+    }
+
+    #[tokio::test]
     async fn invalid_input_never_reaches_the_store() {
         let (s, st) = (store(), settings());
         for bad in [
@@ -267,6 +337,8 @@ mod tests {
             json!({"event_id": "E", "event_type": "created", "payload": "x".repeat(MAX_PAYLOAD_BYTES + 1)}),
             json!({"event_id": "E", "event_type": "created", "lease_seconds": -5}),
             json!({"event_id": "E", "event_type": "created", "lease_seconds": 86401}),
+            json!({"event_id": "E", "event_type": "created", "run_id": "r".repeat(256)}),
+            json!({"event_id": "E", "event_type": "created", "run_id": "a\nb"}),
         ] {
             let e = run(&s, &st, &params(bad.clone())).await.unwrap_err();
             assert_eq!(e.class, ErrorClass::ParamInvalid, "{bad}");

@@ -12,7 +12,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let key = storage_key(settings.namespace.as_deref(), &event_id);
-    let deadline = Deadline::start(settings.call_timeout);
+    let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
     let found =
         store.read(&key, deadline.rest().map_err(|e| deadline.error(e))?).await.map_err(|e| deadline.error(e))?;
     Ok(match found {
@@ -87,6 +87,7 @@ mod tests {
             completed_at: None,
             result: None,
             claim_id: String::new(),
+            run_id: None,
         };
         assert!(is_stuck(&at(Status::Processing, None), 600_000, ten_min));
         assert!(!is_stuck(&at(Status::Processing, None), 599_999, ten_min));

@@ -116,6 +116,7 @@ mod tests {
             completed_at: (status != Status::Processing).then(|| format_time(1_785_924_100_000)),
             result: Some("{\"not\": \"shown\"}".into()),
             claim_id: new_claim_id(),
+            run_id: None,
         }
     }
 

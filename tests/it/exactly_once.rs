@@ -1,7 +1,7 @@
 //! Exactly once through the real plugin binary and real stores, both backends, under the
 //! faults that once lost events: a claim delivered later than its round trip waited (and
-//! after the plugin's retry queued behind it), a retention shorter than the lease, and an
-//! `upstream_error` whose claim had landed.
+//! after the plugin's retry queued behind it), a claim held past the call's deadline, a
+//! retention shorter than the lease, and a claim whose answer and read-back were both lost.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use crate::support::proxy::Fault;
 /// key back (absent), claims again, and that second claim is applied after the first. Its
 /// answer carries the plugin's own claim_id: `accepted`, not `duplicate` of itself.
 async fn own_late_claim_is_accepted(backend: Backend) {
-    let store = Store::start(backend);
+    let store = Store::start(backend).await;
     let hold = Fault::HoldRequest {
         trigger: backend.wire().claim,
         times: 1,
@@ -38,12 +38,13 @@ async fn own_late_claim_is_accepted(backend: Backend) {
     assert_eq!(again.outcome(), "duplicate", "{again:?}");
 }
 
-/// The same hold with a deadline shorter than the hold: the call cannot learn the outcome in
-/// time. It answers `upstream_error` saying how long it waited (never `duplicate` of its own
-/// claim); the claim lands after the call gave up, and with a lease the event is taken over
-/// once the lease ends.
-async fn claim_landing_after_the_deadline_is_bounded_by_the_lease(backend: Backend) {
-    let store = Store::start(backend);
+/// The same hold with a deadline (1 s) shorter than the hold, and no cut: the re-sent claims
+/// queue behind the held one. Every claim carried a deadline in the store's clock that has
+/// passed when it arrives, so the store refuses them all. The call answers `upstream_error`
+/// saying so; the next delivery, right after the hold is released, is `accepted` as attempt 1
+/// (no lease to wait for: the default lease is 20 minutes), and the store holds that claim.
+async fn claim_held_past_its_deadline_never_lands(backend: Backend) {
+    let store = Store::start(backend).await;
     let hold = Fault::HoldRequest {
         trigger: backend.wire().claim,
         times: 1,
@@ -51,28 +52,44 @@ async fn claim_landing_after_the_deadline_is_bounded_by_the_lease(backend: Backe
         cut_after: None,
         queue: true,
     };
-    let (_proxy, url) = store.proxy(backend, hold);
+    let (proxy, url) = store.proxy(backend, hold);
     let p = Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "1000")]).await;
     let c = json!({"kv_url": url});
-    let ev = json!({"event_id": fresh_id("deadline"), "event_type": "created", "lease_seconds": 2});
+    let id = fresh_id("deadline");
+    let ev = json!({"event_id": id, "event_type": "created"});
     let started = Instant::now();
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     let waited = started.elapsed();
     assert_eq!(first.outcome(), "error:upstream_error", "{first:?}");
-    let msg = first.error.as_ref().unwrap()["message"].as_str().unwrap().to_owned();
+    let msg = first.message().to_owned();
     assert!(msg.contains("this call waited") && msg.contains("1000 ms"), "{msg}");
+    assert!(msg.contains("none can land"), "{msg}");
     assert!(waited < Duration::from_millis(1400), "one deadline bounds the whole call: {waited:?}");
-    // The held claim lands at 1.5 s; after its 2 s lease a redelivery takes the event over.
-    tokio::time::sleep(Duration::from_millis(3700).saturating_sub(started.elapsed())).await;
-    let later = p.invoke("event_ingest", &c, ev).await;
-    assert_eq!(later.outcome(), "accepted", "{later:?}");
+    proxy.until_released(1, Duration::from_secs(5)).await;
+    let next = p.invoke("event_ingest", &c, ev.clone()).await;
+    assert_eq!((next.outcome().as_str(), next.json()["attempt"].as_u64()), ("accepted", Some(1)), "{next:?}");
+    held_claim_stays(&p, &store, &id, &next).await;
+}
+
+/// The store holds exactly the claim `accepted` answered, and keeps it while every request
+/// the proxy held reaches the store (they are all refused).
+pub(crate) async fn held_claim_stays(p: &Plugin, store: &Store, id: &str, accepted: &crate::support::plugin::Reply) {
+    let direct = creds(&store.direct_url());
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        let st = p.invoke("event_status", &direct, json!({"event_id": id})).await;
+        let seen = (&st.json()["status"], &st.json()["attempt"], &st.json()["updated_at"]);
+        let told = (&json!("processing"), &accepted.json()["attempt"], &accepted.json()["updated_at"]);
+        assert_eq!(seen, told, "the store holds the accepted claim, and nothing else landed: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A retention shorter than the lease: the record is kept until the lease (plus a margin)
 /// ends, so a redelivery while the first run holds its lease is a duplicate, not a second
 /// attempt 1.
 async fn retention_shorter_than_the_lease_keeps_the_record(backend: Backend) {
-    let store = Store::start(backend);
+    let store = Store::start(backend).await;
     let p = Plugin::spawn(&[]).await;
     let c = json!({"kv_url": store.direct_url(), "retention": "2s"});
     let ev = json!({"event_id": fresh_id("ret"), "event_type": "created", "lease_seconds": 3600});
@@ -82,11 +99,11 @@ async fn retention_shorter_than_the_lease_keeps_the_record(backend: Backend) {
     assert_eq!(again.outcome(), "duplicate", "the first run still holds its lease: {again:?}");
 }
 
-/// The claim lands but its answer is lost, and the read-back fails too: the call answers
-/// `upstream_error`, and first rolls its claim back (marked failed by claim_id), so the
-/// sender's retry is accepted at once, even without a lease.
-async fn upstream_error_leaves_no_claim_behind(backend: Backend) {
-    let store = Store::start(backend);
+/// The claim lands but its answer is lost, and the read-back right after it is held past the
+/// deadline too: once the claim's store deadline has passed, the call reads once more (on a
+/// new connection) and finds its own claim: `accepted`, and the sender's retry is a duplicate.
+async fn claim_whose_answer_and_read_back_were_lost_is_found(backend: Backend) {
+    let store = Store::start(backend).await;
     let w = backend.wire();
     // plugin → cut the claim's answer → hold the first read past the deadline → store.
     let read_trigger: &'static [u8] = match backend {
@@ -114,14 +131,9 @@ async fn upstream_error_leaves_no_claim_behind(backend: Backend) {
     let ev = json!({"event_id": id, "event_type": "created"});
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!((outer.fired(), inner.fired()), (1, 1), "the claim's answer was cut and the read-back held");
-    assert_eq!(first.outcome(), "error:upstream_error", "{first:?}");
-    let msg = first.error.as_ref().unwrap()["message"].as_str().unwrap().to_owned();
-    assert!(msg.contains("rolled back"), "{msg}");
-    let direct = creds(&store.direct_url());
-    let st = p.invoke("event_status", &direct, json!({"event_id": id})).await;
-    assert_eq!((st.json()["status"].as_str(), st.json()["attempt"].as_u64()), (Some("failed"), Some(1)), "{st:?}");
-    let retry = p.invoke("event_ingest", &direct, ev).await;
-    assert_eq!((retry.outcome().as_str(), retry.json()["attempt"].as_u64()), ("accepted", Some(2)), "{retry:?}");
+    assert_eq!((first.outcome().as_str(), first.json()["attempt"].as_u64()), ("accepted", Some(1)), "{first:?}");
+    let retry = p.invoke("event_ingest", &creds(&store.direct_url()), ev).await;
+    assert_eq!(retry.outcome(), "duplicate", "{retry:?}");
 }
 
 mod kv {
@@ -132,16 +144,16 @@ mod kv {
         super::own_late_claim_is_accepted(Kv).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn claim_landing_after_the_deadline_is_bounded_by_the_lease() {
-        super::claim_landing_after_the_deadline_is_bounded_by_the_lease(Kv).await;
+    async fn claim_held_past_its_deadline_never_lands() {
+        super::claim_held_past_its_deadline_never_lands(Kv).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn retention_shorter_than_the_lease_keeps_the_record() {
         super::retention_shorter_than_the_lease_keeps_the_record(Kv).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn upstream_error_leaves_no_claim_behind() {
-        super::upstream_error_leaves_no_claim_behind(Kv).await;
+    async fn claim_whose_answer_and_read_back_were_lost_is_found() {
+        super::claim_whose_answer_and_read_back_were_lost_is_found(Kv).await;
     }
 }
 
@@ -153,15 +165,15 @@ mod redis {
         super::own_late_claim_is_accepted(Redis).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn claim_landing_after_the_deadline_is_bounded_by_the_lease() {
-        super::claim_landing_after_the_deadline_is_bounded_by_the_lease(Redis).await;
+    async fn claim_held_past_its_deadline_never_lands() {
+        super::claim_held_past_its_deadline_never_lands(Redis).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn retention_shorter_than_the_lease_keeps_the_record() {
         super::retention_shorter_than_the_lease_keeps_the_record(Redis).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn upstream_error_leaves_no_claim_behind() {
-        super::upstream_error_leaves_no_claim_behind(Redis).await;
+    async fn claim_whose_answer_and_read_back_were_lost_is_found() {
+        super::claim_whose_answer_and_read_back_were_lost_is_found(Redis).await;
     }
 }

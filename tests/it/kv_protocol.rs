@@ -46,7 +46,7 @@ async fn healthz_reports_capabilities_version_and_durability() {
     assert_eq!(v["status"], "ok");
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(v["durability"], "immediate");
-    for cap in ["conditional-put", "ttl", "server-time", "cas"] {
+    for cap in ["conditional-put", "ttl", "server-time", "cas", "deadline"] {
         assert!(v["capabilities"].as_array().unwrap().iter().any(|c| c == cap), "{cap}");
     }
 }
@@ -205,5 +205,39 @@ async fn etags_keep_increasing_across_keys_and_restarts() {
             last = rev;
         }
         assert!(server.terminate().success(), "clean exit on SIGTERM");
+    }
+}
+
+/// `KV-Deadline-Ms`: a write the container applies after it is refused with 409
+/// `deadline_passed` (not 412) and writes nothing, whatever its precondition; before it, the
+/// write is applied as usual; a malformed value is 400.
+#[tokio::test]
+async fn writes_past_their_deadline_are_refused_and_write_nothing() {
+    let f = start();
+    let (_, h, _) = send(f.http.get(format!("{}/healthz", f.server.url()))).await;
+    let now = server_time(&h);
+    let past = (now - 1).to_string();
+    let future = (now + 60_000).to_string();
+    let late =
+        send(f.http.put(f.key("d")).header("if-none-match", "*").header("kv-deadline-ms", &past).body("1")).await;
+    assert_eq!((late.0, error_code(&late.2).as_str()), (StatusCode::CONFLICT, "deadline_passed"));
+    assert_eq!(send(f.http.get(f.key("d"))).await.0, StatusCode::NOT_FOUND, "nothing was written");
+    let (status, h, _) =
+        send(f.http.put(f.key("d")).header("if-none-match", "*").header("kv-deadline-ms", &future).body("1")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let tag = format!("\"{}\"", etag_rev(&h).unwrap());
+    let late_cas =
+        send(f.http.put(f.key("d")).header("if-match", &tag).header("kv-deadline-ms", &past).body("2")).await;
+    assert_eq!((late_cas.0, error_code(&late_cas.2).as_str()), (StatusCode::CONFLICT, "deadline_passed"));
+    let late_delete = send(f.http.delete(f.key("d")).header("if-match", &tag).header("kv-deadline-ms", &past)).await;
+    assert_eq!(late_delete.0, StatusCode::CONFLICT);
+    let (status, _, body) = send(f.http.get(f.key("d"))).await;
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"1"[..]), "the late swap and delete changed nothing");
+    let on_time =
+        send(f.http.put(f.key("d")).header("if-match", &tag).header("kv-deadline-ms", &future).body("3")).await;
+    assert_eq!(on_time.0, StatusCode::OK);
+    for bad in ["soon", "-5", "1.5"] {
+        let r = send(f.http.put(f.key("d")).header("kv-deadline-ms", bad).body("4")).await;
+        assert_eq!((r.0, error_code(&r.2).as_str()), (StatusCode::BAD_REQUEST, "bad_deadline"), "{bad}");
     }
 }

@@ -20,6 +20,7 @@ mod chaos_plugin_kill;
 mod chaos_slow_store;
 mod chaos_store_crash;
 mod exactly_once;
+mod held_requests;
 
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;
@@ -58,11 +59,16 @@ mod serverless;
 mod shim;
 mod store_client_limits;
 
+// The trigger package: dedup at the door (both backends), the captured daemon lines replayed.
+mod trigger_captures;
+mod trigger_door;
+
 // The signed package: building, validating, signing, the spec's vectors, the marketplace check.
 mod marketplace;
 mod package_build;
 mod package_cli;
 mod package_cli_keys;
+mod package_trigger;
 mod package_validate;
 mod package_vectors;
 

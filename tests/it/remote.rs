@@ -198,3 +198,41 @@ async fn missing_key_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(stderr.contains("REMOTE_INSTALL_KEY is not set") && stderr.contains("Plugins → Debug"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trigger_package_registers_its_trigger_declaration_and_serves_dispatch() {
+    let daemon = FakeDaemon::bind().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = remote_env(daemon.port());
+    env.push(("STATEFUL_TOOL_PACKAGE", "trigger".into()));
+    let _plugin = spawn(dir.path(), &pairs(&env), false);
+    let mut conn = daemon.accept().await;
+    let mut lines = vec![];
+    loop {
+        let line = conn.line().await.expect("connection open during registration");
+        let end = line["type"] == "end";
+        lines.push(line);
+        if end {
+            break;
+        }
+    }
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds[..3], ["handshake", "manifest_declaration", "trigger_declaration"], "{kinds:?}");
+    assert!(kinds[3..kinds.len() - 1].iter().all(|k| *k == "asset_chunk"), "{kinds:?}");
+    // ManifestValidate refuses a trigger next to a tool: the manifest names the trigger only.
+    let manifest = &lines[1]["data"];
+    assert_eq!(
+        (&manifest["plugins"]["tools"], &manifest["plugins"]["triggers"]),
+        (&json!([]), &json!(["provider/stateful_trigger.yaml"]))
+    );
+    let provider = &lines[2]["data"][0];
+    assert_eq!(provider["identity"]["name"], "stateful_trigger");
+    assert_eq!(provider["events"][0]["identity"]["name"], "webhook_received");
+    let raw = hex::encode("POST /triggers/plugin/e HTTP/1.1\r\nX-Github-Delivery: remote-1\r\n\r\n{}");
+    let builder = json!({"action": "dispatch_trigger_event", "credential_type": "unauthorized", "credentials": {},
+        "provider": "stateful_trigger", "raw_http_request": raw, "type": "trigger", "user_id": "",
+        "subscription": {"endpoint": "e", "expires_at": -1, "parameters": {}, "properties": {}}});
+    let r = conn.request("d0000000-0000-4000-8000-0000000000a1", &builder).await;
+    assert_eq!(r.chunks.len(), 1, "{r:?}");
+    assert_eq!(r.chunks[0]["events"], json!([]));
+}

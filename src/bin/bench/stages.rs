@@ -129,11 +129,11 @@ pub async fn measure(
     let retention = Duration::from_secs(7 * 24 * 3600);
     let (warm, timed) = keys.split_at(keys.len() / 10);
     for k in warm {
-        client.create(k, &value, retention, Duration::from_secs(5)).await?;
+        client.create(k, &value, retention, Duration::from_secs(5), None).await?;
     }
     let t0 = thread_cpu();
     for k in timed {
-        if !matches!(client.create(k, &value, retention, Duration::from_secs(5)).await?, Created::Created) {
+        if !matches!(client.create(k, &value, retention, Duration::from_secs(5), None).await?, Created::Created) {
             anyhow::bail!("stage bench: {k} already existed");
         }
     }

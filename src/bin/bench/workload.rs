@@ -120,6 +120,7 @@ pub fn record_value(id: &str) -> Vec<u8> {
         completed_at: None,
         result: None,
         claim_id: new_claim_id(),
+        run_id: None,
     }
     .to_bytes()
 }

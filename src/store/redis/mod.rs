@@ -19,7 +19,7 @@ use self::link::{Connector, Link};
 use self::replicas::wait_ms;
 use self::scripts::Scripts;
 use super::hosts::AllowedHosts;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
 
 pub struct RedisStore {
     /// The shared connection and its generation (bumped each time it is replaced).
@@ -143,7 +143,7 @@ impl RedisStore {
             }
             let replies = self.run(generation, timeout, self.scripts.run_plain(&mut link, key, &pipe)).await?;
             let mut replies = replies.into_iter();
-            let (value, time) = (replies.next().unwrap_or(RV::Nil), replies.next());
+            let (time, value) = (replies.next(), replies.next().unwrap_or(RV::Nil));
             let mut reply = match time {
                 Some(RV::Array(t)) => t,
                 _ => vec![],
@@ -167,8 +167,21 @@ impl RedisStore {
             _ => return Err(bad()),
         };
         let now = self.observe(secs, micros);
+        if let Some(RV::Int(-1)) = reply.get(2) {
+            // The write reached the node after its deadline and wrote nothing.
+            return Err(StoreError::TooLate { deadline_ms: deadline_of(args), store_now_ms: now });
+        }
         Ok((reply, now, acks))
     }
+}
+
+/// A write's deadline argument (its last one): unix ms, or empty for none.
+fn deadline_arg(until: Option<StoreDeadline>) -> Vec<u8> {
+    until.map(|d| d.0.to_string().into_bytes()).unwrap_or_default()
+}
+
+fn deadline_of(args: &[&[u8]]) -> i64 {
+    args.last().and_then(|a| std::str::from_utf8(a).ok()).and_then(|a| a.parse().ok()).unwrap_or(0)
 }
 
 fn ttl_ms(ttl: Duration) -> Vec<u8> {
@@ -196,9 +209,17 @@ fn current(value: Vec<u8>, now: i64) -> Current {
 }
 
 impl EventStore for RedisStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, timeout: Duration) -> Result<Created, StoreError> {
-        let ttl_arg = ttl_ms(ttl);
-        let (reply, now, acks) = match self.script(key, &self.scripts.create, &[value, &ttl_arg], true, timeout).await {
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        let (ttl_arg, until_arg) = (ttl_ms(ttl), deadline_arg(until));
+        let args: [&[u8]; 3] = [value, &ttl_arg, &until_arg];
+        let (reply, now, acks) = match self.script(key, &self.scripts.create, &args, true, timeout).await {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 // Unknown whether it landed or replicated: never let a read-back accept it.
                 let undone = self.undo(key, value, None, ttl, timeout).await;
@@ -220,9 +241,9 @@ impl EventStore for RedisStore {
         }
     }
 
-    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         let (reply, now, _) = self.script(key, &self.scripts.read, &[], false, timeout).await?;
-        Ok(bytes(reply.get(2)).map(|v| current(v, now)))
+        Ok((bytes(reply.get(2)).map(|v| current(v, now)), now))
     }
 
     async fn swap(
@@ -232,19 +253,20 @@ impl EventStore for RedisStore {
         value: &[u8],
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Value(expected) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
-        let ttl_arg = ttl_ms(ttl);
-        let (reply, now, acks) =
-            match self.script(key, &self.scripts.swap, &[expected, value, &ttl_arg], true, timeout).await {
-                Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
-                    let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
-                    return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
-                }
-                r => r?,
-            };
+        let (ttl_arg, until_arg) = (ttl_ms(ttl), deadline_arg(until));
+        let args: [&[u8]; 4] = [expected, value, &ttl_arg, &until_arg];
+        let (reply, now, acks) = match self.script(key, &self.scripts.swap, &args, true, timeout).await {
+            Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
+                let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
+                return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
+            }
+            r => r?,
+        };
         let swapped = matches!(reply.get(2).and_then(int), Some(1));
         let cur = bytes(reply.get(3));
         // A retried command can find its own first attempt: that is still our swap.
@@ -266,12 +288,12 @@ impl EventStore for RedisStore {
         restore: Option<&[u8]>,
         ttl: Duration,
         timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
-        let (generation, mut link) = self.link();
-        let mut inv = self.scripts.release.key(key);
-        inv.arg(claim_id).arg(restore.unwrap_or_default()).arg(ttl_ms(ttl));
-        let done: i64 = self.run(generation, timeout, inv.invoke_async(&mut link)).await?;
-        Ok(done == 1)
+        let (ttl_arg, until_arg) = (ttl_ms(ttl), deadline_arg(until));
+        let args: [&[u8]; 4] = [claim_id.as_bytes(), restore.unwrap_or_default(), &ttl_arg, &until_arg];
+        let (reply, _, _) = self.script(key, &self.scripts.release, &args, false, timeout).await?;
+        Ok(matches!(reply.get(2).and_then(int), Some(1)))
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {

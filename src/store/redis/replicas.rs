@@ -48,7 +48,8 @@ impl RedisStore {
         let Some(claim_id) = claim_id_of(value) else {
             return "rolling it back failed (the write carries no claim_id)";
         };
-        match self.release(key, &claim_id, restore, ttl, timeout).await {
+        // No deadline: this undoes our own write, and must still do so when it arrives late.
+        match self.release(key, &claim_id, restore, ttl, timeout, None).await {
             Ok(true) => "rolled back",
             // Replaced since by another writer's compare-and-swap, or (after a lost answer)
             // never applied: nothing of ours is left.

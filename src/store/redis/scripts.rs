@@ -1,17 +1,37 @@
 //! The Lua scripts: each touches only KEYS[1] (one atomic step on the node owning the key,
-//! valid on a Cluster) and reports that node's `TIME` first.
+//! valid on a Cluster) and reports that node's `TIME` first. A write's last argument is its
+//! deadline in that node's clock (unix ms, '' = none): a write the node runs later is refused
+//! with `{secs, micros, -1}` and writes nothing.
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, Value};
 
 use super::link::Link;
 
+/// Shared head of the writes: the node's time, and the refusal of a write past its deadline.
+macro_rules! guarded {
+    ($deadline:literal, $body:literal) => {
+        concat!(
+            "local t = redis.call('TIME')\n",
+            "local d = ARGV[",
+            $deadline,
+            "]\n",
+            "if d ~= '' and tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(d) then\n",
+            "  return {t[1], t[2], -1}\n",
+            "end\n",
+            $body
+        )
+    };
+}
+
 /// Claim: `SET NX GET PX` → `{secs, micros, previous value or nil}`.
-const CREATE: &str = r"
-local t = redis.call('TIME')
+const CREATE: &str = guarded!(
+    "3",
+    r"
 local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 return {t[1], t[2], prev}
-";
+"
+);
 
 /// `{secs, micros, value or nil}`.
 const READ: &str = r"
@@ -20,32 +40,37 @@ return {t[1], t[2], redis.call('GET', KEYS[1])}
 ";
 
 /// Compare-and-swap on the whole value → `{secs, micros, 1}` or `{secs, micros, 0, current or nil}`.
-const SWAP: &str = r"
-local t = redis.call('TIME')
+const SWAP: &str = guarded!(
+    "4",
+    r"
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return {t[1], t[2], 1}
 end
 return {t[1], t[2], 0, cur}
-";
+"
+);
 
 /// Roll-back of a write whose outcome is unknown or that too few replicas confirmed: only
 /// while the record still carries the write's claim_id (ARGV[1]), delete it, or put back
 /// another record (ARGV[2], non-empty).
-/// A value that is not a JSON object is never ours and is left alone → 1 or 0.
-const RELEASE: &str = r"
+/// A value that is not a JSON object is never ours and is left alone → `{secs, micros, 1 or 0}`.
+const RELEASE: &str = guarded!(
+    "4",
+    r"
 local cur = redis.call('GET', KEYS[1])
-if not cur then return 0 end
+if not cur then return {t[1], t[2], 0} end
 local ok, rec = pcall(cjson.decode, cur)
-if not ok or type(rec) ~= 'table' or rec['claim_id'] ~= ARGV[1] then return 0 end
+if not ok or type(rec) ~= 'table' or rec['claim_id'] ~= ARGV[1] then return {t[1], t[2], 0} end
 if ARGV[2] == '' then
   redis.call('DEL', KEYS[1])
 else
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
-return 1
-";
+return {t[1], t[2], 1}
+"
+);
 
 pub struct Scripts {
     pub create: Script,
@@ -64,16 +89,19 @@ impl Scripts {
         }
     }
 
-    /// The claim or the read as plain commands followed by `TIME`, for a single node (the
-    /// same effect, one round trip, no script); `None` for the other scripts.
+    /// A claim without a deadline, or the read, as `TIME` followed by plain commands, for a
+    /// single node (the same effect, one round trip, no script); `None` for the others. `TIME`
+    /// comes first so that the time a read reports is never later than the read itself.
     pub fn plain(&self, which: &Script, key: &str, args: &[&[u8]]) -> Option<redis::Pipeline> {
         let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
         match (which.get_hash() == self.create.get_hash(), which.get_hash() == self.read.get_hash(), args) {
-            (true, _, [value, ttl]) => pipe.cmd("SET").arg(key).arg(*value).arg("NX").arg("GET").arg("PX").arg(*ttl),
+            (true, _, [value, ttl, b""]) => {
+                pipe.cmd("SET").arg(key).arg(*value).arg("NX").arg("GET").arg("PX").arg(*ttl)
+            }
             (_, true, []) => pipe.cmd("GET").arg(key),
             _ => return None,
         };
-        pipe.cmd("TIME");
         Some(pipe)
     }
 

@@ -24,6 +24,9 @@ pub struct Call {
     pub outcome: Option<String>,
     /// The attempt its answer reported.
     pub attempt: Option<u32>,
+    /// It answered `upstream_error` saying its writes could not be checked before its deadline
+    /// (the store did not answer even the read-back): the documented lease-bounded case.
+    pub unchecked: bool,
 }
 
 /// Everything answered so far, for the invariants that span answers.
@@ -97,6 +100,7 @@ pub fn on_answer(
         }
         Err(e) => {
             call.outcome = Some(format!("error:{}", e.class.as_str()));
+            call.unchecked = e.message.contains("could not be checked");
             let allowed = match call.kind {
                 // Every delivery carries the same content: never a conflict, never bad input.
                 Kind::Deliver => e.class == ErrorClass::UpstreamError,
@@ -108,6 +112,24 @@ pub fn on_answer(
         }
     }
     Ok(())
+}
+
+/// L3, after every step and at quiescence: once a call answered `upstream_error`, no write of
+/// it is in the store, then or ever after (each write carried a deadline the store enforces,
+/// and the call read back once the deadline had passed). So the delivery after it finds the
+/// store as if this call had never run, and is `accepted` unless another run holds the event.
+pub fn nothing_after_upstream_errors(world: &World, key: &str, calls: &[&Call]) -> Result<(), String> {
+    let Some(rec) = record(world, key) else { return Ok(()) };
+    let failed = |c: &&&Call| c.outcome.as_deref() == Some("error:upstream_error") && !c.unchecked;
+    match calls.iter().find(|c| failed(c) && c.writes.contains(&rec.claim_id)) {
+        Some(c) => Err(format!(
+            "L3: {:?} answered upstream_error, yet its write (attempt {}, {}) is in the store",
+            c.kind,
+            rec.attempt,
+            rec.status.as_str()
+        )),
+        None => Ok(()),
+    }
 }
 
 /// L1, at quiescence: a `processing` record was answered `accepted` to the delivery that

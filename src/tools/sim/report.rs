@@ -11,6 +11,8 @@ pub struct Faults {
     pub cut_before: u64,
     pub duplicated: u64,
     pub ghosts_delivered: u64,
+    /// Requests delivered after their caller's deadline, which the store refused.
+    pub refused_late: u64,
     pub reordered: u64,
     pub restarts: u64,
     pub ttl_expiries: u64,
@@ -35,7 +37,7 @@ pub fn short_reply(r: &Reply) -> String {
         Reply::Created(c) => format!("{:?}", matches!(c, crate::store::Created::Created))
             .replace("true", "created")
             .replace("false", "exists"),
-        Reply::Read(c) => if c.is_some() { "value" } else { "absent" }.into(),
+        Reply::Read(c, _) => if c.is_some() { "value" } else { "absent" }.into(),
         Reply::Swapped(s) => if matches!(s, crate::store::Swapped::Swapped) { "swapped" } else { "changed" }.into(),
         Reply::Released(b) => format!("released={b}"),
         Reply::Failed(e) => format!("error {e}"),

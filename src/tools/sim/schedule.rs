@@ -42,21 +42,22 @@ struct Sim {
     step: usize,
 }
 
-/// Runs schedule `seed`; `Err` names the invariant it broke.
-pub fn run(seed: u64, trace: bool, faults: &mut Faults) -> Result<(), String> {
+/// Runs schedule `seed` (against a store that ignores write deadlines when `deadlines` is
+/// false: a mutant); `Err` names the invariant it broke.
+pub fn run(seed: u64, trace: bool, faults: &mut Faults, deadlines: bool) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let retention = rng.pick(&["2s", "60s", "1h"]);
     let default_lease = rng.pick(&["0", "1", "5", "30"]);
     let mut settings =
         Settings::from_credentials(&json!({"retention": retention, "default_lease_seconds": default_lease}))
             .expect("valid settings");
-    // Time in the simulation is virtual: the real deadline never bites; the scheduler
-    // decides which round trips time out.
-    settings.call_timeout = std::time::Duration::from_secs(3600);
+    // Time in the simulation is virtual: a call's deadline runs on the virtual clock, and a
+    // round trip the scheduler times out has taken its whole timeout.
+    settings.call_timeout = std::time::Duration::from_secs(5);
     let fault_percent = rng.pick(&[5, 15, 30, 50]);
     let mut sim = Sim {
         rng,
-        store: SimStore::new(1_700_000_000_000),
+        store: SimStore::new(1_700_000_000_000, deadlines),
         settings,
         tasks: vec![],
         ledger: Ledger::default(),
@@ -92,6 +93,7 @@ impl Sim {
             }
             self.act();
             self.poll_all()?;
+            self.check_l3()?;
             let idle = self.tasks.iter().all(|t| t.fut.is_none());
             if idle && to_deliver == 0 && self.runs.is_empty() {
                 break;
@@ -100,8 +102,7 @@ impl Sim {
         // Drain: every request still in flight is delivered without faults.
         self.fault_percent = 0;
         while self.tasks.iter().any(|t| t.fut.is_some()) {
-            self.handle_parked();
-            self.poll_all()?;
+            self.drain_step()?;
         }
         // Requests still in the network arrive now, or never.
         for op in std::mem::take(&mut self.ghosts) {
@@ -109,6 +110,7 @@ impl Sim {
                 self.apply_ghost(op);
             }
         }
+        self.check_l3()?;
         let world = self.store.world.lock().unwrap();
         let calls: Vec<&Call> = self.tasks.iter().map(|t| &t.call).collect();
         check::at_quiescence(&world, KEY, &calls)?;
@@ -123,8 +125,7 @@ impl Sim {
         let expected = check::expected_final(&self.store.world.lock().unwrap(), KEY);
         let last = self.deliver();
         while self.tasks[last].fut.is_some() {
-            self.handle_parked();
-            self.poll_all()?;
+            self.drain_step()?;
         }
         let got = self.tasks[last].call.outcome.clone().unwrap_or_default();
         if got != expected {
@@ -133,9 +134,25 @@ impl Sim {
         Ok(())
     }
 
+    /// One step without faults: a parked request is answered, or, when every call waits
+    /// for time to pass (a read-back after a deadline), the clock moves.
+    fn drain_step(&mut self) -> Result<(), String> {
+        if self.store.world.lock().unwrap().parked.is_empty() {
+            self.store.advance(100);
+        }
+        self.handle_parked();
+        self.poll_all()?;
+        self.check_l3()
+    }
+
+    fn check_l3(&self) -> Result<(), String> {
+        let calls: Vec<&Call> = self.tasks.iter().map(|t| &t.call).collect();
+        check::nothing_after_upstream_errors(&self.store.world.lock().unwrap(), KEY, &calls)
+    }
+
     fn spawn(&mut self, kind: Kind, fut: Running) -> usize {
         self.tasks.push(Task {
-            call: Call { kind, writes: Default::default(), outcome: None, attempt: None },
+            call: Call { kind, writes: Default::default(), outcome: None, attempt: None, unchecked: false },
             fut: Some(fut),
         });
         self.tasks.len() - 1
@@ -213,10 +230,13 @@ impl Sim {
         let key = KEY.to_owned();
         let fault = if self.rng.chance(self.fault_percent) { 1 + self.rng.below(5) } else { 0 };
         let read = matches!(parked.op, Op::Read { .. });
+        let mut gave_up = None;
         let reply = match fault {
-            // Delivered after the caller gave up: it lands later, or never.
+            // Delivered after the caller gave up (its whole timeout went by): it lands later,
+            // is refused for arriving past its deadline, or is lost.
             1 => {
                 self.faults.late += 1;
+                gave_up = Some(parked.gives_up_ms - w.now_ms);
                 if !read {
                     self.ghosts.push(parked.op.clone());
                 }
@@ -254,6 +274,10 @@ impl Sim {
                 r
             }
         };
+        drop(w);
+        if let Some(ms) = gave_up {
+            self.advance(ms.max(0));
+        }
         if self.trace {
             eprintln!(
                 "step {} task {}: {:?} -> fault {fault}: {}",
@@ -287,6 +311,9 @@ impl Sim {
         self.faults.ghosts_delivered += 1;
         let mut w = self.store.world.lock().unwrap();
         let r = w.apply(&op);
+        if matches!(r, Reply::Failed(StoreError::TooLate { .. })) {
+            self.faults.refused_late += 1;
+        }
         if self.trace {
             eprintln!("step {}: late copy of {:?} lands: {}", self.step, short(&op), short_reply(&r));
         }
@@ -325,7 +352,8 @@ impl Sim {
             let checked = check::on_answer(&world, KEY, &mut task.call, &result, &mut self.ledger);
             drop(world);
             let outcome = task.call.outcome.clone().unwrap_or_default();
-            *self.faults.answers.entry(outcome.clone()).or_default() += 1;
+            let counted = if task.call.unchecked { format!("{outcome} (unchecked)") } else { outcome.clone() };
+            *self.faults.answers.entry(counted).or_default() += 1;
             if self.trace {
                 eprintln!(
                     "step {} task {i} {:?} answered {outcome} attempt {:?}",

@@ -10,15 +10,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::store::record::Record;
-use crate::store::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreError, Swapped, Version};
+use crate::store::{
+    Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+};
 
 /// A request as the store would receive it.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Create { key: String, value: Vec<u8>, ttl_ms: i64 },
+    Create { key: String, value: Vec<u8>, ttl_ms: i64, until: Option<i64> },
     Read { key: String },
-    Swap { key: String, expected: u64, value: Vec<u8>, ttl_ms: i64 },
-    Release { key: String, claim_id: String, restore: Option<Vec<u8>>, ttl_ms: i64 },
+    Swap { key: String, expected: u64, value: Vec<u8>, ttl_ms: i64, until: Option<i64> },
+    Release { key: String, claim_id: String, restore: Option<Vec<u8>>, ttl_ms: i64, until: Option<i64> },
 }
 
 impl Op {
@@ -36,7 +38,8 @@ impl Op {
 #[derive(Debug, Clone)]
 pub enum Reply {
     Created(Created),
-    Read(Option<Current>),
+    /// The value and the store's time of the read.
+    Read(Option<Current>, i64),
     Swapped(Swapped),
     Released(bool),
     Failed(StoreError),
@@ -48,6 +51,8 @@ type Slot = Arc<Mutex<Option<Reply>>>;
 pub struct Parked {
     pub task: usize,
     pub op: Op,
+    /// When the caller's timeout for it fires (virtual ms): a `Timeout` answer comes no earlier.
+    pub gives_up_ms: i64,
     slot: Slot,
 }
 
@@ -77,6 +82,8 @@ pub struct World {
     pub current_task: usize,
     /// How many times each key expired (a new life of the id: attempts start over).
     pub lives: HashMap<String, u32>,
+    /// False plays the store before write deadlines (the mutant the L3 check must catch).
+    pub honours_deadlines: bool,
 }
 
 impl World {
@@ -105,26 +112,34 @@ impl World {
             .insert(key.to_owned(), Entry { value: value.to_vec(), rev: self.rev, expires_ms: self.now_ms + ttl_ms });
     }
 
-    /// Applies one request atomically and returns the answer the store would send.
+    /// Applies one request atomically and returns the answer the store would send. A write
+    /// that arrives after its deadline (when the store honours deadlines) is refused.
     pub fn apply(&mut self, op: &Op) -> Reply {
         self.expire();
+        let until = match op {
+            Op::Create { until, .. } | Op::Swap { until, .. } | Op::Release { until, .. } => *until,
+            Op::Read { .. } => None,
+        };
+        if let Some(d) = until.filter(|d| self.honours_deadlines && self.now_ms > *d) {
+            return Reply::Failed(StoreError::TooLate { deadline_ms: d, store_now_ms: self.now_ms });
+        }
         match op {
-            Op::Create { key, value, ttl_ms } => match self.live(key) {
+            Op::Create { key, value, ttl_ms, .. } => match self.live(key) {
                 Some(e) => Reply::Created(Created::Exists(self.current(e))),
                 None => {
                     self.put(key, value, *ttl_ms);
                     Reply::Created(Created::Created)
                 }
             },
-            Op::Read { key } => Reply::Read(self.live(key).map(|e| self.current(e))),
-            Op::Swap { key, expected, value, ttl_ms } => match self.live(key) {
+            Op::Read { key } => Reply::Read(self.live(key).map(|e| self.current(e)), self.now_ms),
+            Op::Swap { key, expected, value, ttl_ms, .. } => match self.live(key) {
                 Some(e) if e.rev == *expected => {
                     self.put(key, value, *ttl_ms);
                     Reply::Swapped(Swapped::Swapped)
                 }
                 other => Reply::Swapped(Swapped::Changed(other.map(|e| self.current(e)))),
             },
-            Op::Release { key, claim_id, restore, ttl_ms } => {
+            Op::Release { key, claim_id, restore, ttl_ms, .. } => {
                 let ours = self
                     .live(key)
                     .and_then(|e| Record::from_bytes(&e.value).ok())
@@ -177,11 +192,12 @@ pub struct SimStore {
 }
 
 impl SimStore {
-    pub fn new(start_ms: i64) -> SimStore {
+    /// `honours_deadlines` false plays a store that ignores write deadlines (a mutant).
+    pub fn new(start_ms: i64, honours_deadlines: bool) -> SimStore {
         let virtual_ms = Arc::new(AtomicI64::new(start_ms));
         let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
         clock.observe(start_ms);
-        let world = World { now_ms: start_ms, ..World::default() };
+        let world = World { now_ms: start_ms, honours_deadlines, ..World::default() };
         SimStore { world: Arc::new(Mutex::new(world)), clock, virtual_ms }
     }
 
@@ -192,11 +208,12 @@ impl SimStore {
         self.virtual_ms.store(w.now_ms, Ordering::SeqCst);
     }
 
-    fn park(&self, op: Op) -> Waiting {
+    fn park(&self, op: Op, timeout: Duration) -> Waiting {
         let slot: Slot = Arc::new(Mutex::new(None));
         let mut w = self.world.lock().unwrap();
         let task = w.current_task;
-        w.parked.push(Parked { task, op, slot: slot.clone() });
+        let gives_up_ms = w.now_ms + ms(timeout);
+        w.parked.push(Parked { task, op, gives_up_ms, slot: slot.clone() });
         Waiting(slot)
     }
 }
@@ -223,17 +240,25 @@ fn unexpected(r: Reply) -> StoreError {
 }
 
 impl EventStore for SimStore {
-    async fn create(&self, key: &str, value: &[u8], ttl: Duration, _: Duration) -> Result<Created, StoreError> {
-        match self.park(Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl) }).await {
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
+    ) -> Result<Created, StoreError> {
+        let op = Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl), until: until.map(|d| d.0) };
+        match self.park(op, timeout).await {
             Reply::Created(c) => Ok(c),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
     }
 
-    async fn read(&self, key: &str, _: Duration) -> Result<Option<Current>, StoreError> {
-        match self.park(Op::Read { key: key.into() }).await {
-            Reply::Read(c) => Ok(c),
+    async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
+        match self.park(Op::Read { key: key.into() }, timeout).await {
+            Reply::Read(c, now) => Ok((c, now)),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
@@ -245,11 +270,13 @@ impl EventStore for SimStore {
         expected: &Version,
         value: &[u8],
         ttl: Duration,
-        _: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Rev(expected) = expected else { return Err(StoreError::Bad("a foreign version".into())) };
-        let op = Op::Swap { key: key.into(), expected: *expected, value: value.to_vec(), ttl_ms: ms(ttl) };
-        match self.park(op).await {
+        let (value, until) = (value.to_vec(), until.map(|d| d.0));
+        let op = Op::Swap { key: key.into(), expected: *expected, value, ttl_ms: ms(ttl), until };
+        match self.park(op, timeout).await {
             Reply::Swapped(s) => Ok(s),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
@@ -262,15 +289,17 @@ impl EventStore for SimStore {
         claim_id: &str,
         restore: Option<&[u8]>,
         ttl: Duration,
-        _: Duration,
+        timeout: Duration,
+        until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
         let op = Op::Release {
             key: key.into(),
             claim_id: claim_id.into(),
             restore: restore.map(<[u8]>::to_vec),
             ttl_ms: ms(ttl),
+            until: until.map(|d| d.0),
         };
-        match self.park(op).await {
+        match self.park(op, timeout).await {
             Reply::Released(b) => Ok(b),
             Reply::Failed(e) => Err(e),
             r => Err(unexpected(r)),

@@ -52,6 +52,8 @@ struct Shared {
     gate: Mutex<Option<Instant>>,
     remaining: AtomicUsize,
     fired: AtomicUsize,
+    /// Held requests forwarded to the store so far.
+    released: AtomicUsize,
     connections: AtomicUsize,
     stop: AtomicBool,
     sockets: Mutex<Vec<TcpStream>>,
@@ -76,6 +78,7 @@ impl Proxy {
             gate: Mutex::new(None),
             remaining: AtomicUsize::new(times),
             fired: AtomicUsize::new(0),
+            released: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             sockets: Mutex::new(vec![]),
@@ -123,6 +126,20 @@ impl Proxy {
     /// How many requests the fault has been applied to so far.
     pub fn fired(&self) -> usize {
         self.shared.fired.load(Ordering::SeqCst)
+    }
+
+    /// How many held requests (held, or queued behind a held one) were forwarded so far.
+    pub fn released(&self) -> usize {
+        self.shared.released.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` held requests were forwarded to the store (at most `within`).
+    pub async fn until_released(&self, n: usize, within: Duration) {
+        let end = Instant::now() + within;
+        while self.released() < n {
+            assert!(Instant::now() < end, "only {} of {n} held requests were forwarded", self.released());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Connections accepted so far.
@@ -229,6 +246,9 @@ fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>,
         }
         if store.write_all(&buf[..n]).is_err() {
             break;
+        }
+        if wait.is_some() {
+            shared.released.fetch_add(1, Ordering::SeqCst);
         }
     }
     if held_any {

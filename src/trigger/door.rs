@@ -1,0 +1,205 @@
+//! The door: one webhook delivery → verified, identified, claimed, and the answer the sender
+//! gets. Every path ends in a [`Verdict`]; nothing here is a session error.
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::config::{Door, IdSource, TypeSource};
+use super::raw::RawRequest;
+use super::EVENT;
+use crate::error::{ErrorClass, ToolError};
+use crate::store::key::{storage_key, validate_event_id};
+use crate::store::record::{format_time, Status};
+use crate::store::EventStore;
+use crate::tools::event_ingest::{ingest, IngestRequest};
+
+/// Seconds a sender is asked to wait before retrying after a store failure.
+pub const RETRY_AFTER_S: u32 = 5;
+
+/// Bodies above this are refused with 413 before any claim: the request comes back to
+/// `invoke` hex-doubled in one line, next to the payload, and must fit the plugin's
+/// input-line cap there too (a claim whose invoke cannot be read would stall the delivery).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// What dispatch answers: the HTTP answer the sender gets and whether a workflow starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub status: u16,
+    /// `accepted`, `duplicate`, `in_progress`, `conflict`, `unsigned`, `no_id`, `too_large`,
+    /// `store_unavailable`, `misconfigured`, `bad_request`, `builder`.
+    pub outcome: &'static str,
+    /// Short human-readable reason, sent in the JSON body.
+    pub message: String,
+    /// Only an accepted delivery starts workflows (then `payload` is what invoke gets).
+    pub start: bool,
+    pub retry_after: Option<u32>,
+    /// Extra fields for the body (delivery id, attempt, status) and, when `start`, the payload.
+    pub fields: Map<String, Value>,
+    pub payload: Map<String, Value>,
+}
+
+impl Verdict {
+    pub fn refuse(status: u16, outcome: &'static str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            status,
+            outcome,
+            message: message.into(),
+            start: false,
+            retry_after: None,
+            fields: Map::new(),
+            payload: Map::new(),
+        }
+    }
+
+    fn with(mut self, name: &str, value: Value) -> Verdict {
+        self.fields.insert(name.to_owned(), value);
+        self
+    }
+}
+
+/// A delivery that passed every check that needs no store.
+#[derive(Debug)]
+pub struct Checked {
+    pub door: Door,
+    pub request: RawRequest,
+    pub delivery_id: String,
+    pub event_type: Option<String>,
+    pub body_json: Option<Value>,
+}
+
+/// True while the subscription is still being built: its endpoint is the bare endpoint id,
+/// not a URL. Deliveries there are test pings; Dify starts nothing for them.
+pub fn is_builder(subscription: &Value) -> bool {
+    let endpoint = subscription.get("endpoint").and_then(Value::as_str).unwrap_or("");
+    !endpoint.contains('/')
+}
+
+/// Everything before the store: configuration, the raw request, signature, id.
+pub fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked, Box<Verdict>> {
+    let props = subscription.get("properties").cloned().unwrap_or(Value::Null);
+    let door = Door::from_properties(&props)
+        .map_err(|e| refused(500, "misconfigured", format!("the trigger subscription is misconfigured: {e}")))?;
+    let request = RawRequest::from_hex(raw_hex).map_err(|e| refused(400, "bad_request", e))?;
+    if request.body.len() > MAX_BODY_BYTES {
+        return Err(refused(
+            413,
+            "too_large",
+            format!("the body is {} bytes; this trigger accepts at most {MAX_BODY_BYTES}", request.body.len()),
+        ));
+    }
+    if let Err(why) = door.scheme.verify(&request, now_s, door.tolerance_s) {
+        tracing::info!(scheme = door.scheme.name(), "delivery refused: {why}");
+        return Err(refused(401, "unsigned", "the webhook signature is missing or invalid"));
+    }
+    // Parsed once: the id, the type and the workflow's `body_json` all come from it.
+    let body_json: Option<Value> = serde_json::from_slice(&request.body).ok();
+    let delivery_id = match &door.id {
+        IdSource::Header(name) => request.header(name),
+        IdSource::JsonPointer(p) => body_json.as_ref().and_then(|b| b.pointer(p)).and_then(scalar),
+        IdSource::BodySha256 => Some(hex::encode(Sha256::digest(&request.body))),
+    };
+    let where_ = match &door.id {
+        IdSource::Header(name) => format!("header {name}"),
+        IdSource::JsonPointer(p) => format!("JSON body at {p}"),
+        IdSource::BodySha256 => "body".to_owned(),
+    };
+    let Some(delivery_id) = delivery_id.filter(|id| !id.is_empty()) else {
+        return Err(refused(400, "no_id", format!("no delivery id: the {where_} is missing or empty")));
+    };
+    if let Err(e) = validate_event_id(&delivery_id) {
+        return Err(refused(400, "no_id", format!("the delivery id in the {where_} is unusable: {e}")));
+    }
+    let event_type = match &door.event_type {
+        TypeSource::None => None,
+        TypeSource::Header(name) => request.header(name),
+        TypeSource::JsonPointer(p) => body_json.as_ref().and_then(|b| b.pointer(p)).and_then(scalar),
+    }
+    .filter(|t| !t.is_empty() && t.len() <= 64 && !t.chars().any(char::is_control));
+    Ok(Checked { door, request, delivery_id, event_type, body_json })
+}
+
+/// A refusal before the store (boxed: a `Verdict` is large next to `Checked`).
+fn refused(status: u16, outcome: &'static str, message: impl Into<String>) -> Box<Verdict> {
+    Box::new(Verdict::refuse(status, outcome, message))
+}
+
+/// A JSON scalar as id text (strings as they are, numbers as written).
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Claims the delivery through the tool's own claim path and decides the answer.
+pub async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict {
+    let Checked { door, request, delivery_id, event_type, body_json } = checked;
+    let record_type = event_type.clone().unwrap_or_else(|| EVENT.to_owned());
+    let lease_ms = (!door.settings.default_lease.is_zero()).then_some(door.settings.default_lease.as_millis() as i64);
+    let req = IngestRequest::without_payload(delivery_id.clone(), record_type, lease_ms);
+    let key = storage_key(door.settings.namespace.as_deref(), &delivery_id);
+    let answer = match ingest(store, &door.settings, &req).await {
+        Ok(answer) => answer,
+        Err(e) => return failed(e, &delivery_id, door.duplicate_status),
+    };
+    let Some(rec) = answer.shown_record() else {
+        return Verdict::refuse(503, "store_unavailable", "the store gave no record").with("retry", json!(true));
+    };
+    let base = |v: Verdict| {
+        v.with("delivery_id", json!(delivery_id))
+            .with("attempt", json!(rec.attempt))
+            .with("status", json!(rec.status.as_str()))
+    };
+    if answer.outcome() != "accepted" {
+        let outcome = if rec.status == Status::Processing { "in_progress" } else { "duplicate" };
+        tracing::debug!(delivery_id, outcome, attempt = rec.attempt, "duplicate delivery dropped at the door");
+        let message = format!("delivery {delivery_id} was already received (its run is {})", rec.status.as_str());
+        return base(Verdict::refuse(door.duplicate_status, outcome, message));
+    }
+    let lease_until = rec.lease_until_ms.map(format_time);
+    let payload = super::reply::payload(
+        &request,
+        body_json,
+        json!({
+            "delivery_id": delivery_id,
+            "event_type": event_type.unwrap_or_default(),
+            "attempt": rec.attempt,
+            "claimed_at": rec.updated_at,
+            "lease_until": lease_until,
+            "key": key,
+        }),
+    );
+    let mut v = base(Verdict::refuse(200, "accepted", format!("delivery {delivery_id} accepted")));
+    v.start = true;
+    v.payload = payload;
+    v
+}
+
+/// A claim that did not happen: the store failed (503, retry later) or the id is taken by
+/// another event type (treated as a duplicate, and logged).
+fn failed(e: ToolError, delivery_id: &str, duplicate_status: u16) -> Verdict {
+    match e.class {
+        ErrorClass::Conflict => {
+            tracing::warn!(delivery_id, "delivery id already claimed for different content: {}", e.message);
+            Verdict::refuse(
+                duplicate_status,
+                "conflict",
+                format!("delivery {delivery_id} was already received with different content"),
+            )
+            .with("delivery_id", json!(delivery_id))
+        }
+        ErrorClass::ParamInvalid => Verdict::refuse(500, "misconfigured", e.message),
+        _ => {
+            tracing::warn!(delivery_id, "claim failed, the sender is asked to retry: {}", e.message);
+            let mut v = Verdict::refuse(503, "store_unavailable", "the dedup store is unavailable; retry later")
+                .with("delivery_id", json!(delivery_id));
+            v.retry_after = Some(RETRY_AFTER_S);
+            v
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "door_tests.rs"]
+mod tests;

@@ -1,0 +1,90 @@
+//! The `stateful_trigger` provider: claims each webhook delivery at the door (inside the
+//! sender's request, before Dify starts any workflow) through the tools' own claim path.
+//!
+//! `dispatch_trigger_event` answers the sender and names the events to start; it never ends
+//! in a session error (Dify would hand the sender a 400 with our error text).
+//! `invoke_trigger_event` is pure: it turns dispatch's payload into workflow variables.
+
+pub mod config;
+pub mod door;
+pub mod raw;
+pub mod reply;
+pub mod signature;
+
+use serde_json::{json, Value};
+
+use crate::dispatch::App;
+use crate::error::{SessionError, ToolError};
+use crate::store::StoreError;
+use door::Verdict;
+
+/// The provider's name (`identity.name` of `trigger/provider/stateful_trigger.yaml`).
+pub const PROVIDER: &str = "stateful_trigger";
+
+/// The one event this provider declares.
+pub const EVENT: &str = "webhook_received";
+
+/// Data key of the synthetic request the session loop makes of a dispatch line too long to
+/// hold: answered with 413 instead of an error.
+pub const OVERSIZE_KEY: &str = "oversize_line_bytes";
+
+/// Answers one trigger action with its stream chunks.
+pub async fn handle(app: &App, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {
+    match action {
+        "dispatch_trigger_event" => Ok(vec![reply::dispatch_chunk(&dispatch(app, data).await)]),
+        "invoke_trigger_event" => {
+            let raw = data.get("raw_http_request").and_then(Value::as_str);
+            let variables = reply::variables(data.get("payload").unwrap_or(&Value::Null), raw);
+            Ok(vec![json!({ "variables": variables, "cancelled": false })])
+        }
+        // A manual subscription has no credentials: there is nothing to check.
+        "validate_trigger_credentials" => Ok(vec![json!({ "result": true })]),
+        "subscribe_trigger" | "unsubscribe_trigger" | "refresh_trigger" => Err(ToolError::param(format!(
+            "{action}: stateful_trigger supports only manual subscriptions (paste the endpoint URL into the \
+             sender's webhook settings); there is nothing to {}",
+            action.trim_end_matches("_trigger")
+        ))
+        .into()),
+        other => Err(ToolError::param(format!(
+            "unsupported trigger action {other:?}: this provider handles dispatch_trigger_event and invoke_trigger_event"
+        ))
+        .into()),
+    }
+}
+
+/// The whole door: builder pings pass, everything else is checked and claimed.
+async fn dispatch(app: &App, data: &Value) -> Verdict {
+    if let Some(len) = data.get(OVERSIZE_KEY).and_then(Value::as_u64) {
+        return Verdict::refuse(
+            413,
+            "too_large",
+            format!("the request reached the plugin as a {len}-byte line, too long to read"),
+        );
+    }
+    let subscription = data.get("subscription").unwrap_or(&Value::Null);
+    if door::is_builder(subscription) {
+        // Subscription creation: Dify starts nothing, and a test ping must not eat an id.
+        return Verdict::refuse(200, "builder", "subscription not built yet: the delivery was not claimed");
+    }
+    let raw = data.get("raw_http_request").and_then(Value::as_str).unwrap_or("");
+    let mut checked = match door::check(subscription, raw, chrono::Utc::now().timestamp()) {
+        Ok(checked) => checked,
+        Err(verdict) => return *verdict,
+    };
+    let timeout = app.stores.door_timeout();
+    checked.door.settings.call_timeout = timeout;
+    let store = match tokio::time::timeout(timeout, app.stores.get(&checked.door.settings.store)).await {
+        Ok(Ok(store)) => store,
+        Ok(Err(StoreError::BadUrl(e))) => return Verdict::refuse(500, "misconfigured", e),
+        Ok(Err(e)) => return unavailable(&e.to_string()),
+        Err(_) => return unavailable("the store did not answer in time"),
+    };
+    door::claim(&*store, checked).await
+}
+
+fn unavailable(why: &str) -> Verdict {
+    tracing::warn!("the store is unavailable, the sender is asked to retry: {why}");
+    let mut v = Verdict::refuse(503, "store_unavailable", "the dedup store is unavailable; retry later");
+    v.retry_after = Some(door::RETRY_AFTER_S);
+    v
+}
