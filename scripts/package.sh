@@ -12,7 +12,8 @@ if [ "${ARM64:-1}" != 0 ]; then
   arm=$(./scripts/build-arm64.sh | tail -n1)
   args+=(--bin "arm64=$arm")
 fi
-"$bin" package "${args[@]}"
+# The tool package's README is the one written for Dify's plugin panel, not the repository's.
+"$bin" package "${args[@]}" --readme docs/dify-panel-readme.md
 "$bin" package "${args[@]}" --source trigger
 version=$(sed -n 's/^version: *\([0-9][0-9.]*\).*/\1/p' manifest.yaml | head -n1)
 pkg="dist/stateful_tool-$version.difypkg"

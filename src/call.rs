@@ -154,7 +154,7 @@ fn print_chunk(chunk: &Value) -> std::io::Result<()> {
         Some("json") => {
             emit(format_args!("json: {}", serde_json::to_string_pretty(&message["json_object"]).unwrap_or_default()))
         }
-        Some("text") => emit(format_args!("text: {}", message["text"].as_str().unwrap_or_default())),
+        Some("text") => emit(format_args!("text: {}", message["text"].as_str().unwrap_or_default().trim_end())),
         Some("variable") => emit(format_args!(
             "variable {} = {}",
             message["variable_name"].as_str().unwrap_or("?"),

@@ -39,11 +39,13 @@ struct Args {
     /// Longest a single run may take; it then stops early and reports what it did (default 10 s; 2 s with --quick).
     #[arg(long)]
     max_run_secs: Option<f64>,
-    /// Sections to run: startup, stages, plugin, raw, kv, cluster (plugin and raw rows on a
-    /// Redis Cluster the bench starts; with the plugin and/or raw sections), postgres (the
-    /// same on a PostgreSQL server the bench starts), burst (10,000 sessions at once).
-    #[arg(long, value_delimiter = ',', default_value = "startup,stages,plugin,raw,kv,cluster,postgres,burst")]
-    sections: Vec<String>,
+    /// Sections to run: startup, stages, instructions (instructions per ingest under
+    /// callgrind; left out by --quick unless named), plugin, raw, kv, cluster (plugin and raw
+    /// rows on a Redis Cluster the bench starts; with the plugin and/or raw sections), postgres
+    /// (the same on a PostgreSQL server the bench starts), burst (10,000 sessions at once).
+    /// Default: all.
+    #[arg(long, value_delimiter = ',')]
+    sections: Option<Vec<String>>,
     /// Backends for the plugin and raw sections: kv, redis.
     #[arg(long, value_delimiter = ',', default_value = "kv,redis")]
     backends: Vec<String>,
@@ -102,10 +104,14 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         concurrency: args.concurrency.clone(),
         cap: Duration::from_secs_f64(args.max_run_secs.unwrap_or(if args.quick { 2.0 } else { 10.0 })),
         backends,
-        sections: args.sections.clone(),
+        sections: args.sections.clone().unwrap_or_else(|| {
+            let all = ["startup", "stages", "instructions", "plugin", "raw", "kv", "cluster", "postgres", "burst"];
+            all.into_iter().filter(|s| !(args.quick && *s == "instructions")).map(str::to_owned).collect()
+        }),
         stage_calls: if args.quick { 1_000 } else { 50_000 },
         stage_creates: if args.quick { 50 } else { 2_000 },
         burst_sessions: if args.quick { bench::burst::QUICK_SESSIONS } else { bench::burst::SESSIONS },
+        callgrind_dir: args.out.parent().unwrap_or(std::path::Path::new(".")).join("callgrind"),
     })
 }
 
@@ -155,6 +161,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         "kv": results.kv,
         "stages": results.stages,
         "burst": results.burst,
+        "instructions": results.instructions,
         "targets": targets,
         "all_outcomes_as_expected": ok,
     });

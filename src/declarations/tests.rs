@@ -421,7 +421,9 @@ fn tools_declare_the_agreed_contract() {
     let lease = param(ingest, "lease_seconds");
     assert_eq!((lease["min"].as_f64(), lease["max"].as_f64()), (Some(0.0), Some(86400.0)));
     let id_llm = param(ingest, "event_id")["llm_description"].as_str().unwrap();
-    assert!(id_llm.contains("SOURCE SYSTEM") && id_llm.contains("Never invent"));
+    assert!(id_llm.contains("source system's own id") && id_llm.contains("Never invent"), "{id_llm}");
+    let attempt_llm = param(tool("event_complete").unwrap(), "attempt")["llm_description"].as_str().unwrap();
+    assert!(attempt_llm.contains("always pass it back"), "{attempt_llm}");
     assert_eq!(
         output_properties(ingest),
         BTreeSet::from([
@@ -518,7 +520,8 @@ fn tools_declare_the_agreed_contract() {
 #[test]
 fn provider_accessors() {
     assert_eq!(provider_name(), "stateful_tool");
-    assert_eq!(credential_default("kv_url").as_deref(), Some("http://127.0.0.1:8123"));
+    // No default: the placeholder shows both URL forms (127.0.0.1 is the plugin's own container).
+    assert_eq!(credential_default("kv_url"), None);
     assert_eq!(credential_default("event_types").as_deref(), Some("created,updated,closed"));
     assert_eq!(credential_default("retention").as_deref(), Some("7d"));
     assert_eq!(credential_default("min_replicas").as_deref(), Some("0"));

@@ -6,7 +6,8 @@
 //! Package contents: `manifest.yaml`, `README.md`, `PRIVACY.md`, `requirements.txt`,
 //! `main.py`, the provider YAML named in `plugins.tools`, the tool YAML it lists, the
 //! icons named by manifest and provider (under `_assets/`), and `bin/stateful-tool-<arch>`
-//! per `--bin`. Nothing else from the source tree is read. When the packaged arches differ
+//! per `--bin`. Nothing else from the source tree is read, except the file `--readme`
+//! names, packaged as `README.md`. When the packaged arches differ
 //! from `meta.arch`, the manifest written into the package has its `arch:` list replaced
 //! by exactly the packaged arches (only those lines change; the source file is untouched)
 //! and `package` prints a note saying so.
@@ -58,6 +59,10 @@ pub struct PackageArgs {
     /// Validate (and build in memory) without writing anything.
     #[arg(long)]
     pub check_only: bool,
+    /// File to package as README.md (what Dify's plugin panel shows) instead of the source
+    /// tree's README.md; `make package` passes docs/dify-panel-readme.md.
+    #[arg(long, value_name = "PATH")]
+    pub readme: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -121,7 +126,7 @@ fn resolve_bins(args: &[String]) -> anyhow::Result<Vec<(Arch, PathBuf)>> {
 
 pub fn run_package(args: PackageArgs) -> anyhow::Result<ExitCode> {
     let bins = resolve_bins(&args.bins)?;
-    let built = match pack::build_package(&args.source, &bins) {
+    let built = match pack::build_package_with_readme(&args.source, &bins, args.readme.as_deref()) {
         Ok(built) => built,
         Err(problems) => {
             print_problems("package", &problems);

@@ -45,10 +45,30 @@ fn add_binaries(set: &mut FileSet, bins: &[(Arch, PathBuf)], problems: &mut Vec<
     out
 }
 
+/// Packages `path` as the package's `README.md` (what Dify's plugin panel shows) instead of
+/// the source tree's, which can be written for another reader (the repository's page).
+fn replace_readme(set: &mut FileSet, path: &Path, problems: &mut Vec<Problem>) {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => set.insert_disk("README.md", path.to_path_buf(), meta.len()),
+        Ok(_) => problems.push(Problem::new("--readme", "", format!("{} is not a regular file", path.display()))),
+        Err(e) => problems.push(Problem::new("--readme", "", format!("{} cannot be read: {e}", path.display()))),
+    }
+}
+
 /// Collects and validates a source tree plus binaries. When `meta.arch` differs from the
 /// packaged arches, the manifest that goes into the package gets exactly the packaged
 /// arches (a minimal text edit of the `arch:` list; the source file is left untouched).
 pub fn plan_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Plan, Vec<Problem>> {
+    plan_package_with_readme(source, bins, None)
+}
+
+/// [`plan_package`], with `readme` (when given) packaged as `README.md` in place of the
+/// source tree's.
+pub fn plan_package_with_readme(
+    source: &Path,
+    bins: &[(Arch, PathBuf)],
+    readme: Option<&Path>,
+) -> Result<Plan, Vec<Problem>> {
     if !source.is_dir() {
         return Err(vec![Problem::new(source.display().to_string(), "", "the source is not a directory")]);
     }
@@ -57,6 +77,9 @@ pub fn plan_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Plan, Vec
     let declared = check_declarations(&tree, &mut problems, &mut warnings);
     let mut files = declared.as_ref().map(|d| source_files(&tree, d)).unwrap_or_default();
     let binaries = add_binaries(&mut files, bins, &mut problems);
+    if let Some(path) = readme {
+        replace_readme(&mut files, path, &mut problems);
+    }
     let Some(declared) = declared else {
         return Err(problems);
     };
@@ -109,7 +132,16 @@ pub fn output_name(name: &str, version: &str) -> String {
 
 /// Validates and builds the package bytes; nothing is written.
 pub fn build_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Built, Vec<Problem>> {
-    let plan = plan_package(source, bins)?;
+    build_package_with_readme(source, bins, None)
+}
+
+/// [`build_package`], with `readme` (when given) packaged as `README.md`.
+pub fn build_package_with_readme(
+    source: &Path,
+    bins: &[(Arch, PathBuf)],
+    readme: Option<&Path>,
+) -> Result<Built, Vec<Problem>> {
+    let plan = plan_package_with_readme(source, bins, readme)?;
     let fail = |msg: String| vec![Problem::new("(package)", "", msg)];
     let entries = plan.files.to_entries().map_err(fail)?;
     // Files may change between the size check and the read; check what was read.

@@ -32,12 +32,19 @@ pub trait ToolAnswer: Serialize {
     fn output_names(&self) -> &'static [String];
     /// Appends the JSON value of output `name` to `out` (`null` when the answer has none).
     fn write_output(&self, name: &str, out: &mut Vec<u8>);
+    /// Appends the record an agent's model reads: by default the whole answer; a tool's
+    /// answer leaves out what a model cannot use.
+    fn write_agent_json(&self, out: &mut Vec<u8>) {
+        write_json(out, self);
+    }
 }
 
 /// The lines that answer a tool call, in one buffer: the `text` message (a sentence for
 /// people and agents), the `json` message (the answer object), for callers that read them
 /// one `variable` message per declared output (what a workflow tool node turns into its
-/// named outputs), then the session's `end`. Byte for byte what [`session_line`] writes for
+/// named outputs), then the session's `end`. `variables` is false for agents (an agent app
+/// or an Agent node's strategy): Dify joins their text and JSON with nothing between, so
+/// their sentence ends with a line break, and their JSON is [`ToolAnswer::write_agent_json`]. Byte for byte what [`session_line`] writes for
 /// `{"type":"text","message":{"text":…},"meta":null}`,
 /// `{"type":"json","message":{"json_object":…},"meta":null}`,
 /// `{"type":"variable","message":{"variable_name":…,"variable_value":…,"stream":false},"meta":null}`
@@ -58,7 +65,11 @@ pub fn write_answer_end_lines<T: ToolAnswer + ?Sized>(
     variables: bool,
 ) {
     scratch.clear();
-    write_json(scratch, answer);
+    if variables {
+        write_json(scratch, answer);
+    } else {
+        answer.write_agent_json(scratch);
+    }
     let json_len = scratch.len();
     answer.write_text(scratch);
     let (json, text) = scratch.split_at(json_len);
@@ -71,6 +82,12 @@ pub fn write_answer_end_lines<T: ToolAnswer + ?Sized>(
     let stream_start = start..out.len();
     out.extend_from_slice(b"{\"type\":\"text\",\"message\":{\"text\":");
     write_json_string(out, text);
+    if !variables {
+        // The closing quote gives way to an escaped line break (no control character goes
+        // through write_json_string's slow path).
+        out.pop();
+        out.extend_from_slice(b"\\n\"");
+    }
     out.extend_from_slice(b"},\"meta\":null}}}\n");
     out.extend_from_within(stream_start.clone());
     out.extend_from_slice(b"{\"type\":\"json\",\"message\":{\"json_object\":");
@@ -195,10 +212,11 @@ mod tests {
         for (answer, text) in answers.into_iter().zip(["Event \"E\" is new: \\ é🎉.", "", "tab\there"]) {
             let fixed = Fixed(answer.clone(), text, outputs.clone());
             for variables in [false, true] {
+                let shown = if variables { text.to_owned() } else { format!("{text}\n") };
                 let mut expected = reference_line(
                     "sid-1",
                     "stream",
-                    &json!({"type": "text", "message": {"text": text}, "meta": null}),
+                    &json!({"type": "text", "message": {"text": shown}, "meta": null}),
                 ) + &reference_line(
                     "sid-1",
                     "stream",

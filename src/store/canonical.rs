@@ -44,12 +44,28 @@ fn put<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     serde_json::to_writer(out, v).expect("a string or number serialises");
 }
 
+/// A string exactly as `serde_json::to_writer` writes it. serde_json lends a string out of
+/// the input only when it had no escape there, and it refuses raw control characters, so a
+/// borrowed one holds nothing to escape: its text goes out as it came in. (A `&Cow`, not a
+/// `&str`: whether it is borrowed is the point.)
+#[allow(clippy::ptr_arg)]
+fn put_str(out: &mut Vec<u8>, s: &Cow<str>) {
+    match s {
+        Cow::Borrowed(text) => {
+            out.push(b'"');
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'"');
+        }
+        Cow::Owned(text) => put(out, text.as_str()),
+    }
+}
+
 fn write(node: &Node, out: &mut Vec<u8>) {
     match node {
         Node::Null => out.extend_from_slice(b"null"),
         Node::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Node::Number(n) => put(out, n),
-        Node::Str(s) => put(out, s.as_ref()),
+        Node::Str(s) => put_str(out, s),
         Node::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
@@ -75,7 +91,7 @@ fn write(node: &Node, out: &mut Vec<u8>) {
                     out.push(b',');
                 }
                 first = false;
-                put(out, key.as_ref());
+                put_str(out, key);
                 out.push(b':');
                 write(value, out);
             }

@@ -91,6 +91,20 @@ pub fn fingerprint(event_type: &str, payload: Option<&str>) -> String {
     fingerprint_and_kind(event_type, payload).0
 }
 
+/// Hex characters of a fingerprint that messages and agents are shown: enough to tell two
+/// fingerprints apart at a glance (the full one stays in the answer's fields).
+pub const SHORT_FINGERPRINT_HEX: usize = 12;
+
+/// `sha256:` and the first [`SHORT_FINGERPRINT_HEX`] hex characters of `fp` (`fp` itself
+/// when it is shorter or not of that form).
+pub fn short_fingerprint(fp: &str) -> &str {
+    let end = "sha256:".len() + SHORT_FINGERPRINT_HEX;
+    match fp.get(..end) {
+        Some(prefix) if fp.starts_with("sha256:") => prefix,
+        _ => fp,
+    }
+}
+
 /// The fingerprint and how the payload was compared: `json` (canonical form), `text` (byte
 /// for byte) or `none`.
 pub fn fingerprint_and_kind(event_type: &str, payload: Option<&str>) -> (String, &'static str) {

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::Tool;
 use crate::protocol::outbound::ToolAnswer;
-use crate::store::record::{format_time, Record};
+use crate::store::record::{format_time, short_fingerprint, Record};
 
 /// Fields before the record's, the record (with its storage key), and fields after it.
 #[derive(Debug, Clone)]
@@ -33,6 +33,14 @@ const RECORD_FIELDS: [&str; 11] = [
     "result",
     "key",
 ];
+
+/// Fields an agent's record leaves out, since every token of a result is paid again on each
+/// later model call: a storage key and how a payload was compared mean nothing to a model,
+/// the sentence before the record names the event, the `accepted` / `duplicate` / `found`
+/// flags repeat `outcome`, and `updated_at` is a third timestamp no next step depends on.
+/// A workflow node's outputs keep them all.
+pub const NOT_FOR_AGENTS: [&str; 7] =
+    ["key", "payload_compared_as", "event_id", "accepted", "duplicate", "found", "updated_at"];
 
 /// Field `RECORD_FIELDS[index]` of a record, serialised directly (one place maps a field
 /// to its value, for the answer object and for the workflow outputs alike).
@@ -139,16 +147,45 @@ fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 impl Serialize for Answer {
     /// The head fields, the record's (all but its payload) and storage key, the tail fields.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.serialize_for(s, false)
+    }
+}
+
+/// The answer as an agent's model reads it: without [`NOT_FOR_AGENTS`], null fields and
+/// flags that are false (`retry`, `stuck`, …: the sentence says what matters), the
+/// fingerprint cut to a prefix (64 hex characters cost a model tokens and tell it
+/// nothing more).
+struct ForAgent<'a>(&'a Answer);
+
+impl Serialize for ForAgent<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_for(s, true)
+    }
+}
+
+impl Answer {
+    fn serialize_for<S: Serializer>(&self, s: S, agent: bool) -> Result<S::Ok, S::Error> {
+        let shown = |name: &str, null: bool| !agent || !(null || NOT_FOR_AGENTS.contains(&name));
+        let empty = |v: &Value| v.is_null() || *v == Value::Bool(false);
         let mut m = s.serialize_map(None)?;
-        for (k, v) in &self.head {
+        for (k, v) in self.head.iter().filter(|(k, v)| shown(k, empty(v))) {
             m.serialize_entry(k, v)?;
         }
         if let Some((rec, key)) = &self.record {
-            for (index, name) in RECORD_FIELDS.iter().enumerate() {
-                m.serialize_entry(name, &RecordField(rec, key, index))?;
+            let null = |index: usize| match index {
+                7 => rec.lease_until_ms.is_none(),
+                8 => rec.completed_at.is_none(),
+                9 => rec.result.is_none(),
+                _ => false,
+            };
+            for (index, name) in RECORD_FIELDS.iter().enumerate().filter(|(i, name)| shown(name, null(*i))) {
+                match *name {
+                    "fingerprint" if agent => m.serialize_entry(name, short_fingerprint(&rec.fingerprint))?,
+                    _ => m.serialize_entry(name, &RecordField(rec, key, index))?,
+                }
             }
         }
-        for (k, v) in &self.tail {
+        for (k, v) in self.tail.iter().filter(|(k, v)| shown(k, empty(v))) {
             m.serialize_entry(k, v)?;
         }
         m.end()
@@ -168,6 +205,10 @@ impl ToolAnswer for Answer {
         if !self.write_field(name, out) {
             out.extend_from_slice(b"null");
         }
+    }
+
+    fn write_agent_json(&self, out: &mut Vec<u8>) {
+        write(out, &ForAgent(self));
     }
 }
 
@@ -237,6 +278,37 @@ mod tests {
                 a.write_output("no_such_field", &mut out);
                 assert_eq!(out, b"null");
             }
+        }
+    }
+
+    #[test]
+    fn agents_read_the_record_without_what_a_model_cannot_use() {
+        for rec in records() {
+            let answer = Answer::new("accepted")
+                .field("accepted", json!(true))
+                .field("duplicate", json!(false))
+                .field("retry", json!(false))
+                .record(rec.clone(), "evt_E")
+                .field("payload_compared_as", json!("json"))
+                .field("extra", Value::Null);
+            let mut out = Vec::new();
+            answer.write_agent_json(&mut out);
+            let agent: Value = serde_json::from_slice(&out).unwrap();
+            let mut full = answer.to_value();
+            let map = full.as_object_mut().unwrap();
+            for gone in NOT_FOR_AGENTS {
+                assert!(agent.get(gone).is_none(), "{gone}");
+                map.shift_remove(gone);
+            }
+            map.retain(|_, v| !v.is_null() && *v != json!(false));
+            let fp = map.insert("fingerprint".into(), json!(rec.fingerprint[..19])).unwrap();
+            assert_eq!(fp, json!(rec.fingerprint));
+            assert_eq!(agent, full, "the rest as it is, in order");
+            let keys: Vec<&String> = agent.as_object().unwrap().keys().collect();
+            assert_eq!(keys, full.as_object().unwrap().keys().collect::<Vec<_>>());
+            assert_eq!(agent["outcome"], "accepted");
+            assert!(agent.get("retry").is_none(), "a false flag is left out");
+            assert_eq!(agent["attempt"], json!(rec.attempt));
         }
     }
 

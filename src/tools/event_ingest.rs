@@ -8,7 +8,9 @@ use super::settings::MAX_LEASE_SECONDS;
 use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
-use crate::store::record::{check_depth, fingerprint, fingerprint_and_kind, format_time, new_claim_id, Record, Status};
+use crate::store::record::{
+    check_depth, fingerprint, fingerprint_and_kind, format_time, new_claim_id, short_fingerprint, Record, Status,
+};
 use crate::store::{Created, Current, EventStore, Swapped};
 
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
@@ -255,7 +257,9 @@ fn conflict(rec: &Record, req: &IngestRequest) -> ToolError {
     };
     ToolError::conflict(format!(
         "event_id {:?} was already received with {what} (stored {}, this delivery {}); nothing was overwritten",
-        rec.event_id, rec.fingerprint, req.fingerprint
+        rec.event_id,
+        short_fingerprint(&rec.fingerprint),
+        short_fingerprint(&req.fingerprint)
     ))
     .with_details(json!({
         "event_id": rec.event_id, "stored_fingerprint": rec.fingerprint,
@@ -300,7 +304,9 @@ mod tests {
         let other = params(json!({"event_id": "E1", "event_type": "created", "payload": "{\"a\":2}"}));
         let e = run(&s, &st, &other).await.unwrap_err();
         assert_eq!(e.class, ErrorClass::Conflict);
-        assert!(e.message.contains(first["fingerprint"].as_str().unwrap()));
+        let stored = first["fingerprint"].as_str().unwrap();
+        assert!(e.message.contains(short_fingerprint(stored)), "{}", e.message);
+        assert_eq!(e.details.unwrap()["stored_fingerprint"], stored);
         assert_eq!(s.len(), 1);
     }
 
@@ -384,6 +390,16 @@ mod tests {
             let e = run(&s, &st, &params(p.clone())).await.unwrap_err();
             assert_eq!(e.class, ErrorClass::Conflict);
             assert!(e.message.contains(says), "{p}: {}", e.message);
+            // The message (a node's error banner) shows 12-hex prefixes; the details keep both
+            // full fingerprints.
+            let details = e.details.as_ref().unwrap();
+            for field in ["stored_fingerprint", "new_fingerprint"] {
+                let full = details[field].as_str().unwrap();
+                assert_eq!(full.len(), "sha256:".len() + 64, "{field}");
+                assert!(!e.message.contains(full), "{}", e.message);
+                assert!(e.message.contains(&full[..7 + 12]), "{field} prefix in {}", e.message);
+            }
+            assert!(e.message.starts_with("event_id \"C1\" was already received with "), "{}", e.message);
         }
     }
 

@@ -17,7 +17,7 @@ const KEY: &str = "3b0c1e8a-0000-4000-8000-00000000ca11";
 
 /// How Dify calls: which envelope fields the request line carries.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Caller {
+pub(crate) enum Caller {
     /// Workflow tool node: `app_id`, no `message_id`.
     Workflow,
     /// Agent app (`ToolEngine.agent_invoke`): `message_id` too.
@@ -52,14 +52,14 @@ impl Caller {
 }
 
 /// The real binary behind one of its runtimes; `call` returns one session's raw lines.
-enum Transport {
+pub(crate) enum Transport {
     Stdio { _child: Child, stdin: ChildStdin, lines: Lines<BufReader<ChildStdout>> },
     Tcp { _child: Child, conn: Conn, _dir: tempfile::TempDir },
     Http(crate::serverless::Server),
 }
 
 impl Transport {
-    async fn stdio() -> Transport {
+    pub(crate) async fn stdio() -> Transport {
         let mut child = Command::new(BIN)
             .arg("serve")
             .env("INSTALL_METHOD", "local")
@@ -142,11 +142,11 @@ impl Transport {
 }
 
 /// One call: the tool, its parameters, and the expected outcome (or error prefix) and attempt.
-struct Step {
-    tool: &'static str,
-    params: Value,
-    outcome: &'static str,
-    attempt: Option<u64>,
+pub(crate) struct Step {
+    pub(crate) tool: &'static str,
+    pub(crate) params: Value,
+    pub(crate) outcome: &'static str,
+    pub(crate) attempt: Option<u64>,
 }
 
 fn step(tool: &'static str, params: Value, outcome: &'static str, attempt: Option<u64>) -> Step {
@@ -156,7 +156,7 @@ fn step(tool: &'static str, params: Value, outcome: &'static str, attempt: Optio
 /// Every outcome of every tool, and the errors a fail branch tells apart by their stable
 /// first words; the payload arrives as Dify's `str()` of
 /// an object (a variable wired straight to the field) and as its JSON text.
-fn lifecycle(id: &str) -> Vec<Step> {
+pub(crate) fn lifecycle(id: &str) -> Vec<Step> {
     let repr = json!({"event_id": id, "event_type": "created", "payload": "{'order': 42, 'paid': True, 'note': None}"});
     let text =
         json!({"event_id": id, "event_type": "created", "payload": "{\"note\": null, \"order\": 42, \"paid\": true}"});
@@ -202,8 +202,9 @@ fn short(id: &str) -> Vec<Step> {
     ]
 }
 
-/// Runs `steps` as `caller`, replays every session through Dify's consumers and checks them.
-async fn run(t: &mut Transport, url: &str, caller: Caller, steps: &[Step]) {
+/// Runs `steps` as `caller`, replays every session through Dify's consumers, checks them and
+/// returns the replays (what each consumer made of each session).
+pub(crate) async fn run(t: &mut Transport, url: &str, caller: Caller, steps: &[Step]) -> Vec<Value> {
     let mut sessions = vec![];
     for (i, s) in steps.iter().enumerate() {
         let data = json!({"action": "invoke_tool", "credential_type": "api-key", "credentials": {"kv_url": url},
@@ -212,9 +213,11 @@ async fn run(t: &mut Transport, url: &str, caller: Caller, steps: &[Step]) {
         let sid = format!("{caller:?}-{i}-{:08x}", rand::random::<u32>());
         sessions.push(t.call(&sid, caller.line(&sid, &data)).await);
     }
-    for ((s, lines), replay) in steps.iter().zip(&sessions).zip(replay(&sessions)) {
-        check(caller, s, lines, &replay);
+    let replays = replay(&sessions);
+    for ((s, lines), replay) in steps.iter().zip(&sessions).zip(&replays) {
+        check(caller, s, lines, replay);
     }
+    replays
 }
 
 fn replay(sessions: &[Vec<String>]) -> Vec<Value> {
@@ -248,7 +251,24 @@ fn check(caller: Caller, s: &Step, lines: &[String], replay: &Value) {
     assert_eq!(record["outcome"], s.outcome, "{what}");
     assert_eq!(record.get("attempt").and_then(Value::as_u64), s.attempt, "{what}");
     let text = outputs["text"].as_str().unwrap();
-    assert!(text.starts_with("Event ") && text.ends_with('.') && !text.contains('{'), "{what}: text {text:?}");
+    // Agents' sentences end with a line break: Dify joins text and JSON with nothing between.
+    let end = if caller.gets_variables() { "." } else { ".\n" };
+    let sentence = text.strip_suffix(end).unwrap_or_else(|| panic!("{what}: text {text:?} ends with {end:?}"));
+    assert!(sentence.starts_with("Event ") && !sentence.contains(['{', '\n']), "{what}: text {text:?}");
+    // A model's record leaves out what it cannot use (NOT_FOR_AGENTS), nulls, false flags and
+    // most of the fingerprint; a workflow node's keeps them all.
+    let fingerprint = record.get("fingerprint").and_then(Value::as_str);
+    if caller.gets_variables() {
+        assert!(record["key"].is_string(), "{what}: {record}");
+        assert!(fingerprint.is_none_or(|f| f.len() == "sha256:".len() + 64), "{what}: {record}");
+    } else {
+        for gone in stateful_tool::tools::answer::NOT_FOR_AGENTS {
+            assert!(record.get(gone).is_none(), "{what}: {gone} in {record}");
+        }
+        let empty = |v: &Value| v.is_null() || *v == json!(false);
+        assert!(!record.as_object().unwrap().values().any(empty), "{what}: no nulls or false flags: {record}");
+        assert!(fingerprint.is_none_or(|f| f.len() == "sha256:".len() + 12), "{what}: {record}");
+    }
     if caller.gets_variables() {
         assert_eq!(variables, declared.len(), "{what}: one variable per declared output");
         check_outputs(&what, s, &declared, outputs);
@@ -307,7 +327,7 @@ fn check_agent_strings(what: &str, text: &str, replay: &Value) {
     assert!(replay["agent_app"].as_str().unwrap().starts_with(text), "{what}");
 }
 
-fn id(tag: &str) -> String {
+pub(crate) fn id(tag: &str) -> String {
     format!("EVT-{tag}-{:x}", rand::random::<u64>())
 }
 

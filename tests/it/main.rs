@@ -54,8 +54,11 @@ mod kv_alerts;
 mod kv_ui;
 
 // The runtime protocol: stdio sessions, the spec's transcripts, remote TCP, serverless HTTP,
-// and the Python shim the daemon starts; what Dify's callers make of our answers.
+// and the Python shim the daemon starts; what Dify's callers make of our answers, and what
+// an admin and a model see of the plugin in Dify.
 mod dify_callers;
+mod dify_face;
+mod dify_screens;
 mod protocol;
 mod protocol_vectors;
 mod remote;

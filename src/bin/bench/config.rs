@@ -22,6 +22,8 @@ pub struct Config {
     pub stage_creates: usize,
     /// Sessions in the burst section.
     pub burst_sessions: usize,
+    /// Where the instructions section leaves its callgrind files (for callgrind_annotate).
+    pub callgrind_dir: PathBuf,
 }
 
 impl Config {

@@ -3,6 +3,7 @@
 pub mod burst;
 pub mod cluster;
 pub mod config;
+pub mod instructions;
 pub mod measure;
 pub mod plugin;
 pub mod postgres;

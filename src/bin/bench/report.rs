@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use super::instructions::{main_figure, Caller, IN_FLIGHT, LONG, SHORT, TARGET_WORKFLOW_REDIS};
 use super::measure::{kib_to_mb, Measure};
 use super::results::{Results, Row};
 
@@ -72,7 +73,7 @@ pub fn targets(r: &Results) -> Vec<Target> {
     );
     let heartbeats =
         r.startup.first_heartbeat_ms.iter().copied().chain(r.plugin.iter().filter_map(|row| row.first_heartbeat_ms));
-    vec![
+    let mut all = vec![
         target("plugin/raw throughput, KV container, C=16", ratio(r, "kv", 16), ">=", 0.9),
         target("plugin/raw throughput, KV container, C=64", ratio(r, "kv", 64), ">=", 0.9),
         target("plugin/raw throughput, Redis, C=16", ratio(r, "redis", 16), ">=", 0.7),
@@ -101,7 +102,43 @@ pub fn targets(r: &Results) -> Vec<Target> {
             "<=",
             super::burst::PEAK_RSS_LIMIT_MB,
         ),
-    ]
+    ];
+    // Only when the section ran (it needs valgrind, and --quick leaves it out).
+    let ir = r.instructions.iter().find(|c| c.store == "redis" && c.caller == Caller::Workflow.name());
+    if let Some(c) = ir {
+        let name = "instructions per workflow-node ingest, Redis (callgrind)";
+        all.push(target(name, Some(c.per_ingest), "<=", TARGET_WORKFLOW_REDIS));
+    }
+    all
+}
+
+/// Instructions per ingest by backend and caller kind, next to main's figure where known.
+fn instruction_table(s: &mut String, r: &Results) {
+    if r.instructions.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nPlugin instructions per new event_ingest (user space, callgrind: fresh processes fed {SHORT} and {LONG} \
+         lines, {IN_FLIGHT} in flight, difference ÷ {}):\n",
+        LONG - SHORT
+    );
+    let _ = writeln!(
+        s,
+        "| store | caller | instructions per ingest | main (2bde3f2) | vs main |\n|---|---|---:|---:|---:|"
+    );
+    for c in &r.instructions {
+        let main = main_figure(c.store, c.caller);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {} | {} |",
+            c.store,
+            c.caller,
+            c.per_ingest,
+            opt(main, 0),
+            opt(main.map(|m| c.per_ingest / m), 2)
+        );
+    }
 }
 
 /// What the plugin's peak RSS is made of at each concurrency: its private memory, the rest
@@ -226,6 +263,7 @@ pub fn table(r: &Results, targets: &[Target]) -> String {
         let _ = writeln!(s, "\n{}", b.summary());
     }
     stage_table(&mut s, r);
+    instruction_table(&mut s, r);
     let hb = &r.startup.first_heartbeat_ms;
     if !hb.is_empty() {
         let mut sorted = hb.clone();

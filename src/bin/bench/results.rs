@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::burst::Burst;
+use super::instructions::Count;
 use super::measure::Measure;
 use super::plugin::Footprint;
 use super::stages::Stages;
@@ -64,4 +65,6 @@ pub struct Results {
     pub stages: Vec<Stages>,
     /// The burst section (10,000 sessions at once).
     pub burst: Option<Burst>,
+    /// Instructions per ingest under callgrind, per backend and caller kind (section `instructions`).
+    pub instructions: Vec<Count>,
 }

@@ -31,7 +31,7 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
         }
     }
     for &store in &cfg.backends {
-        if !cfg.wants("plugin") && !cfg.wants("raw") && !cfg.wants("stages") {
+        if !["plugin", "raw", "stages", "instructions"].iter().any(|s| cfg.wants(s)) {
             break;
         }
         let name = store_name(store);
@@ -44,6 +44,9 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
             let s = stages::measure(name, &url, &lines, &store_keys, cfg.stage_calls).await?;
             eprintln!("  stages {name:<9} {:.2} µs CPU per ingest in the library stages", s.sum_us());
             res.stages.push(s);
+        }
+        if cfg.wants("instructions") {
+            instructions(cfg, tmp, &mut res, name, &store_url(store, &server), server.pid(), &mut run_id).await?;
         }
         for &c in &cfg.concurrency {
             if cfg.wants("raw") {
@@ -98,6 +101,30 @@ pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> 
         res.burst = Some(b);
     }
     Ok(res)
+}
+
+/// Instructions per ingest of each caller kind under callgrind (skipped, with a note, without valgrind).
+async fn instructions(
+    cfg: &Config,
+    tmp: &TempDir,
+    res: &mut Results,
+    name: &'static str,
+    url: &str,
+    store_pid: u32,
+    run_id: &mut u32,
+) -> anyhow::Result<()> {
+    if !super::instructions::available() {
+        eprintln!("  instructions: skipped (valgrind is not on the PATH)");
+        return Ok(());
+    }
+    std::fs::create_dir_all(&cfg.callgrind_dir)?;
+    for caller in super::instructions::Caller::ALL {
+        let keep = &cfg.callgrind_dir;
+        let count = super::instructions::measure(&cfg.plugin, tmp, keep, name, url, store_pid, caller, run_id).await?;
+        eprintln!("  instr  {name:<9} {:<13} {:>9.0} instructions per ingest", count.caller, count.per_ingest);
+        res.instructions.push(count);
+    }
+    Ok(())
 }
 
 /// One plugin process at concurrency `c`: warm-up, then N new ingests, the same N again

@@ -1,7 +1,7 @@
 //! What the benchmark sends: event ids, webhook-like payloads, daemon request lines, records.
 
 use serde_json::{json, Value};
-use stateful_tool::call::request_line;
+use stateful_tool::call::{request_line, request_line_from};
 use stateful_tool::store::key::storage_key;
 use stateful_tool::store::record::{fingerprint, format_time, new_claim_id, Record, Status};
 
@@ -63,12 +63,25 @@ fn invoke(tool: &str, kv_url: &str, params: Value) -> Value {
 
 /// `event_ingest` request lines, byte for byte as the daemon writes them.
 pub fn ingest_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+    ingest_lines_from(run, kv_url, ids, None, None)
+}
+
+/// [`ingest_lines`] with the envelope's `app_id` and `message_id`, which tell the plugin who
+/// called (a workflow node: `app_id` only; an agent app: both).
+pub fn ingest_lines_from(
+    run: u32,
+    kv_url: &str,
+    ids: &[String],
+    app_id: Option<&str>,
+    message_id: Option<&str>,
+) -> Vec<Vec<u8>> {
     ids.iter()
         .enumerate()
         .map(|(i, id)| {
             let params =
                 json!({"event_id": id, "event_type": "updated", "payload": payload(i), "lease_seconds": LEASE_SECONDS});
-            request_line(&session_id(run, i), invoke("event_ingest", kv_url, params)).into_bytes()
+            request_line_from(&session_id(run, i), invoke("event_ingest", kv_url, params), app_id, message_id)
+                .into_bytes()
         })
         .collect()
 }

@@ -163,10 +163,13 @@ impl Plugin {
     }
 
     /// Sends one request (`data` as the daemon's request payload) and waits for the answer.
+    /// It comes as a workflow tool node's call, whose answers carry the whole record (the
+    /// storage key, the full fingerprint) that the store tests look at; an agent's record is
+    /// leaner (dify_callers::, dify_face::).
     pub async fn request(&self, data: Value) -> Reply {
         let sid = format!("{}-{}", self.tag, self.next.fetch_add(1, Ordering::SeqCst));
         let rx = self.open(&sid);
-        let line = request_line(&sid, &data);
+        let line = request_line_as(&sid, &data, Some("app-test"), None);
         self.write_raw(line.as_bytes()).await;
         let reply = Self::collect(rx).await;
         self.waiters.lock().unwrap().remove(&sid);

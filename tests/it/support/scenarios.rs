@@ -36,11 +36,14 @@ pub async fn outcomes(url: &str) {
     assert_eq!(dup.outcome(), "duplicate");
     assert_eq!(dup.json()["received_at"], first.json()["received_at"]);
     assert_eq!(dup.json()["status"], "processing");
-    // Different content under a known id: conflict naming both fingerprints; nothing overwritten.
+    // Different content under a known id: conflict naming both fingerprints (their first 12 hex
+    // characters in the message, in full in its args); nothing overwritten.
     let conflict =
         p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created", "payload": "{\"a\":2}"})).await;
     assert_eq!(conflict.error_type(), Some("conflict"));
-    assert!(conflict.message().contains(first.json()["fingerprint"].as_str().unwrap()), "{}", conflict.message());
+    let stored = first.json()["fingerprint"].as_str().unwrap();
+    assert!(conflict.message().contains(&stored[.."sha256:".len() + 12]), "{}", conflict.message());
+    assert_eq!(conflict.error.as_ref().unwrap()["args"]["stored_fingerprint"], stored, "{conflict:?}");
     let status = p.invoke("event_status", &c, json!({"event_id": id})).await;
     assert_eq!(status.outcome(), "found");
     assert_eq!(status.json()["payload"], "{\"a\":1,\"b\":[1,2]}");

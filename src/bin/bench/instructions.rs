@@ -1,0 +1,145 @@
+//! Instructions per `event_ingest` of the plugin process, counted by callgrind on a fixed replay.
+//
+// Wall-clock and CPU-time figures move by ±30 % on this shared machine; the number of
+// instructions a fixed replay executes does not. Two fresh plugin processes run under
+// callgrind, one fed SHORT and one LONG new `event_ingest` lines (IN_FLIGHT sessions open);
+// the difference of their totals divided by LONG - SHORT is the steady-state cost of one
+// call, without start-up, warm-up and shutdown. Callgrind counts user-space instructions
+// only (the kernel's share of pipes and sockets is not in it); see
+// docs/performance-instructions.md.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::plugin::Plugin;
+use super::procs::TempDir;
+use super::workload::{event_ids, ingest_lines_from};
+
+/// Lines fed to the shorter and the longer replay, and sessions kept in flight.
+pub const SHORT: usize = 400;
+pub const LONG: usize = 1_400;
+pub const IN_FLIGHT: usize = 64;
+/// A replay under callgrind runs ~50× slower than natively; this only bounds a hung one.
+const REPLAY_CAP: Duration = Duration::from_secs(600);
+
+/// The target: at most a third of main's instructions per workflow-node ingest on Redis, as
+/// issue 27 set it (a third of the 126k it recorded; this replay counts 178k on main).
+pub const TARGET_WORKFLOW_REDIS: f64 = 42_000.0;
+
+/// Who calls, as the envelope tells it: the answer's size differs (18 messages vs 2).
+#[derive(Debug, Clone, Copy)]
+pub enum Caller {
+    Workflow,
+    Agent,
+}
+
+impl Caller {
+    pub const ALL: [Caller; 2] = [Caller::Workflow, Caller::Agent];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Caller::Workflow => "workflow node",
+            Caller::Agent => "agent",
+        }
+    }
+
+    /// (app_id, message_id) of the daemon's request line for this caller.
+    fn envelope(self) -> (Option<&'static str>, Option<&'static str>) {
+        match self {
+            Caller::Workflow => (Some("bench-app"), None),
+            Caller::Agent => (Some("bench-app"), Some("bench-message")),
+        }
+    }
+}
+
+/// One replay pair's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Count {
+    pub store: &'static str,
+    pub caller: &'static str,
+    /// Total instructions (callgrind `Ir`) of the SHORT and the LONG replay's process.
+    pub short_ir: u64,
+    pub long_ir: u64,
+    /// (long_ir - short_ir) / (LONG - SHORT).
+    pub per_ingest: f64,
+}
+
+/// Whether callgrind can run here; the section is skipped (and says so) when it cannot.
+pub fn available() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Both replays of one caller kind against the store at `url` (process `store_pid`); `run`
+/// numbers the sessions. The callgrind files stay in `keep` (`{store}-{caller}-{lines}.callgrind`),
+/// ready for `callgrind_annotate`.
+#[allow(clippy::too_many_arguments)]
+pub async fn measure(
+    exe: &Path,
+    tmp: &TempDir,
+    keep: &Path,
+    store: &'static str,
+    url: &str,
+    store_pid: u32,
+    caller: Caller,
+    run: &mut u32,
+) -> anyhow::Result<Count> {
+    let mut totals = [0u64; 2];
+    for (total, n) in totals.iter_mut().zip([SHORT, LONG]) {
+        *run += 1;
+        let tag = format!("ir-{store}-{}-{n}-{run}", caller.name().replace(' ', "-"));
+        let out = keep.join(format!("{}-{}-{n}.callgrind", store, caller.name().replace(' ', "-")));
+        let wrapper: Vec<String> = ["valgrind", "--tool=callgrind", &format!("--callgrind-out-file={}", out.display())]
+            .map(str::to_owned)
+            .to_vec();
+        let mut p = Plugin::spawn(exe, &wrapper, &tmp.path().join(format!("{tag}.log"))).await?;
+        let (app, message) = caller.envelope();
+        let lines = ingest_lines_from(*run, url, &event_ids(&tag, n), app, message);
+        let m = p.run(*run, &lines, IN_FLIGHT, REPLAY_CAP, store_pid, "accepted").await?;
+        anyhow::ensure!(m.ops == n && m.unexpected == 0, "callgrind replay {tag}: {:?}", m.outcomes);
+        p.shutdown().await?;
+        let text = std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+        *total = total_ir(&text).with_context(|| format!("no instruction total in {}", out.display()))?;
+    }
+    let per_ingest = totals[1].saturating_sub(totals[0]) as f64 / (LONG - SHORT) as f64;
+    Ok(Count { store, caller: caller.name(), short_ir: totals[0], long_ir: totals[1], per_ingest })
+}
+
+/// The `Ir` total of a callgrind output file (its `totals:` line, or `summary:` in older ones).
+fn total_ir(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+}
+
+/// Main's figure for a row: this replay on commit 2bde3f2, before issue 27's changes.
+pub fn main_figure(store: &str, caller: &str) -> Option<f64> {
+    match (store, caller) {
+        ("kv", "workflow node") => Some(243_369.0),
+        ("kv", "agent") => Some(232_227.0),
+        ("redis", "workflow node") => Some(178_221.0),
+        ("redis", "agent") => Some(168_073.0),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_total_of_a_callgrind_file() {
+        let text = "version: 1\ncreator: callgrind-3.22.0\nevents: Ir\nfl=(1) a.rs\nfn=(1) f\n3 10\nsummary: 123\n\ntotals: 4567890\n";
+        assert_eq!(total_ir(text), Some(123), "the first of summary/totals wins; both carry the total");
+        assert_eq!(total_ir("events: Ir\ntotals: 4567890\n"), Some(4_567_890));
+        assert_eq!(total_ir("events: Ir\n"), None);
+    }
+}
