@@ -91,7 +91,7 @@ pub async fn handle_request(app: &App, session: Session, data: Value) {
         ("tool", "get_tool_runtime_parameters") => {
             runtime_parameters(&data).map(Reply::Chunks).map_err(SessionError::from)
         }
-        ("trigger", action) => crate::trigger::handle(app, action, &data).await.map(Reply::Chunks),
+        ("trigger", action) => crate::trigger::handle(&app.stores, action, &data).await.map(Reply::Chunks),
         _ => Err(ToolError::param(format!(
             "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \
              validate_tool_credentials and get_tool_runtime_parameters, and trigger actions"

@@ -11,11 +11,11 @@ use axum::{middleware, Extension, Json, Router};
 
 use super::auth::{self, Auth};
 use super::batch::{Outcome, Precondition, WriteOp, Written};
-use super::engine::{DurabilityMode, Engine, EngineError};
+use super::engine::EngineError;
 use super::error::ApiError;
-use super::health::Problem;
 use super::record::{system_now_ms, Record};
 use super::request::{self, MAX_VALUE_LEN};
+use super::state::{health_problem, AppState};
 use super::tokens::Scope;
 use super::{backup, claims, listing, metrics, ui};
 
@@ -23,18 +23,6 @@ const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
 const KV_EXPIRES_MS: HeaderName = HeaderName::from_static("kv-expires-ms");
 const CAPABILITIES: [&str; 5] = ["conditional-put", "ttl", "server-time", "cas", "deadline"];
-
-/// What every handler needs.
-pub struct AppState {
-    pub engine: Engine,
-    pub durability: DurabilityMode,
-    /// `<data>/kv.redb`, whose size `/metrics` reports.
-    pub data_file: std::path::PathBuf,
-    /// `--metrics-public`: `/metrics` needs no token.
-    pub metrics_public: bool,
-    /// The status page's census cache.
-    pub ui: ui::UiState,
-}
 
 type App = State<Arc<AppState>>;
 
@@ -118,14 +106,6 @@ async fn stamp_server_time(mut resp: Response) -> Response {
         resp.headers_mut().insert(KV_TIME_MS, HeaderValue::from(system_now_ms()));
     }
     resp
-}
-
-/// What `/healthz` reports when it is not ok.
-pub fn health_problem(app: &AppState) -> Option<Problem> {
-    match app.engine.writer_alive() {
-        true => app.engine.health().problem(),
-        false => Some(Problem { status: "unavailable", reason: "the storage writer stopped".into() }),
-    }
 }
 
 async fn healthz(State(app): App) -> Response {

@@ -36,6 +36,7 @@ mod ops_metrics;
 mod rates;
 mod record;
 mod request;
+mod state;
 mod tls;
 mod tokens;
 mod tracked;
@@ -181,7 +182,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kv-http").build()?;
-    let state = Arc::new(http::AppState {
+    let state = Arc::new(state::AppState {
         engine,
         durability: args.durability,
         data_file: args.data.join(DB_FILE),
@@ -221,7 +222,7 @@ fn log_panics() {
 }
 
 async fn serve_http(
-    state: Arc<http::AppState>,
+    state: Arc<state::AppState>,
     listener: std::net::TcpListener,
     auth: Option<Arc<auth::Auth>>,
     tls: Option<tls::Tls>,

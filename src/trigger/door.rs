@@ -1,11 +1,12 @@
 //! The door: one webhook delivery → verified, identified, claimed, and the answer the sender
 //! gets. Every path ends in a [`Verdict`]; nothing here is a session error.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::config::{Door, IdSource, TypeSource};
 use super::raw::RawRequest;
+use super::verdict::Verdict;
 use super::EVENT;
 use crate::error::{ErrorClass, ToolError};
 use crate::store::key::{storage_key, validate_event_id};
@@ -20,42 +21,6 @@ pub const RETRY_AFTER_S: u32 = 5;
 /// `invoke` hex-doubled in one line, next to the payload, and must fit the plugin's
 /// input-line cap there too (a claim whose invoke cannot be read would stall the delivery).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-
-/// What dispatch answers: the HTTP answer the sender gets and whether a workflow starts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    pub status: u16,
-    /// `accepted`, `duplicate`, `in_progress`, `conflict`, `unsigned`, `no_id`, `too_large`,
-    /// `store_unavailable`, `misconfigured`, `bad_request`, `builder`.
-    pub outcome: &'static str,
-    /// Short human-readable reason, sent in the JSON body.
-    pub message: String,
-    /// Only an accepted delivery starts workflows (then `payload` is what invoke gets).
-    pub start: bool,
-    pub retry_after: Option<u32>,
-    /// Extra fields for the body (delivery id, attempt, status) and, when `start`, the payload.
-    pub fields: Map<String, Value>,
-    pub payload: Map<String, Value>,
-}
-
-impl Verdict {
-    pub fn refuse(status: u16, outcome: &'static str, message: impl Into<String>) -> Verdict {
-        Verdict {
-            status,
-            outcome,
-            message: message.into(),
-            start: false,
-            retry_after: None,
-            fields: Map::new(),
-            payload: Map::new(),
-        }
-    }
-
-    fn with(mut self, name: &str, value: Value) -> Verdict {
-        self.fields.insert(name.to_owned(), value);
-        self
-    }
-}
 
 /// A delivery that passed every check that needs no store.
 #[derive(Debug)]

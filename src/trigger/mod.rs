@@ -10,13 +10,13 @@ pub mod door;
 pub mod raw;
 pub mod reply;
 pub mod signature;
+pub mod verdict;
 
 use serde_json::{json, Value};
 
-use crate::dispatch::App;
 use crate::error::{SessionError, ToolError};
-use crate::store::StoreError;
-use door::Verdict;
+use crate::store::{StoreCache, StoreError};
+use verdict::Verdict;
 
 /// The provider's name (`identity.name` of `trigger/provider/stateful_trigger.yaml`).
 pub const PROVIDER: &str = "stateful_trigger";
@@ -29,9 +29,9 @@ pub const EVENT: &str = "webhook_received";
 pub const OVERSIZE_KEY: &str = "oversize_line_bytes";
 
 /// Answers one trigger action with its stream chunks.
-pub async fn handle(app: &App, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {
+pub async fn handle(stores: &StoreCache, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {
     match action {
-        "dispatch_trigger_event" => Ok(vec![reply::dispatch_chunk(&dispatch(app, data).await)]),
+        "dispatch_trigger_event" => Ok(vec![reply::dispatch_chunk(&dispatch(stores, data).await)]),
         "invoke_trigger_event" => {
             let raw = data.get("raw_http_request").and_then(Value::as_str);
             let variables = reply::variables(data.get("payload").unwrap_or(&Value::Null), raw);
@@ -53,7 +53,7 @@ pub async fn handle(app: &App, action: &str, data: &Value) -> Result<Vec<Value>,
 }
 
 /// The whole door: builder pings pass, everything else is checked and claimed.
-async fn dispatch(app: &App, data: &Value) -> Verdict {
+async fn dispatch(stores: &StoreCache, data: &Value) -> Verdict {
     if let Some(len) = data.get(OVERSIZE_KEY).and_then(Value::as_u64) {
         return Verdict::refuse(
             413,
@@ -71,9 +71,9 @@ async fn dispatch(app: &App, data: &Value) -> Verdict {
         Ok(checked) => checked,
         Err(verdict) => return *verdict,
     };
-    let timeout = app.stores.door_timeout();
+    let timeout = stores.door_timeout();
     checked.door.settings.call_timeout = timeout;
-    let store = match tokio::time::timeout(timeout, app.stores.get(&checked.door.settings.store)).await {
+    let store = match tokio::time::timeout(timeout, stores.get(&checked.door.settings.store)).await {
         Ok(Ok(store)) => store,
         Ok(Err(StoreError::BadUrl(e))) => return Verdict::refuse(500, "misconfigured", e),
         Ok(Err(e)) => return unavailable(&e.to_string()),

@@ -4,8 +4,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::door::Verdict;
 use super::raw::RawRequest;
+use super::verdict::Verdict;
 use super::EVENT;
 
 /// Most body text carried to the workflow (UTF-8, cut on a character boundary).

@@ -15,11 +15,11 @@ use serde_json::{json, Value};
 
 use super::census::{Brief, Snapshot};
 use crate::kv_server::error::ApiError;
-use crate::kv_server::http::{health_problem, AppState};
 use crate::kv_server::listing::{self, ListQuery};
 use crate::kv_server::rates::{SLOTS, SLOT_MS};
 use crate::kv_server::record::system_now_ms;
 use crate::kv_server::request::validate_key;
+use crate::kv_server::state::{health_problem, AppState};
 
 type App = State<Arc<AppState>>;
 
