@@ -38,6 +38,9 @@ impl EventStore for AnyStore {
     async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         each_backend!(self, s => s.read_at(key, timeout).await)
     }
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        each_backend!(self, s => s.read(key, timeout).await)
+    }
     async fn swap(
         &self,
         key: &str,

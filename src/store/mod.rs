@@ -125,15 +125,17 @@ pub trait EventStore: Send + Sync {
         timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<Created, StoreError>> + Send;
-    /// Reads `key`, with the store's time T of the read: every write the store applied at a
-    /// store time up to T is visible in it (so a write whose deadline is before T that is not
-    /// there never will be).
+    /// The settling read: `key`, with the store's time T of the read. Every write the store
+    /// accepted at a store time up to T is visible in it, including one still committing
+    /// (the read waits for it), so a write whose deadline is before T that is not there never
+    /// will be.
     fn read_at(
         &self,
         key: &str,
         timeout: Duration,
     ) -> impl Future<Output = Result<(Option<Current>, i64), StoreError>> + Send;
-    /// Reads `key`.
+    /// Reads `key`: what is visible now (a backend may answer it more cheaply than
+    /// [`EventStore::read_at`]).
     fn read(&self, key: &str, timeout: Duration) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send {
         async move { self.read_at(key, timeout).await.map(|(cur, _)| cur) }
     }

@@ -11,6 +11,7 @@ mod backend_postgres;
 mod backend_redis;
 // Redis Cluster and Sentinel, PostgreSQL standbys, built by the tests: scenarios, validation,
 // failover under load.
+mod postgres_commit_wait;
 mod postgres_failover;
 mod postgres_validate;
 mod redis_cluster;

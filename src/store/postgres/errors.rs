@@ -68,6 +68,9 @@ pub fn connecting(at: &str, user: &str, e: &tokio_postgres::Error) -> StoreError
 pub fn running(timeout: Duration, e: &tokio_postgres::Error) -> StoreError {
     match e.code() {
         Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => StoreError::Config(db_text(e)),
+        // lock_timeout: a claim on the key is still committing (a synchronous standby has not
+        // confirmed it); nothing of this statement was applied.
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => StoreError::Timeout(timeout.as_millis() as u64),
         Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => StoreError::Bad(format!(
             "{}: the server became a read-only standby (a failover?); the claim was not made",
             db_text(e)

@@ -123,22 +123,35 @@ impl PostgresStore {
             let statement = conn.prepare_cached(sql).await?;
             conn.query_one(&statement, params).await
         };
-        match tokio::time::timeout(left, run).await {
-            Ok(Ok(row)) => Ok(row),
-            Ok(Err(e)) => {
-                let err = errors::running(timeout, &e);
-                if err.is_ambiguous() {
-                    // Broken: never hand it to another session.
-                    drop(Object::take(conn));
-                }
-                Err(err)
-            }
-            Err(_) => {
-                // Its answer is still owed on this connection: do not reuse it.
-                drop(Object::take(conn));
-                Err(StoreError::Timeout(timeout.as_millis() as u64))
-            }
-        }
+        let answer = tokio::time::timeout(left, run).await;
+        finish(conn, answer, timeout)
+    }
+
+    /// Runs one statement in a transaction that first takes `key`'s advisory lock (waiting
+    /// at most the timeout), so its snapshot and clock come after every claim on `key` still
+    /// committing (see [`sql`]). Four round trips: only for settling and rolling back.
+    async fn locked(
+        &self,
+        key: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        timeout: Duration,
+    ) -> Result<Row, StoreError> {
+        let started = Instant::now();
+        let mut conn = self.conn(timeout).await?;
+        let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+        let lock_timeout = format!("{}ms", left.as_millis());
+        let run = async {
+            let tx = conn.transaction().await?;
+            let lock = tx.prepare_cached(&self.sql.lock).await?;
+            tx.execute(&lock, &[&key, &lock_timeout]).await?;
+            let statement = tx.prepare_cached(sql).await?;
+            let row = tx.query_one(&statement, params).await?;
+            tx.commit().await?;
+            Ok(row)
+        };
+        let answer = tokio::time::timeout(left, run).await;
+        finish(conn, answer, timeout)
     }
 
     fn current(&self, row: &Row, at: usize, now_ms: i64) -> Option<Current> {
@@ -228,12 +241,35 @@ impl PostgresStore {
     ) -> Result<bool, StoreError> {
         let (ttl, restored_claim) = (ttl_ms(ttl), restore.map(claim_of).unwrap_or_default());
         let params: [&(dyn ToSql + Sync); 6] = [&key, &claim_id, &restore, &ttl, &until, &restored_claim];
-        let row = self.one(&self.sql.release, &params, timeout).await?;
+        let row = self.locked(key, &self.sql.release, &params, timeout).await?;
         let now = self.observe(&row, 1);
         if row.get::<_, bool>(2) {
             return Err(too_late(until, now));
         }
         Ok(row.get::<_, i32>(0) == 1)
+    }
+}
+
+/// A statement's answer; a connection whose answer is still owed, or broken, is never handed
+/// to another session.
+fn finish(
+    conn: Object,
+    answer: Result<Result<Row, tokio_postgres::Error>, tokio::time::error::Elapsed>,
+    timeout: Duration,
+) -> Result<Row, StoreError> {
+    match answer {
+        Ok(Ok(row)) => Ok(row),
+        Ok(Err(e)) => {
+            let err = errors::running(timeout, &e);
+            if err.is_ambiguous() {
+                drop(Object::take(conn));
+            }
+            Err(err)
+        }
+        Err(_) => {
+            drop(Object::take(conn));
+            Err(StoreError::Timeout(timeout.as_millis() as u64))
+        }
     }
 }
 
@@ -265,12 +301,20 @@ impl EventStore for PostgresStore {
         self.create_until(key, value, ttl, timeout, until.map(|d| d.0)).await
     }
 
-    /// A read and the store's time T it was served at (the statement's clock, taken after its
-    /// snapshot): every write whose statement committed before the read began is in it.
+    /// The settling read and the store's time T it was served at. It first takes the key's
+    /// lock, so it waits for a claim whose commit is not yet visible (a synchronous standby
+    /// has not confirmed it) and then sees it; a claim after it reads a clock past T.
     async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
-        let row = self.one(&self.sql.read, &[&key], timeout).await?;
+        let row = self.locked(key, &self.sql.read, &[&key], timeout).await?;
         let now = self.observe(&row, 0);
         Ok((self.current(&row, 1, now), now))
+    }
+
+    /// A plain read (one statement): what is committed and visible now.
+    async fn read(&self, key: &str, timeout: Duration) -> Result<Option<Current>, StoreError> {
+        let row = self.one(&self.sql.read, &[&key], timeout).await?;
+        let now = self.observe(&row, 0);
+        Ok(self.current(&row, 1, now))
     }
 
     async fn swap(
