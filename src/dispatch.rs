@@ -24,11 +24,24 @@ impl App {
     }
 }
 
+/// What answers one request on its session (and ends it). The plugin's is [`App`]; the
+/// runtimes take any, so tests can inject one that misbehaves (panics, say) without a test
+/// branch in the plugin's own routing.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, session: Session, data: Value) -> impl std::future::Future<Output = ()> + Send;
+}
+
+impl Handler for App {
+    fn handle(&self, session: Session, data: Value) -> impl std::future::Future<Output = ()> + Send {
+        handle_request(self, session, data)
+    }
+}
+
 /// Answers one session whatever happens: the request's outcome, the error of a line that
 /// could not be taken as a request, or, should the handler panic, an error. The daemon waits
 /// for every session's `end`, so a bug in one handler must not leave its session open.
-pub async fn serve_session(
-    app: &App,
+pub async fn serve_session<H: Handler>(
+    handler: &H,
     session_id: String,
     caller: Caller,
     outbox: Outbox,
@@ -37,7 +50,7 @@ pub async fn serve_session(
     let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
     let work = async move {
         match request {
-            Ok(data) => handle_request(app, session, data).await,
+            Ok(data) => handler.handle(session, data).await,
             Err(error) => respond(session, Err(error.into())).await,
         }
     };
@@ -79,15 +92,12 @@ async fn respond(session: Session, outcome: Result<Reply, SessionError>) {
 }
 
 /// Handles one `request` and ends its session.
-pub async fn handle_request(app: &App, session: Session, data: Value) {
+async fn handle_request(app: &App, session: Session, data: Value) {
     let kind = data.get("type").and_then(Value::as_str).unwrap_or("");
     let action = data.get("action").and_then(Value::as_str).unwrap_or("");
     let outcome = match (kind, action) {
         ("tool", "invoke_tool") => invoke_tool(app, &data).await.map(Reply::Answer).map_err(SessionError::from),
         ("tool", "validate_tool_credentials") => validate_credentials(app, &data).await.map(Reply::Chunks),
-        // Lets the session-loop tests prove a panicking handler still ends its session.
-        #[cfg(test)]
-        ("test", "panic") => panic!("the test-only panicking action"),
         ("tool", "get_tool_runtime_parameters") => {
             runtime_parameters(&data).map(Reply::Chunks).map_err(SessionError::from)
         }

@@ -145,7 +145,7 @@ fn stream_session(state: &HttpState, sid: String, caller: Caller, data: Result<V
     let (outbox, write) = Outbox::new(writer, 64);
     let app = state.app.clone();
     tokio::spawn(async move {
-        let work = async move { serve_session(&app, sid, caller, outbox, data).await };
+        let work = async move { serve_session(&*app, sid, caller, outbox, data).await };
         let (written, ()) = tokio::join!(write, work);
         if let Err(e) = written {
             tracing::debug!("the HTTP client left before reading the whole answer: {e}");

@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
-use crate::dispatch::{serve_session, App};
+use crate::dispatch::{serve_session, Handler};
 use crate::error::ToolError;
 use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
 use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox};
@@ -20,10 +20,11 @@ const OUTBOX_DEPTH: usize = 1024;
 
 /// Serves until `input` ends and every in-flight session has answered, then flushes.
 /// Returns an error when `output` fails (e.g. EPIPE): nobody is listening any more.
-pub async fn serve<R, W>(input: R, output: W, app: Arc<App>, opts: ServeOptions) -> io::Result<()>
+pub async fn serve<R, W, H>(input: R, output: W, app: Arc<H>, opts: ServeOptions) -> io::Result<()>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
+    H: Handler,
 {
     let (outbox, writer) = Outbox::new(output, OUTBOX_DEPTH);
     // Until this loop ends, log records become `log` events on this stream (per `opts.logs`).
@@ -43,7 +44,12 @@ where
     }
 }
 
-async fn drive<R: AsyncBufRead + Unpin>(input: R, outbox: Outbox, app: Arc<App>, opts: ServeOptions) -> io::Result<()> {
+async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
+    input: R,
+    outbox: Outbox,
+    app: Arc<H>,
+    opts: ServeOptions,
+) -> io::Result<()> {
     // Ready as soon as the daemon sees this line: before any set-up work.
     outbox.send(HEARTBEAT.to_vec()).await;
     let heartbeat = tokio::spawn(beat(outbox.clone(), opts.heartbeat));
@@ -67,7 +73,7 @@ async fn drive<R: AsyncBufRead + Unpin>(input: R, outbox: Outbox, app: Arc<App>,
         // output); behind a box each of those moves copies a pointer.
         sessions.spawn(Box::pin(async move {
             let _permit = permit;
-            serve_session(&app, session_id, caller, outbox, data).await;
+            serve_session(&*app, session_id, caller, outbox, data).await;
         }));
     };
     // End of input: let every in-flight session answer before the writer is released.

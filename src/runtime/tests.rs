@@ -6,8 +6,9 @@ use serde_json::{json, Value};
 
 use super::session_loop::serve;
 use super::ServeOptions;
-use crate::dispatch::App;
+use crate::dispatch::{App, Handler};
 use crate::logging::LogRoute;
+use crate::protocol::Session;
 use crate::store::{Clock, StoreOptions};
 
 fn opts() -> ServeOptions {
@@ -26,16 +27,29 @@ fn ingest(sid: &str, id: &str) -> String {
     )
 }
 
+fn app() -> std::sync::Arc<App> {
+    App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() })
+}
+
+/// The plugin's own handler, except that a request of type "test" panics in it.
+struct Panicky(std::sync::Arc<App>);
+
+impl Handler for Panicky {
+    async fn handle(&self, session: Session, data: Value) {
+        if data["type"] == "test" {
+            panic!("an injected panicking handler");
+        }
+        self.0.handle(session, data).await
+    }
+}
+
 async fn run(input: &[u8]) -> Vec<Value> {
+    run_with(input, app()).await
+}
+
+async fn run_with<H: Handler>(input: &[u8], handler: std::sync::Arc<H>) -> Vec<Value> {
     let mut out = Vec::new();
-    serve(
-        tokio::io::BufReader::new(input),
-        &mut out,
-        App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
-        opts(),
-    )
-    .await
-    .unwrap();
+    serve(tokio::io::BufReader::new(input), &mut out, handler, opts()).await.unwrap();
     out.split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("non-JSON output line: {e}")))
@@ -161,13 +175,7 @@ async fn output_error_stops_the_loop() {
     }
     // An input that never ends: only the broken output can stop the loop.
     let (_keep_open, reader) = tokio::io::duplex(64);
-    let r = serve(
-        tokio::io::BufReader::new(reader),
-        Broken,
-        App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
-        opts(),
-    )
-    .await;
+    let r = serve(tokio::io::BufReader::new(reader), Broken, app(), opts()).await;
     assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
 }
 
@@ -175,7 +183,7 @@ async fn output_error_stops_the_loop() {
 async fn a_panicking_handler_still_ends_its_session() {
     let mut input = request("p", json!({"type": "test", "action": "panic"}));
     input += &ingest("s-after", "P");
-    let out = run(input.as_bytes()).await;
+    let out = run_with(input.as_bytes(), std::sync::Arc::new(Panicky(app()))).await;
     assert_eq!(session_types(&out, "p"), ["error", "end"]);
     let err = out.iter().find(|v| v["session_id"] == "p" && v["data"]["type"] == "error").unwrap();
     assert_eq!(err["data"]["data"]["error_type"], "upstream_error");

@@ -12,24 +12,6 @@ use crate::error::ToolError;
 use crate::store::record::{new_claim_id, Record, Status};
 use crate::store::{EventStore, StoreClock, StoreDeadline};
 
-#[cfg(test)]
-thread_local! {
-    /// Test-only switch to the protocol before own-write recognition everywhere ("the old
-    /// settle"): a call recognised its record only in the read-back right after a lost
-    /// answer, and took it for someone else's anywhere else. The simulation must catch it.
-    pub static OLD_SETTLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-#[cfg(test)]
-pub fn old_settle() -> bool {
-    OLD_SETTLE.with(|o| o.get())
-}
-
-#[cfg(not(test))]
-pub fn old_settle() -> bool {
-    false
-}
-
 /// Why a rolled-back claim's record says `failed` (its `result`).
 const ROLLED_BACK: &str =
     "rolled back: the claim's answer was lost and the call answered upstream_error; never processed";

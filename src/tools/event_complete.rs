@@ -3,7 +3,6 @@
 
 use serde_json::{json, Map, Value};
 
-use super::claims::old_settle;
 use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
@@ -68,7 +67,7 @@ async fn complete<S: EventStore>(
     let mut cur = store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
     for _ in 0..MAX_ROUNDS {
         let rec = decode(&cur.value, key)?;
-        if claims.owns(&rec.claim_id) && !old_settle() {
+        if claims.owns(&rec.claim_id) {
             // This call's own completion landed (its answer was lost or came late).
             return Ok(answer(target.as_str(), rec, key));
         }
@@ -116,9 +115,6 @@ async fn complete<S: EventStore>(
             Err(e) if e.is_ambiguous() => {
                 claims.lost(&next);
                 cur = store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)?.ok_or_else(not_found)?;
-                if old_settle() && decode(&cur.value, key)?.claim_id == next.claim_id {
-                    return Ok(answer(target.as_str(), next, key));
-                }
             }
             Err(e) => return Err(fail(e)),
         }

@@ -3,7 +3,6 @@
 
 use serde_json::{json, Map, Value};
 
-use super::claims::old_settle;
 use super::settings::MAX_LEASE_SECONDS;
 use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
@@ -159,9 +158,6 @@ async fn claim<S: EventStore>(
             Err(e) if e.is_ambiguous() => {
                 claims.lost(&fresh);
                 match store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)? {
-                    Some(cur) if old_settle() && decode(&cur.value, key)?.claim_id == fresh.claim_id => {
-                        return Ok(answer("accepted", fresh, key, false));
-                    }
                     Some(cur) => cur,
                     None => continue,
                 }
@@ -190,7 +186,7 @@ async fn settle<S: EventStore>(
     let fail = |e| deadline.error(e);
     for _ in 0..MAX_ROUNDS {
         let rec = decode(&cur.value, key)?;
-        if claims.owns(&rec.claim_id) && !old_settle() {
+        if claims.owns(&rec.claim_id) {
             // This call's own write landed (late, twice, or with its answer lost): it is this
             // call's claim, never a duplicate of itself.
             let retry = rec.attempt > 1;
@@ -230,9 +226,6 @@ async fn settle<S: EventStore>(
             Err(e) if e.is_ambiguous() => {
                 claims.lost(&next);
                 match store.read(key, deadline.share().map_err(fail)?).await.map_err(fail)? {
-                    Some(newer) if old_settle() && decode(&newer.value, key)?.claim_id == next.claim_id => {
-                        return Ok(Some(answer("accepted", next, key, true)));
-                    }
                     Some(newer) => cur = newer,
                     None => return Ok(None),
                 }

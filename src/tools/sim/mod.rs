@@ -17,6 +17,7 @@ mod schedule;
 mod store;
 
 use report::Faults;
+use store::Flaw;
 
 /// Schedules per `cargo test` run.
 const DEFAULT_SCHEDULES: u64 = 10_000;
@@ -33,17 +34,17 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// Runs the budget (or the one seed asked for); the first failing seed, with its invariant.
-/// `deadlines` false runs a store that ignores write deadlines (the mutant L3 must catch).
-fn search(budget: u64, deadlines: bool) -> (Option<(u64, String)>, Faults, u64) {
+/// `flaw` plays a broken store (a mutant the invariants must catch).
+fn search(budget: u64, flaw: Flaw) -> (Option<(u64, String)>, Faults, u64) {
     let mut faults = Faults::default();
     if let Some(seed) = env_u64("STATEFUL_TOOL_SIM_SEED") {
-        let r = schedule::run(seed, true, &mut faults, deadlines).err().map(|e| (seed, e));
+        let r = schedule::run(seed, true, &mut faults, flaw).err().map(|e| (seed, e));
         return (r, faults, 1);
     }
     let mut ran = 0;
     for seed in REGRESSIONS.iter().copied().chain(0..budget) {
         ran += 1;
-        if let Err(e) = schedule::run(seed, false, &mut faults, deadlines) {
+        if let Err(e) = schedule::run(seed, false, &mut faults, flaw) {
             return (Some((seed, e)), faults, ran);
         }
     }
@@ -54,7 +55,7 @@ fn search(budget: u64, deadlines: bool) -> (Option<(u64, String)>, Faults, u64) 
 fn every_fault_schedule_keeps_the_invariants() {
     let budget = env_u64("STATEFUL_TOOL_SIM_SCHEDULES").unwrap_or(DEFAULT_SCHEDULES);
     let started = std::time::Instant::now();
-    let (failure, faults, ran) = search(budget, true);
+    let (failure, faults, ran) = search(budget, Flaw::None);
     eprintln!("simulation: {ran} schedules in {:.1?}; {faults:?}", started.elapsed());
     if let Some((seed, why)) = failure {
         panic!(
@@ -63,22 +64,21 @@ fn every_fault_schedule_keeps_the_invariants() {
     }
 }
 
-/// The simulation is only worth its budget if it catches a real mistake: with the old
-/// `settle` (a delivery's own late claim read as someone else's), a schedule fails.
+/// The simulation is only worth its budget if it catches a real mistake: when a call cannot
+/// recognise its own write (the store hides claim ids: its own late claim looks like someone
+/// else's, as before own-write recognition), a schedule fails.
 #[test]
-fn the_old_settle_is_caught_within_the_budget() {
-    super::claims::OLD_SETTLE.with(|o| o.set(true));
-    let (failure, _, ran) = search(DEFAULT_SCHEDULES, true);
-    super::claims::OLD_SETTLE.with(|o| o.set(false));
-    let (seed, why) = failure.expect("the old settle survived every schedule");
-    eprintln!("the old settle fails schedule {seed} (after {ran} schedules): {why}");
+fn a_call_blind_to_its_own_writes_is_caught_within_the_budget() {
+    let (failure, _, ran) = search(DEFAULT_SCHEDULES, Flaw::HidesClaimIds);
+    let (seed, why) = failure.expect("a call blind to its own writes survived every schedule");
+    eprintln!("a call blind to its own writes fails schedule {seed} (after {ran} schedules): {why}");
 }
 
 /// The old store, which applied a write whenever it arrived (no deadline), is caught too: a
 /// request delivered after its caller answered `upstream_error` lands (L3).
 #[test]
 fn a_store_without_write_deadlines_is_caught_within_the_budget() {
-    let (failure, _, ran) = search(DEFAULT_SCHEDULES, false);
+    let (failure, _, ran) = search(DEFAULT_SCHEDULES, Flaw::IgnoresDeadlines);
     let (seed, why) = failure.expect("a store ignoring write deadlines survived every schedule");
     assert!(why.starts_with("L3") || why.starts_with("L1") || why.starts_with("L2"), "{why}");
     eprintln!("a store without deadlines fails schedule {seed} (after {ran} schedules): {why}");

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::check::{self, Call, Kind, Ledger};
 use super::report::{short, short_reply, Faults};
 use super::rng::Rng;
-use super::store::{Op, Reply, SimStore};
+use super::store::{Flaw, Op, Reply, SimStore};
 use crate::error::ToolError;
 use crate::store::record::Status;
 use crate::store::StoreError;
@@ -42,9 +42,9 @@ struct Sim {
     step: usize,
 }
 
-/// Runs schedule `seed` (against a store that ignores write deadlines when `deadlines` is
-/// false: a mutant); `Err` names the invariant it broke.
-pub fn run(seed: u64, trace: bool, faults: &mut Faults, deadlines: bool) -> Result<(), String> {
+/// Runs schedule `seed` against a store with `flaw` (`Flaw::None`: a sound one); `Err` names
+/// the invariant it broke.
+pub fn run(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let retention = rng.pick(&["2s", "60s", "1h"]);
     let default_lease = rng.pick(&["0", "1", "5", "30"]);
@@ -57,7 +57,7 @@ pub fn run(seed: u64, trace: bool, faults: &mut Faults, deadlines: bool) -> Resu
     let fault_percent = rng.pick(&[5, 15, 30, 50]);
     let mut sim = Sim {
         rng,
-        store: SimStore::new(1_700_000_000_000, deadlines),
+        store: SimStore::new(1_700_000_000_000, flaw),
         settings,
         tasks: vec![],
         ledger: Ledger::default(),

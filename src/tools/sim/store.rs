@@ -82,8 +82,22 @@ pub struct World {
     pub current_task: usize,
     /// How many times each key expired (a new life of the id: attempts start over).
     pub lives: HashMap<String, u32>,
-    /// False plays the store before write deadlines (the mutant the L3 check must catch).
-    pub honours_deadlines: bool,
+    /// A flaw played on purpose, to show the checks catch it.
+    pub flaw: Flaw,
+}
+
+/// A deliberately broken store: each flaw is a mistake the invariants must catch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Flaw {
+    /// A sound store.
+    #[default]
+    None,
+    /// Applies a write whenever it arrives (the store before write deadlines).
+    IgnoresDeadlines,
+    /// Answers every record with a claim_id no call sent, so a call never recognises its own
+    /// write (the protocol before own-write recognition took its own late claim for
+    /// someone else's).
+    HidesClaimIds,
 }
 
 impl World {
@@ -103,7 +117,14 @@ impl World {
     }
 
     fn current(&self, e: &Entry) -> Current {
-        Current { value: e.value.clone(), version: Version::Rev(e.rev), store_now_ms: self.now_ms }
+        let value = match self.flaw {
+            Flaw::HidesClaimIds => match Record::from_bytes(&e.value) {
+                Ok(rec) => Record { claim_id: "hidden".to_owned(), ..rec }.to_bytes(),
+                Err(_) => e.value.clone(),
+            },
+            _ => e.value.clone(),
+        };
+        Current { value, version: Version::Rev(e.rev), store_now_ms: self.now_ms }
     }
 
     fn put(&mut self, key: &str, value: &[u8], ttl_ms: i64) {
@@ -113,14 +134,14 @@ impl World {
     }
 
     /// Applies one request atomically and returns the answer the store would send. A write
-    /// that arrives after its deadline (when the store honours deadlines) is refused.
+    /// that arrives after its deadline (unless the store ignores deadlines) is refused.
     pub fn apply(&mut self, op: &Op) -> Reply {
         self.expire();
         let until = match op {
             Op::Create { until, .. } | Op::Swap { until, .. } | Op::Release { until, .. } => *until,
             Op::Read { .. } => None,
         };
-        if let Some(d) = until.filter(|d| self.honours_deadlines && self.now_ms > *d) {
+        if let Some(d) = until.filter(|d| self.flaw != Flaw::IgnoresDeadlines && self.now_ms > *d) {
             return Reply::Failed(StoreError::TooLate { deadline_ms: d, store_now_ms: self.now_ms });
         }
         match op {
@@ -192,12 +213,12 @@ pub struct SimStore {
 }
 
 impl SimStore {
-    /// `honours_deadlines` false plays a store that ignores write deadlines (a mutant).
-    pub fn new(start_ms: i64, honours_deadlines: bool) -> SimStore {
+    /// A store with `flaw` (`Flaw::None`: a sound one).
+    pub fn new(start_ms: i64, flaw: Flaw) -> SimStore {
         let virtual_ms = Arc::new(AtomicI64::new(start_ms));
         let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
         clock.observe(start_ms);
-        let world = World { now_ms: start_ms, honours_deadlines, ..World::default() };
+        let world = World { now_ms: start_ms, flaw, ..World::default() };
         SimStore { world: Arc::new(Mutex::new(world)), clock, virtual_ms }
     }
 
