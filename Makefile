@@ -26,6 +26,7 @@ test:
 	./scripts/ensure-redis.sh
 	./scripts/ensure-postgres.sh
 	./scripts/ensure-ui-tools.sh
+	./scripts/ensure-faketime.sh
 	$(CARGO) test --locked
 
 lint:

@@ -40,8 +40,7 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
   STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
   STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); under
                                      the daemon, logs are protocol `log` events (stderr before)
-  STATEFUL_TOOL_ALLOW_MEMORY_STORE   tests only: allow kv_url=memory:// (lost when the process ends)
-  STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS tests only: shift this host's clock by N ms (default 0)";
+  STATEFUL_TOOL_ALLOW_MEMORY_STORE   tests only: allow kv_url=memory:// (lost when the process ends)";
 
 /// Knobs of the session loop (tests shorten the heartbeat).
 #[derive(Debug, Clone)]
@@ -72,8 +71,7 @@ pub struct RuntimeOptions {
 impl RuntimeOptions {
     /// From the environment (or `.env`): `STATEFUL_TOOL_STORE_TIMEOUT_MS`,
     /// `STATEFUL_TOOL_HEARTBEAT_MS` (positive numbers; anything else keeps the default),
-    /// `STATEFUL_TOOL_ALLOW_MEMORY_STORE` (set: `memory://` is accepted, for tests and demos)
-    /// and `STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS` (tests skew the host clock with it).
+    /// and `STATEFUL_TOOL_ALLOW_MEMORY_STORE` (set: `memory://` is accepted, for tests and demos).
     pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> Self {
         let millis = |name: &str| {
             let value = get(name)?;
@@ -84,7 +82,6 @@ impl RuntimeOptions {
             ms.map(Duration::from_millis)
         };
         let (serve, store) = (ServeOptions::default(), StoreOptions::default());
-        let offset_ms = get("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS").and_then(|v| v.parse().ok()).unwrap_or(0);
         RuntimeOptions {
             serve: ServeOptions { heartbeat: millis("STATEFUL_TOOL_HEARTBEAT_MS").unwrap_or(serve.heartbeat), ..serve },
             store: StoreOptions {
@@ -93,7 +90,7 @@ impl RuntimeOptions {
                 door_timeout: millis("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS").unwrap_or(store.door_timeout),
                 ..store
             },
-            clock: Clock::with_offset(offset_ms),
+            clock: Clock::system(),
         }
     }
 }

@@ -3,8 +3,9 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
-/// The plugin host's wall clock in unix ms, with an optional offset (tests skew it to prove
-/// outcomes never depend on it; the runtime takes it from `STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS`).
+/// The plugin host's wall clock in unix ms, with an optional offset (the in-memory store
+/// plays a skewed store clock with it; a skewed plugin host is tested on the real binary with
+/// libfaketime).
 #[derive(Debug, Clone)]
 pub struct Clock {
     offset_ms: i64,

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::plugin::{creds, Plugin};
+use super::plugin::{creds, skewed_clock, Plugin};
 
 fn fresh_id(tag: &str) -> String {
     format!("{tag}-{:x}", rand::random::<u64>())
@@ -133,11 +133,11 @@ pub async fn one_reclaim_among_concurrent_redeliveries(url: &str) {
     assert_eq!(reclaims, 1);
 }
 
-/// Two plugin hosts whose clocks are an hour off in opposite directions reach the same
-/// outcomes: leases are stamped and judged by the store's clock.
+/// Two plugin hosts whose clocks are an hour off in opposite directions (the real binary under
+/// libfaketime) reach the same outcomes: leases are stamped and judged by the store's clock.
 pub async fn host_clock_skew_changes_nothing(url: &str) {
-    let ahead = Plugin::spawn(&[("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS", "3600000")]).await;
-    let behind = Plugin::spawn(&[("STATEFUL_TOOL_FAKE_CLOCK_OFFSET_MS", "-3600000")]).await;
+    let ahead = Plugin::spawn_with(&skewed_clock("+1h", 3600)).await;
+    let behind = Plugin::spawn_with(&skewed_clock("-1h", -3600)).await;
     let c = creds(url);
     let id = fresh_id("skew");
     let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 2});

@@ -215,3 +215,41 @@ pub fn request_line_as(sid: &str, data: &Value, app_id: Option<&str>, message_id
 pub fn creds(url: &str) -> Value {
     json!({ "kv_url": url })
 }
+
+/// The environment that runs a process with its wall clock shifted by `offset` (libfaketime's
+/// syntax: "+1h", "-1h"), as on a badly set host: LD_PRELOAD of Debian's libfaketime
+/// (scripts/ensure-faketime.sh), so the product needs no clock setting for tests. Monotonic
+/// time is left alone. Checked once: `date` under it must be off by `offset_s`.
+pub fn skewed_clock(offset: &str, offset_s: i64) -> Vec<(&'static str, String)> {
+    let lib = std::fs::read_dir("/usr/lib")
+        .expect("/usr/lib")
+        .filter_map(|e| Some(e.ok()?.path().join("faketime/libfaketimeMT.so.1")))
+        .find(|p| p.exists())
+        .expect("libfaketime is missing: scripts/ensure-faketime.sh installs it");
+    let env = vec![
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("FAKETIME", offset.to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+        ("DONT_FAKE_MONOTONIC", "1".to_owned()),
+    ];
+    let out = std::process::Command::new("date").arg("+%s").envs(env.iter().map(|(k, v)| (*k, v))).output().unwrap();
+    let shown: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("date +%s under libfaketime");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!((shown - now - offset_s).abs() < 60, "libfaketime did not shift the clock by {offset}: {shown} vs {now}");
+    env
+}
+
+impl Plugin {
+    /// Like [`Plugin::spawn`] with `env` as owned pairs (see [`skewed_clock`]); asserts the
+    /// preloaded library is mapped into the plugin process, so the skew is really its own.
+    pub async fn spawn_with(env: &[(&'static str, String)]) -> Plugin {
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let p = Plugin::spawn(&pairs).await;
+        if let Some((_, lib)) = env.iter().find(|(k, _)| *k == "LD_PRELOAD") {
+            let pid = p.child.id().expect("the plugin is running");
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            assert!(maps.contains(lib.as_str()), "{lib} is not loaded in the plugin process");
+        }
+        p
+    }
+}
