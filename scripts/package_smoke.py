@@ -6,19 +6,22 @@ Usage: scripts/package_smoke.py dist/stateful_{tool,trigger}-<version>[.signed].
 The package is extracted with every file 0644 (the daemon's extraction drops exec bits),
 then `python3 -m main` runs in it with INSTALL_METHOD=local: the shim must restore the
 binary's exec bit and exec it, the binary must write its heartbeat first and answer a
-credential validation against the in-process store (tool package), or a webhook sent while
-the subscription is being built (trigger package: 200, no event, nothing claimed).
+credential validation against a KV container started here from the release build
+(STATEFUL_TOOL_BIN, default target/release/stateful-tool; tool package), or a webhook sent
+while the subscription is being built (trigger package: 200, no event, nothing claimed).
 """
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUEST = (
     '{"session_id":"pkg-smoke","conversation_id":null,"message_id":null,"app_id":null,"endpoint_id":null,'
     '"context":null,"event":"request","data":{"action":"validate_tool_credentials","credentials":'
-    '{"kv_url":"memory://"},"provider":"stateful_tool","type":"tool","user_id":"ci"}}\n'
+    '{"kv_url":"KV_URL"},"provider":"stateful_tool","type":"tool","user_id":"ci"}}\n'
 )
 
 # A builder-phase dispatch (bare endpoint id, no properties): answered without a store.
@@ -31,19 +34,42 @@ TRIGGER_REQUEST = (
 )
 
 
+@contextlib.contextmanager
+def kv_container():
+    """A KV container on a free loopback port and a scratch directory; yields its URL."""
+    binary = os.environ.get("STATEFUL_TOOL_BIN", os.path.join(ROOT, "target/release/stateful-tool"))
+    with tempfile.TemporaryDirectory() as data:
+        server = subprocess.Popen(
+            [binary, "kv", "serve", "--listen", "127.0.0.1:0", "--data", data, "--durability", "none"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            for line in server.stdout:
+                if "listening on " in line:
+                    yield line.split("listening on ", 1)[1].split()[0]
+                    break
+            else:
+                raise SystemExit(f"{binary} kv serve printed no 'listening on' line")
+        finally:
+            server.kill()
+            server.wait()
+
+
 def main(pkg: str) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, kv_container() as kv_url:
         with zipfile.ZipFile(pkg) as z:
             trigger = b"\n  triggers:" in z.read("manifest.yaml")
             for info in z.infolist():
                 assert not info.filename.endswith("/"), f"directory entry {info.filename}"
                 z.extract(info, d)
                 os.chmod(os.path.join(d, info.filename), 0o644)
-        env = dict(os.environ, INSTALL_METHOD="local", STATEFUL_TOOL_ALLOW_MEMORY_STORE="1")
+        env = dict(os.environ, INSTALL_METHOD="local")
         out = subprocess.run(
             [sys.executable, "-m", "main"],
             cwd=d,
-            input=TRIGGER_REQUEST if trigger else REQUEST,
+            input=TRIGGER_REQUEST if trigger else REQUEST.replace("KV_URL", kv_url),
             capture_output=True,
             text=True,
             env=env,

@@ -39,8 +39,7 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
                                      kv_url may name (default: any host)
   STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
   STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); under
-                                     the daemon, logs are protocol `log` events (stderr before)
-  STATEFUL_TOOL_ALLOW_MEMORY_STORE   tests only: allow kv_url=memory:// (lost when the process ends)";
+                                     the daemon, logs are protocol `log` events (stderr before)";
 
 /// Knobs of the session loop (tests shorten the heartbeat).
 #[derive(Debug, Clone)]
@@ -70,8 +69,8 @@ pub struct RuntimeOptions {
 
 impl RuntimeOptions {
     /// From the environment (or `.env`): `STATEFUL_TOOL_STORE_TIMEOUT_MS`,
-    /// `STATEFUL_TOOL_HEARTBEAT_MS` (positive numbers; anything else keeps the default),
-    /// and `STATEFUL_TOOL_ALLOW_MEMORY_STORE` (set: `memory://` is accepted, for tests and demos).
+    /// `STATEFUL_TOOL_HEARTBEAT_MS` and `STATEFUL_TOOL_TRIGGER_TIMEOUT_MS` (positive numbers;
+    /// anything else keeps the default).
     pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> Self {
         let millis = |name: &str| {
             let value = get(name)?;
@@ -86,7 +85,6 @@ impl RuntimeOptions {
             serve: ServeOptions { heartbeat: millis("STATEFUL_TOOL_HEARTBEAT_MS").unwrap_or(serve.heartbeat), ..serve },
             store: StoreOptions {
                 call_timeout: millis("STATEFUL_TOOL_STORE_TIMEOUT_MS").unwrap_or(store.call_timeout),
-                allow_memory: get("STATEFUL_TOOL_ALLOW_MEMORY_STORE").is_some(),
                 door_timeout: millis("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS").unwrap_or(store.door_timeout),
                 ..store
             },

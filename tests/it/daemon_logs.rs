@@ -94,7 +94,6 @@ async fn remote_debugging_sends_log_events_and_keeps_stderr() {
         .env("INSTALL_METHOD", "remote")
         .env("REMOTE_INSTALL_URL", format!("127.0.0.1:{}", daemon.port()))
         .env("REMOTE_INSTALL_KEY", key)
-        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
         .env("STATEFUL_TOOL_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -104,7 +103,8 @@ async fn remote_debugging_sends_log_events_and_keeps_stderr() {
         .unwrap();
     let mut conn = daemon.accept().await;
     conn.registration(key).await;
-    conn.send(request_line("r-1", &validate("memory://")).as_bytes()).await;
+    let kv = crate::support::kv::ScratchKv::start();
+    conn.send(request_line("r-1", &validate(&kv.url())).as_bytes()).await;
     let mut lines = vec![];
     while logs_with(&lines, "INFO", "credentials validated against").is_empty() {
         lines.push(conn.line().await.expect("connection open"));

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use crate::support::kv::{raw_http, KvServer};
+use crate::support::kv::{raw_http, KvServer, ScratchKv};
 use crate::support::redis::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_stateful-tool");
@@ -19,14 +19,14 @@ fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// `stateful-tool call …` against the given kv_url (memory:// allowed), combined output.
+/// `stateful-tool call …` against the given kv_url, combined output.
 fn call(tool: &str, params: &[&str], kv_url: &str) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(["call", tool, "-c", &format!("kv_url={kv_url}")]);
     for p in params {
         cmd.args(["-p", p]);
     }
-    cmd.env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1").env("STATEFUL_TOOL_LOG", "warn");
+    cmd.env("STATEFUL_TOOL_LOG", "warn");
     cmd.output().expect("run stateful-tool call")
 }
 
@@ -164,14 +164,15 @@ fn kv_serve_says_another_process_has_the_data_directory_open() {
 
 #[test]
 fn an_empty_event_id_is_called_empty_not_missing() {
+    let kv = ScratchKv::start();
     for (tool, extra) in
         [("event_ingest", Some("event_type=created")), ("event_status", None), ("event_complete", None)]
     {
         let mut params = vec!["event_id="];
         params.extend(extra);
-        let all = text(&call(tool, &params, "memory://"));
+        let all = text(&call(tool, &params, &kv.url()));
         assert!(all.contains("param_invalid") && all.contains("event_id is empty"), "{tool}: {all}");
-        let missing = text(&call(tool, &params[1..], "memory://"));
+        let missing = text(&call(tool, &params[1..], &kv.url()));
         assert!(missing.contains("event_id is required"), "{tool}: {missing}");
     }
 }
@@ -263,9 +264,9 @@ fn event_id_lengths_are_stated_in_bytes_in_every_locale() {
 #[test]
 fn call_piped_into_a_reader_that_stops_early_exits_quietly() {
     // `stateful-tool call … --raw | head -n 1`: the reader goes away after the first line.
+    let kv = ScratchKv::start();
     let mut child = Command::new(BIN)
-        .args(["call", "event_status", "-c", "kv_url=memory://", "-p", "event_id=E", "--raw"])
-        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
+        .args(["call", "event_status", "-c", &format!("kv_url={}", kv.url()), "-p", "event_id=E", "--raw"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -4,15 +4,15 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::fake::silent_store;
+use crate::support::kv::ScratchKv;
 use crate::support::plugin::{creds, request_line, Plugin, BIN};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-const MEMORY: [(&str, &str); 1] = [("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")];
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_store_never_blocks_other_sessions() {
-    let p = std::sync::Arc::new(Plugin::spawn(&[MEMORY[0], ("STATEFUL_TOOL_STORE_TIMEOUT_MS", "3000")]).await);
+    let kv = ScratchKv::start();
+    let p = std::sync::Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "3000")]).await);
     let slow_url = format!("http://127.0.0.1:{}", silent_store());
     let p2 = p.clone();
     let slow = tokio::spawn(async move {
@@ -20,7 +20,7 @@ async fn a_slow_store_never_blocks_other_sessions() {
         (Instant::now(), r)
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let fast = p.invoke("event_ingest", &creds("memory://"), json!({"event_id": "F", "event_type": "created"})).await;
+    let fast = p.invoke("event_ingest", &creds(&kv.url()), json!({"event_id": "F", "event_type": "created"})).await;
     let fast_done = Instant::now();
     assert_eq!(fast.outcome(), "accepted");
     let (slow_done, slow) = slow.await.unwrap();
@@ -40,10 +40,10 @@ async fn heartbeats_repeat_while_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stdin_eof_finishes_in_flight_sessions_then_exits_zero() {
+    let kv = ScratchKv::start();
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
         .env("INSTALL_METHOD", "local") // a developer's `.env` may say remote
-        .envs(MEMORY)
         .env("STATEFUL_TOOL_STORE_TIMEOUT_MS", "700")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -56,7 +56,7 @@ async fn stdin_eof_finishes_in_flight_sessions_then_exits_zero() {
                "credentials": {"kv_url": url}, "tool_parameters": {"event_id": id, "event_type": "created"}})
     };
     stdin.write_all(request_line("slow", &data(&slow, "A")).as_bytes()).await.unwrap();
-    stdin.write_all(request_line("fast", &data("memory://", "B")).as_bytes()).await.unwrap();
+    stdin.write_all(request_line("fast", &data(&kv.url(), "B")).as_bytes()).await.unwrap();
     drop(stdin);
     let out = child.wait_with_output().await.unwrap();
     assert!(out.status.success(), "exit status {:?}", out.status);
@@ -72,10 +72,10 @@ async fn stdin_eof_finishes_in_flight_sessions_then_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stdout_closed_makes_the_plugin_exit() {
+    let kv = ScratchKv::start();
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
         .env("INSTALL_METHOD", "local") // a developer's `.env` may say remote
-        .envs(MEMORY)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -89,7 +89,7 @@ async fn stdout_closed_makes_the_plugin_exit() {
     let line = request_line(
         "x",
         &json!({"action": "invoke_tool", "type": "tool", "provider": "stateful_tool", "tool": "event_status", "user_id": "u",
-                "credentials": {"kv_url": "memory://"}, "tool_parameters": {"event_id": "A"}}),
+                "credentials": {"kv_url": kv.url()}, "tool_parameters": {"event_id": "A"}}),
     );
     // The plugin may exit before it has read everything: write errors are expected.
     for _ in 0..50 {
@@ -103,7 +103,8 @@ async fn stdout_closed_makes_the_plugin_exit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn abuse_huge_lines_garbage_and_ten_thousand_sessions() {
-    let p = Plugin::spawn(&MEMORY).await;
+    let kv = ScratchKv::start();
+    let p = Plugin::spawn(&[]).await;
     // 6 MiB line with a readable session id, then non-UTF-8, deep nesting, and partial writes.
     let big_rx = p.open("big");
     let mut big = b"{\"session_id\":\"big\",\"event\":\"request\",\"data\":{\"pad\":\"".to_vec();
@@ -119,7 +120,7 @@ async fn abuse_huge_lines_garbage_and_ten_thousand_sessions() {
     let line = request_line(
         "split",
         &json!({"action": "invoke_tool", "type": "tool", "provider": "stateful_tool", "tool": "event_ingest",
-        "user_id": "u", "credentials": {"kv_url": "memory://"}, "tool_parameters": {"event_id": "P", "event_type": "created"}}),
+        "user_id": "u", "credentials": {"kv_url": kv.url()}, "tool_parameters": {"event_id": "P", "event_type": "created"}}),
     );
     for chunk in line.as_bytes().chunks(7) {
         p.write_raw(chunk).await;
@@ -135,7 +136,7 @@ async fn abuse_huge_lines_garbage_and_ten_thousand_sessions() {
         blob += &request_line(
             &sid,
             &json!({"action": "invoke_tool", "type": "tool", "provider": "stateful_tool", "tool": "event_ingest",
-            "user_id": "u", "credentials": {"kv_url": "memory://"}, "tool_parameters": {"event_id": format!("M{}", i % 100), "event_type": "created"}}),
+            "user_id": "u", "credentials": {"kv_url": kv.url()}, "tool_parameters": {"event_id": format!("M{}", i % 100), "event_type": "created"}}),
         );
     }
     p.write_raw(blob.as_bytes()).await;
@@ -159,14 +160,15 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
     line[field.len()..].trim().trim_end_matches("kB").trim().parse().unwrap()
 }
 
-fn ingest_data(id: &str) -> serde_json::Value {
+fn ingest_data(url: &str, id: &str) -> serde_json::Value {
     json!({"action": "invoke_tool", "type": "tool", "provider": "stateful_tool", "tool": "event_ingest", "user_id": "u",
-           "credentials": {"kv_url": "memory://"}, "tool_parameters": {"event_id": id, "event_type": "created"}})
+           "credentials": {"kv_url": url}, "tool_parameters": {"event_id": id, "event_type": "created"}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn backwards_response_for_a_session_never_opened_is_ignored() {
-    let p = Plugin::spawn(&MEMORY).await;
+    let kv = ScratchKv::start();
+    let p = Plugin::spawn(&[]).await;
     let ghost = p.open("ghost");
     let lines: [&[u8]; 4] = [
         b"{\"session_id\":\"ghost\",\"event\":\"backwards_response\",\"data\":{\"type\":\"stream\",\"data\":{\"x\":1}}}\n",
@@ -178,7 +180,7 @@ async fn backwards_response_for_a_session_never_opened_is_ignored() {
         p.write_raw(line).await;
     }
     // The plugin keeps serving, and the never-opened session gets nothing.
-    let r = p.request(ingest_data("after-ghost")).await;
+    let r = p.request(ingest_data(&kv.url(), "after-ghost")).await;
     assert_eq!(r.outcome(), "accepted");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut ghost = ghost;
@@ -187,9 +189,10 @@ async fn backwards_response_for_a_session_never_opened_is_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn oversize_lines_do_not_grow_memory_past_the_line_cap() {
-    let p = Plugin::spawn(&MEMORY).await;
+    let kv = ScratchKv::start();
+    let p = Plugin::spawn(&[]).await;
     let pid = p.child.id().unwrap();
-    assert_eq!(p.request(ingest_data("warm")).await.outcome(), "accepted");
+    assert_eq!(p.request(ingest_data(&kv.url(), "warm")).await.outcome(), "accepted");
     let before = vm_hwm_kib(pid);
     // 3 × 48 MiB lines: each is skipped once it passes the 8 MiB cap, so the peak is bounded
     // by the cap (one line buffer), not by the 144 MiB sent.
@@ -203,7 +206,7 @@ async fn oversize_lines_do_not_grow_memory_past_the_line_cap() {
         let r = Plugin::collect(rx).await;
         assert_eq!(r.error_type(), Some("param_invalid"), "{r:?}");
     }
-    assert_eq!(p.request(ingest_data("after-huge")).await.outcome(), "accepted");
+    assert_eq!(p.request(ingest_data(&kv.url(), "after-huge")).await.outcome(), "accepted");
     let after = vm_hwm_kib(pid);
     eprintln!("plugin VmHWM: {before} KiB before, {after} KiB after 144 MiB of oversize lines");
     assert!(after < before + 40 * 1024, "peak grew from {before} KiB to {after} KiB");
@@ -214,9 +217,9 @@ async fn oversize_lines_do_not_grow_memory_past_the_line_cap() {
 /// session is answered exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_daemon_that_stops_reading_gets_backpressure_not_memory_growth() {
+    let kv = ScratchKv::start();
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
-        .envs(MEMORY)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -231,7 +234,7 @@ async fn a_daemon_that_stops_reading_gets_backpressure_not_memory_growth() {
     const N: usize = 12_000;
     let mut blob = String::new();
     for i in 0..N {
-        blob += &request_line(&format!("bp-{i}"), &ingest_data(&format!("id-{}", i % 500)));
+        blob += &request_line(&format!("bp-{i}"), &ingest_data(&kv.url(), &format!("id-{}", i % 500)));
     }
     let writer = tokio::spawn(async move {
         stdin.write_all(blob.as_bytes()).await.unwrap();

@@ -12,6 +12,8 @@ use std::process::Stdio;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
+use crate::support::kv::ScratchKv;
+
 const BIN: &str = env!("CARGO_BIN_EXE_stateful-tool");
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/spec/examples");
 
@@ -21,6 +23,9 @@ fn read_jsonl(name: &str) -> Vec<Value> {
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// Where a request's kv_url goes: [`run_plugin`] puts its own store's URL in its place.
+const THE_STORE: &str = "kv-url-of-this-run";
+
 /// Maps an echo-plugin request onto ours.
 fn adapt(mut line: Value) -> Value {
     let data = &mut line["data"];
@@ -28,7 +33,7 @@ fn adapt(mut line: Value) -> Value {
         data["provider"] = json!("stateful_tool");
     }
     let bad_creds = data["credentials"]["api_key"] == "bad";
-    data["credentials"] = json!({"kv_url": if bad_creds { "ftp://not-a-store" } else { "memory://" }});
+    data["credentials"] = json!({"kv_url": if bad_creds { "ftp://not-a-store" } else { THE_STORE }});
     let text = data["tool_parameters"]["text"].as_str().unwrap_or("x").to_owned();
     match data["tool"].as_str() {
         Some("echo") => {
@@ -48,18 +53,19 @@ fn adapt(mut line: Value) -> Value {
     line
 }
 
+/// Feeds `lines` to a fresh plugin, with a fresh KV container as [`THE_STORE`].
 async fn run_plugin(lines: &[String]) -> Vec<Value> {
+    let kv = ScratchKv::start();
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
         .env("INSTALL_METHOD", "local")
-        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     for l in lines {
-        stdin.write_all(l.as_bytes()).await.unwrap();
+        stdin.write_all(l.replace(THE_STORE, &kv.url()).as_bytes()).await.unwrap();
         stdin.write_all(b"\n").await.unwrap();
     }
     drop(stdin);

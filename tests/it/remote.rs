@@ -5,6 +5,7 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{FakeDaemon, STEP};
+use crate::support::kv::ScratchKv;
 use crate::support::plugin::BIN;
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
@@ -25,7 +26,7 @@ const CLEARED: [&str; 8] = [
 /// `stateful-tool serve` in `dir` (never the repo root: it may hold a developer's `.env`).
 fn spawn(dir: &Path, env: &[(&str, &str)], capture: bool) -> Child {
     let mut cmd = Command::new(BIN);
-    cmd.arg("serve").current_dir(dir).env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1");
+    cmd.arg("serve").current_dir(dir);
     CLEARED.iter().for_each(|k| {
         cmd.env_remove(k);
     });
@@ -52,14 +53,15 @@ async fn exit(child: Child, within: Duration) -> (Output, String) {
     (out, stderr)
 }
 
-fn ingest(id: &str) -> Value {
-    json!({"action": "invoke_tool", "credential_type": "api-key", "credentials": {"kv_url": "memory://"},
+fn ingest(kv: &ScratchKv, id: &str) -> Value {
+    json!({"action": "invoke_tool", "credential_type": "api-key", "credentials": {"kv_url": kv.url()},
            "provider": "stateful_tool", "tool": "event_ingest", "type": "tool", "user_id": "u",
            "tool_parameters": {"event_id": id, "event_type": "created", "payload": "{\"n\":1}"}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_like_the_sdk_then_serves_sessions() {
+    let kv = ScratchKv::start();
     let daemon = FakeDaemon::bind().await;
     let dir = tempfile::tempdir().unwrap();
     let mut env = remote_env(daemon.port());
@@ -71,16 +73,16 @@ async fn registers_like_the_sdk_then_serves_sessions() {
         let line = conn.line().await.unwrap();
         assert_eq!(line, json!({"event": "heartbeat", "session_id": null, "data": {}}), "heartbeats from `end` on");
     }
-    let a = conn.request("d0000000-0000-4000-8000-00000000000d", &ingest("tcp-1")).await;
+    let a = conn.request("d0000000-0000-4000-8000-00000000000d", &ingest(&kv, "tcp-1")).await;
     assert_eq!(a.outcome(), "accepted", "{a:?}");
-    let b = conn.request("d0000000-0000-4000-8000-00000000000e", &ingest("tcp-1")).await;
+    let b = conn.request("d0000000-0000-4000-8000-00000000000e", &ingest(&kv, "tcp-1")).await;
     assert_eq!(b.outcome(), "duplicate", "{b:?}");
     assert_eq!(b.json()["received_at"], a.json()["received_at"]);
-    let mut status = ingest("tcp-1");
+    let mut status = ingest(&kv, "tcp-1");
     status["tool"] = json!("event_status");
     status["tool_parameters"] = json!({"event_id": "tcp-1"});
     assert_eq!(conn.request("s3", &status).await.outcome(), "found");
-    let validate = json!({"action": "validate_tool_credentials", "credentials": {"kv_url": "memory://"},
+    let validate = json!({"action": "validate_tool_credentials", "credentials": {"kv_url": kv.url()},
                           "provider": "stateful_tool", "type": "tool", "user_id": "u"});
     assert_eq!(conn.request("s4", &validate).await.chunks, vec![json!({"result": true})]);
 }
@@ -138,6 +140,7 @@ async fn a_silent_close_of_the_first_registration_exits_non_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnects_and_re_registers_after_a_disconnect() {
+    let kv = ScratchKv::start();
     let daemon = FakeDaemon::bind().await;
     let dir = tempfile::tempdir().unwrap();
     let mut env = remote_env(daemon.port());
@@ -145,22 +148,23 @@ async fn reconnects_and_re_registers_after_a_disconnect() {
     let _plugin = spawn(dir.path(), &pairs(&env), false);
     let mut conn = daemon.accept().await;
     conn.registration(KEY).await;
-    assert_eq!(conn.request("c1-a", &ingest("reconnect-1")).await.outcome(), "accepted");
+    assert_eq!(conn.request("c1-a", &ingest(&kv, "reconnect-1")).await.outcome(), "accepted");
     // Mid-session: a request goes out and the daemon vanishes before reading its answer.
-    conn.send(crate::support::plugin::request_line("c1-b", &ingest("reconnect-2")).as_bytes()).await;
+    conn.send(crate::support::plugin::request_line("c1-b", &ingest(&kv, "reconnect-2")).as_bytes()).await;
     drop(conn);
     let mut conn = daemon.accept().await;
     conn.registration(KEY).await;
     assert_eq!(conn.line().await.unwrap()["event"], "heartbeat");
-    // Same process, same store: the first connection's event is a duplicate now.
-    let again = conn.request("c2-a", &ingest("reconnect-1")).await;
+    // Same store: the first connection's event is a duplicate now.
+    let again = conn.request("c2-a", &ingest(&kv, "reconnect-1")).await;
     assert_eq!(again.outcome(), "duplicate", "{again:?}");
-    let abandoned = conn.request("c2-b", &ingest("reconnect-2")).await.outcome();
+    let abandoned = conn.request("c2-b", &ingest(&kv, "reconnect-2")).await.outcome();
     assert!(["accepted", "duplicate"].contains(&abandoned.as_str()), "{abandoned}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dotenv_file_supplies_the_settings_and_the_environment_wins() {
+    let kv = ScratchKv::start();
     let daemon = FakeDaemon::bind().await;
     let dir = tempfile::tempdir().unwrap();
     let dotenv = format!(
@@ -172,7 +176,7 @@ async fn dotenv_file_supplies_the_settings_and_the_environment_wins() {
     let plugin = spawn(dir.path(), &[], false);
     let mut conn = daemon.accept().await;
     conn.registration("file-key").await;
-    assert_eq!(conn.request("env-1", &ingest("dotenv-1")).await.outcome(), "accepted");
+    assert_eq!(conn.request("env-1", &ingest(&kv, "dotenv-1")).await.outcome(), "accepted");
     drop(plugin);
     let _plugin = spawn(dir.path(), &[("REMOTE_INSTALL_KEY", "env-key")], false);
     let mut conn = daemon.accept().await;

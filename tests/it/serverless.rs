@@ -3,6 +3,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::kv::ScratchKv;
 use crate::support::plugin::{request_line, BIN};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -12,6 +13,8 @@ const STEP: Duration = Duration::from_secs(20);
 
 pub(crate) struct Server {
     pub(crate) _child: Child,
+    /// The store the tool calls of these tests use.
+    pub(crate) kv: ScratchKv,
     pub(crate) base: String,
     pub(crate) client: reqwest::Client,
 }
@@ -27,7 +30,6 @@ pub(crate) async fn start(method: &str) -> Server {
         .env("INSTALL_METHOD", method)
         .env(format!("{prefix}_HOST"), "127.0.0.1")
         .env(format!("{prefix}_PORT"), "0")
-        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -48,7 +50,7 @@ pub(crate) async fn start(method: &str) -> Server {
     .expect("start-up lines in time");
     assert!(seen.iter().any(|l| l.contains("Serving Flask app")), "marker before Running on: {seen:?}");
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Server { _child: child, base: format!("http://{addr}"), client: reqwest::Client::new() }
+    Server { _child: child, kv: ScratchKv::start(), base: format!("http://{addr}"), client: reqwest::Client::new() }
 }
 
 /// The response status and its body's JSON lines.
@@ -65,9 +67,12 @@ async fn post(s: &Server, action: &str, sid: Option<&str>, body: impl Into<reqwe
     (status, lines.map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("non-JSON line {l:?}: {e}"))).collect())
 }
 
-fn tool(name: &str, params: Value) -> Value {
-    json!({"action": "invoke_tool", "credential_type": "api-key", "credentials": {"kv_url": "memory://"},
-           "provider": "stateful_tool", "tool": name, "tool_parameters": params, "type": "tool", "user_id": "u"})
+impl Server {
+    /// A tool call's request data, against this server's store.
+    fn tool(&self, name: &str, params: Value) -> Value {
+        json!({"action": "invoke_tool", "credential_type": "api-key", "credentials": {"kv_url": self.kv.url()},
+               "provider": "stateful_tool", "tool": name, "tool_parameters": params, "type": "tool", "user_id": "u"})
+    }
 }
 
 /// Checks the lines are exactly one session's (no heartbeat, `end` last) and returns its messages.
@@ -105,18 +110,18 @@ async fn health_index_and_unknown_paths() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tool_and_credential_validation_round_trip() {
     let s = start("serverless").await;
-    let ingest = tool("event_ingest", json!({"event_id": "http-1", "event_type": "created", "payload": "p"}));
+    let ingest = s.tool("event_ingest", json!({"event_id": "http-1", "event_type": "created", "payload": "p"}));
     assert_eq!(outcome(&invoke(&s, "h1", ingest.clone()).await), "accepted");
     assert_eq!(outcome(&invoke(&s, "h2", ingest).await), "duplicate");
-    assert_eq!(outcome(&invoke(&s, "h3", tool("event_status", json!({"event_id": "http-1"}))).await), "found");
-    let done = tool("event_complete", json!({"event_id": "http-1", "attempt": 1, "result": "ok"}));
+    assert_eq!(outcome(&invoke(&s, "h3", s.tool("event_status", json!({"event_id": "http-1"}))).await), "found");
+    let done = s.tool("event_complete", json!({"event_id": "http-1", "attempt": 1, "result": "ok"}));
     assert_eq!(outcome(&invoke(&s, "h4", done).await), "completed");
-    let validate = json!({"action": "validate_tool_credentials", "credentials": {"kv_url": "memory://"},
+    let validate = json!({"action": "validate_tool_credentials", "credentials": {"kv_url": s.kv.url()},
                           "provider": "stateful_tool", "type": "tool", "user_id": "u"});
     let msgs = invoke(&s, "h5", validate).await;
     assert_eq!(msgs[0], json!({"type": "stream", "data": {"result": true}}));
     // A tool error is a session error + end, with status 200 (the daemon reads the lines).
-    let bad = invoke(&s, "h6", tool("event_complete", json!({"event_id": "never-seen"}))).await;
+    let bad = invoke(&s, "h6", s.tool("event_complete", json!({"event_id": "never-seen"}))).await;
     assert_eq!(bad.iter().map(|m| m["type"].as_str().unwrap()).collect::<Vec<_>>(), ["error", "end"]);
     assert_eq!(bad[0]["data"]["error_type"], "not_found");
 }
@@ -125,7 +130,7 @@ async fn each_tool_and_credential_validation_round_trip() {
 async fn session_id_from_the_header_when_the_body_has_none() {
     let s = start("serverless").await;
     let mut body: Value =
-        serde_json::from_str(&request_line("ignored", &tool("event_status", json!({"event_id": "x"})))).unwrap();
+        serde_json::from_str(&request_line("ignored", &s.tool("event_status", json!({"event_id": "x"})))).unwrap();
     body.as_object_mut().unwrap().remove("session_id");
     let (status, lines) = post(&s, "invoke_tool", Some("from-header"), body.to_string()).await;
     assert_eq!(status, 200);
@@ -142,7 +147,7 @@ async fn oversize_body_is_413_and_the_server_keeps_serving() {
     assert_eq!(lines.len(), 1);
     assert_eq!((lines[0]["event"].as_str(), lines[0]["session_id"].as_str()), (Some("error"), Some("big")));
     assert!(lines[0]["data"]["error"].as_str().unwrap().contains("5242880"), "{lines:?}");
-    assert_eq!(outcome(&invoke(&s, "after-big", tool("event_status", json!({"event_id": "x"}))).await), "not_found");
+    assert_eq!(outcome(&invoke(&s, "after-big", s.tool("event_status", json!({"event_id": "x"}))).await), "not_found");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,13 +166,13 @@ async fn malformed_bodies_are_answered_and_never_crash() {
     assert!(msgs[0]["data"]["message"].as_str().unwrap().contains("malformed input"));
     let (status, lines) = post(&s, "invoke_tool", Some("bad-2"), "").await;
     assert_eq!((status, lines.len()), (200, 2));
-    assert_eq!(outcome(&invoke(&s, "after-bad", tool("event_status", json!({"event_id": "x"}))).await), "not_found");
+    assert_eq!(outcome(&invoke(&s, "after-bad", s.tool("event_status", json!({"event_id": "x"}))).await), "not_found");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn action_query_must_match_the_request() {
     let s = start("serverless").await;
-    let line = request_line("mismatch", &tool("event_status", json!({"event_id": "x"})));
+    let line = request_line("mismatch", &s.tool("event_status", json!({"event_id": "x"})));
     let (status, lines) = post(&s, "validate_tool_credentials", Some("mismatch"), line.clone()).await;
     assert_eq!(status, 400);
     assert_eq!(lines[0]["event"], "error");
@@ -182,7 +187,7 @@ async fn aws_lambda_prints_the_flask_marker_and_answers_root() {
     let index = s.client.get(format!("{}/", s.base)).send().await.unwrap();
     assert_eq!(index.status(), 200);
     assert!(index.text().await.unwrap().contains("aws_lambda"));
-    assert_eq!(outcome(&invoke(&s, "l1", tool("event_status", json!({"event_id": "x"}))).await), "not_found");
+    assert_eq!(outcome(&invoke(&s, "l1", s.tool("event_status", json!({"event_id": "x"}))).await), "not_found");
 }
 
 #[tokio::test]

@@ -329,16 +329,13 @@ fn chmod_failure_exits_1_with_a_clear_message() {
 fn daemon_style_launch_serves_requests_through_the_shim() {
     let binary = format!("stateful-tool-{}", host_arch());
     let dir = extracted_package(&[(binary.as_str(), real_binary())]);
-    let mut child = shim_command(dir.path())
-        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let kv = crate::support::kv::ScratchKv::start();
+    let kv_url = kv.url();
+    let mut child =
+        shim_command(dir.path()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let request = |sid: &str| {
         format!(
-            "{{\"session_id\":\"{sid}\",\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{{\"action\":\"invoke_tool\",\"credential_type\":\"api-key\",\"credentials\":{{\"kv_url\":\"memory://\"}},\"provider\":\"stateful_tool\",\"tool\":\"event_ingest\",\"tool_parameters\":{{\"event_id\":\"EVT-1\",\"event_type\":\"created\"}},\"type\":\"tool\",\"user_id\":\"u\"}}}}\n"
+            "{{\"session_id\":\"{sid}\",\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{{\"action\":\"invoke_tool\",\"credential_type\":\"api-key\",\"credentials\":{{\"kv_url\":\"{kv_url}\"}},\"provider\":\"stateful_tool\",\"tool\":\"event_ingest\",\"tool_parameters\":{{\"event_id\":\"EVT-1\",\"event_type\":\"created\"}},\"type\":\"tool\",\"user_id\":\"u\"}}}}\n"
         )
     };
     let mut stdin = child.stdin.take().unwrap();

@@ -8,15 +8,15 @@
 //! within the warm-up instead. The bound (32 MiB) sits above allocator noise and well below
 //! what any per-call leak of a session's data (≥ 1 KiB: the request, its answers) would cost.
 //!
-//! The memory-store run isolates the plugin (no network client state). Records there carry a
-//! 2 s retention and ids cycle over 5000 values, so the in-process store itself stays small
-//! while the calls mix first deliveries, duplicates and re-acceptances after expiry.
+//! The 200k run uses a KV container without fsync, so the store keeps pace with the plugin.
+//! Records carry a 2 s retention and ids cycle over 5000 values, so the calls mix first
+//! deliveries, duplicates and re-acceptances after expiry.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::support::kv::KvServer;
+use crate::support::kv::{KvServer, ScratchKv};
 use crate::support::plugin::Plugin;
 use serde_json::{json, Value};
 
@@ -99,11 +99,11 @@ async fn drive(
 /// flight, and only scans each answer line for its session end and outcome: the harness must
 /// cost far less than the plugin, or it would measure itself. Returns VmRSS (KiB) after
 /// `warmup` answered calls and at the end.
-async fn drive_raw(bin: &str, total: usize, warmup: usize, window: usize) -> (u64, u64) {
+async fn drive_raw(bin: &str, kv_url: &str, total: usize, warmup: usize, window: usize) -> (u64, u64) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let kv_url = kv_url.to_owned();
     let mut child = tokio::process::Command::new(bin)
         .arg("serve")
-        .env("STATEFUL_TOOL_ALLOW_MEMORY_STORE", "1")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -120,7 +120,7 @@ async fn drive_raw(bin: &str, total: usize, warmup: usize, window: usize) -> (u6
             let payload = if i % 10 == 0 { "x".repeat(900) } else { String::new() };
             let line = format!(
                 "{{\"session_id\":\"s{i}\",\"event\":\"request\",\"data\":{{\"action\":\"invoke_tool\",\"type\":\"tool\",\
-                 \"provider\":\"stateful_tool\",\"tool\":\"event_ingest\",\"user_id\":\"u\",\"credentials\":{{\"kv_url\":\"memory://\",\
+                 \"provider\":\"stateful_tool\",\"tool\":\"event_ingest\",\"user_id\":\"u\",\"credentials\":{{\"kv_url\":\"{kv_url}\",\
                  \"retention\":\"2s\",\"default_lease_seconds\":\"0\"}},\"tool_parameters\":{{\"event_id\":\"soak-{}\",\"event_type\":\"created\",\"payload\":\"{payload}\"}}}}}}\n",
                 i % 5000
             );
@@ -163,7 +163,8 @@ async fn drive_raw(bin: &str, total: usize, warmup: usize, window: usize) -> (u6
 async fn soak_200k_ingests_through_one_plugin_process() {
     let bin =
         std::env::var("STATEFUL_TOOL_SOAK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_stateful-tool").to_owned());
-    let (start, end) = drive_raw(&bin, 200_000, 20_000, 64).await;
+    let kv = ScratchKv::start();
+    let (start, end) = drive_raw(&bin, &kv.url(), 200_000, 20_000, 64).await;
     assert!(end <= start + 32 * MIB, "plugin RSS grew from {start} KiB to {end} KiB over 180k calls");
 }
 

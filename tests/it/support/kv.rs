@@ -243,3 +243,22 @@ pub async fn raw_event(http: &reqwest::Client, url: &str, id: &str) -> Option<Ve
         other => panic!("GET {id}: HTTP {other}"),
     }
 }
+
+/// A KV container of one test's own, on a fresh data directory without fsync: the real store
+/// for tests about the plugin (its protocol, transports, memory), not about the store's disk.
+pub struct ScratchKv {
+    pub server: KvServer,
+    _dir: tempfile::TempDir,
+}
+
+impl ScratchKv {
+    pub fn start() -> ScratchKv {
+        let dir = tempfile::tempdir().unwrap();
+        let server = KvServer::start(dir.path(), &["--durability", "none"]);
+        ScratchKv { server, _dir: dir }
+    }
+
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+}
