@@ -27,11 +27,11 @@ test:
 	./scripts/ensure-postgres.sh
 	./scripts/ensure-ui-tools.sh
 	./scripts/ensure-faketime.sh
-	$(CARGO) test --locked
+	$(CARGO) test --locked --workspace
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 package: build
 	./scripts/package.sh

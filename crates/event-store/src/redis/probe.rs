@@ -6,7 +6,7 @@ use redis::{Cmd, RedisResult, Value};
 
 use super::guard::refused_node_text;
 use super::link::Link;
-use crate::store::hosts::AllowedHosts;
+use crate::hosts::AllowedHosts;
 
 /// What validation found: a one-line description and what to warn about.
 pub struct Found {

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::*;
-use crate::kv_server::batch::{Precondition, WriteOp};
-use crate::kv_server::engine::{DurabilityMode, Engine, WriterHandle};
-use crate::kv_server::record::Clock;
+use crate::server::batch::{Precondition, WriteOp};
+use crate::server::engine::{DurabilityMode, Engine, WriterHandle};
+use crate::server::record::Clock;
 
 const T0: u64 = 1_785_924_000_000;
 

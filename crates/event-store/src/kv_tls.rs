@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_403_names_the_namespace() {
-        let key = crate::store::key::storage_key(Some("acme"), "E1");
+        let key = crate::key::storage_key(Some("acme"), "E1");
         let e = forbidden(&format!("/state/{key}")).to_string();
         assert!(e.contains("does not cover namespace \"acme\""), "{e}");
         assert!(forbidden("/state/evt_E1").to_string().contains("without a namespace"));

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::RedisStore;
-use crate::store::{EventStore, StoreError};
+use crate::{EventStore, StoreError};
 
 /// How long a `WAIT` may block: a part of the operation's timeout, so the answer still arrives.
 pub(super) fn wait_ms(timeout: Duration) -> u64 {

@@ -72,8 +72,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::kv_server::batch::Written;
-    use crate::kv_server::record::Record;
+    use crate::server::batch::Written;
+    use crate::server::record::Record;
 
     const NOW: u64 = 1_785_924_000_000;
 

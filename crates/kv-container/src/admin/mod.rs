@@ -10,14 +10,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
-use crate::kv_server;
+use crate::server;
 use source::Source;
 
 /// `stateful-tool kv …`.
 #[derive(clap::Subcommand)]
 pub enum KvCommand {
     /// Serve the v1 KV protocol.
-    Serve(kv_server::ServeArgs),
+    Serve(server::ServeArgs),
     /// List keys (event records decoded) of a KV container or a Redis.
     Ls(LsArgs),
     /// Show one key: every field of its event record, lease and TTL left.
@@ -27,7 +27,7 @@ pub enum KvCommand {
     /// Restore a snapshot into an empty data directory.
     Restore(RestoreArgs),
     /// Verify a stopped store's data file offline: every page checksum and every record.
-    Check(kv_server::CheckArgs),
+    Check(server::CheckArgs),
     /// Make a running KV container re-read its --tokens-file (as SIGHUP does).
     Reload(ReloadArgs),
 }
@@ -35,12 +35,12 @@ pub enum KvCommand {
 /// Runs one `kv` subcommand.
 pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        KvCommand::Serve(args) => kv_server::serve(args),
+        KvCommand::Serve(args) => server::serve(args),
         KvCommand::Ls(args) => ls(args),
         KvCommand::Get(args) => get(args),
         KvCommand::Backup(args) => backup(args),
         KvCommand::Restore(args) => restore(args),
-        KvCommand::Check(args) => kv_server::check(&args.data),
+        KvCommand::Check(args) => server::check(&args.data),
         KvCommand::Reload(args) => reload(args),
     }
 }
@@ -142,7 +142,7 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
 
 pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     let summary = match (&args.url, &args.data) {
-        (_, Some(dir)) => kv_server::backup_dir(dir, &args.out)?,
+        (_, Some(dir)) => server::backup_dir(dir, &args.out)?,
         (Some(url), None) => runtime()?.block_on(source::download_backup(url, args.token.as_deref(), &args.out))?,
         (None, None) => bail!("give --url (online) or --data (offline)"),
     };
@@ -151,7 +151,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
-    let summary = kv_server::restore(&args.file, &args.data)
+    let summary = server::restore(&args.file, &args.data)
         .with_context(|| format!("restoring {} into {}", args.file.display(), args.data.display()))?;
     println!("restored {} keys (revision {}) into {}", summary.records, summary.last_rev, args.data.display());
     Ok(ExitCode::SUCCESS)

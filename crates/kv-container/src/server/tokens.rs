@@ -10,7 +10,7 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::store::key::{validate_namespace, MAX_NAMESPACE_BYTES};
+use event_store::key::{validate_namespace, MAX_NAMESPACE_BYTES};
 
 /// What a token may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use super::source::Item;
-use crate::store::key::parse_storage_key;
-use crate::store::record::{format_time, Record};
+use event_store::key::parse_storage_key;
+use event_store::record::{format_time, Record};
 
 /// `6d23h59m`, `42s`, `850ms`.
 pub fn duration(ms: i64) -> String {

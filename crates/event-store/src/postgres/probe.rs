@@ -5,7 +5,7 @@ use tokio_postgres::Client;
 
 use super::errors::db_text;
 use super::schema;
-use crate::store::StoreError;
+use crate::StoreError;
 
 /// What validation found: a one-line description and what to warn about.
 pub struct Found {

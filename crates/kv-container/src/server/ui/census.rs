@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
-use crate::kv_server::batch::DATA;
-use crate::kv_server::engine::{Engine, ReadError};
-use crate::kv_server::ops_metrics;
-use crate::kv_server::record::{system_now_ms, Record};
+use crate::server::batch::DATA;
+use crate::server::engine::{Engine, ReadError};
+use crate::server::ops_metrics;
+use crate::server::record::{system_now_ms, Record};
 
 /// How long a read waits for a scan in progress before taking the previous result.
 const FRESH_WAIT: Duration = Duration::from_millis(1000);

@@ -14,12 +14,12 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use super::census::{Brief, Snapshot};
-use crate::kv_server::error::ApiError;
-use crate::kv_server::listing::{self, ListQuery};
-use crate::kv_server::rates::{SLOTS, SLOT_MS};
-use crate::kv_server::record::system_now_ms;
-use crate::kv_server::request::validate_key;
-use crate::kv_server::state::{health_problem, AppState};
+use crate::server::error::ApiError;
+use crate::server::listing::{self, ListQuery};
+use crate::server::rates::{SLOTS, SLOT_MS};
+use crate::server::record::system_now_ms;
+use crate::server::request::validate_key;
+use crate::server::state::{health_problem, AppState};
 
 type App = State<Arc<AppState>>;
 

@@ -7,9 +7,9 @@ use anyhow::{bail, ensure, Context};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::kv_server::{read_snapshot, sync_parent, Summary};
-use crate::store::kv_tls::TlsParams;
-use crate::store::url::redact;
+use crate::server::{read_snapshot, sync_parent, Summary};
+use event_store::kv_tls::TlsParams;
+use event_store::url::redact;
 
 /// One key as read from the store, with the store's clock at the time of reading.
 pub struct Item {
