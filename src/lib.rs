@@ -10,13 +10,13 @@ pub mod error;
 pub mod logging;
 #[doc(hidden)]
 pub mod oracle;
-pub mod package;
 pub mod protocol;
 pub mod runtime;
 pub mod tools;
 pub mod trigger;
 
 // The crates the plugin is built on, under the names the plugin's modules use.
+pub use difypkg as package;
 pub use event_store as store;
 pub use kv_container::admin as kv_admin;
 pub use kv_container::server as kv_server;

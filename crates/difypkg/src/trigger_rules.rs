@@ -150,16 +150,6 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_declarations_pass() {
-        let provider = include_bytes!("../../trigger/provider/stateful_trigger.yaml");
-        assert_eq!(problems_of(|c| assert!(check_trigger_provider(c, provider).is_some())), Vec::<String>::new());
-        let event = include_bytes!("../../trigger/events/webhook_received.yaml");
-        let mut name = None;
-        assert_eq!(problems_of(|c| name = check_event(c, event)), Vec::<String>::new());
-        assert_eq!(name.as_deref(), Some(crate::trigger::EVENT));
-    }
-
-    #[test]
     fn the_daemons_rules_are_enforced() {
         let bad_provider = b"identity: {author: a, name: 'bad name', label: {en_US: x}, icon: i.svg}\n\
 subscription_schema: [{name: k, type: password, label: {en_US: k}}, {name: k, type: text-input}]\nevents: []\n";
