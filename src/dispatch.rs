@@ -1,13 +1,11 @@
 //! Routes each request to its handler and turns every outcome into session messages.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use futures_util::FutureExt;
+use dify_plugin::{ErrorMessage, Handler, Session};
 use serde_json::{json, Map, Value};
 
 use crate::error::{SessionError, ToolError};
-use crate::protocol::{Caller, Outbox, Session};
 use crate::store::{Clock, EventStore, StoreCache, StoreOptions};
 use crate::tools::{self, Settings, Tool};
 
@@ -24,43 +22,22 @@ impl App {
     }
 }
 
-/// What answers one request on its session (and ends it). The plugin's is [`App`]; the
-/// runtimes take any, so tests can inject one that misbehaves (panics, say) without a test
-/// branch in the plugin's own routing.
-pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, session: Session, data: Value) -> impl std::future::Future<Output = ()> + Send;
-}
-
+/// The plugin as the runtimes see it: every request's data goes to [`handle_request`], and
+/// the errors the runtimes answer on their own are ours too ([`SessionError`]'s classes).
 impl Handler for App {
     fn handle(&self, session: Session, data: Value) -> impl std::future::Future<Output = ()> + Send {
         handle_request(self, session, data)
     }
-}
 
-/// Answers one session whatever happens: the request's outcome, the error of a line that
-/// could not be taken as a request, or, should the handler panic, an error. The daemon waits
-/// for every session's `end`, so a bug in one handler must not leave its session open.
-pub async fn serve_session<H: Handler>(
-    handler: &H,
-    session_id: String,
-    caller: Caller,
-    outbox: Outbox,
-    request: Result<Value, ToolError>,
-) {
-    let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
-    let work = async move {
-        match request {
-            Ok(data) => handler.handle(session, data).await,
-            Err(error) => respond(session, Err(error.into())).await,
-        }
-    };
-    if let Err(panic) = AssertUnwindSafe(work).catch_unwind().await {
-        let what = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
-        tracing::error!(session_id, "a request handler panicked: {}", what.unwrap_or("(no message)"));
-        let error = ToolError::upstream(
+    fn malformed(&self, why: &str) -> ErrorMessage {
+        SessionError::from(ToolError::param(format!("malformed input: {why}"))).to_message()
+    }
+
+    fn panicked(&self) -> ErrorMessage {
+        SessionError::from(ToolError::upstream(
             "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe",
-        );
-        respond(Session::new(session_id, outbox).with_caller(caller), Err(error.into())).await;
+        ))
+        .to_message()
     }
 }
 

@@ -1,6 +1,7 @@
 //! The one enum of tool error classes, and how each becomes a protocol session error.
 
-use serde_json::{json, Value};
+use dify_plugin::ErrorMessage;
+use serde_json::Value;
 
 /// What went wrong, in the four classes users and workflows branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,20 +74,23 @@ impl From<ToolError> for SessionError {
 }
 
 impl SessionError {
-    /// The `data` of the session `error` message, the one place an error becomes protocol
-    /// JSON: `error_type`, `message` (what a workflow author reads), and `args` (details as an
-    /// object of at most 10 keys, the daemon's limit).
+    /// The session `error` message: `error_type` (the class), `message` (what a workflow
+    /// author reads), and `args` (the details).
+    pub fn to_message(&self) -> ErrorMessage {
+        match self {
+            SessionError::Tool(e) => {
+                ErrorMessage::new(e.class.as_str(), e.message.as_str()).with_details(e.details.clone())
+            }
+            SessionError::CredentialValidation(m) => {
+                ErrorMessage::new("ToolProviderCredentialValidationError", m.as_str())
+            }
+        }
+    }
+
+    /// The `data` of the session `error` message ([`ErrorMessage::to_wire`], the one place an
+    /// error becomes protocol JSON).
     pub fn to_wire(&self) -> Value {
-        let (error_type, message, details) = match self {
-            SessionError::Tool(e) => (e.class.as_str(), e.message.as_str(), e.details.clone()),
-            SessionError::CredentialValidation(m) => ("ToolProviderCredentialValidationError", m.as_str(), None),
-        };
-        let args = match details {
-            Some(Value::Object(map)) => Value::Object(map.into_iter().take(10).collect()),
-            Some(other) => json!({ "details": other }),
-            None => json!({}),
-        };
-        json!({ "error_type": error_type, "message": message, "args": args })
+        self.to_message().to_wire()
     }
 }
 
@@ -110,6 +114,7 @@ impl From<crate::store::StoreError> for ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn session_error_caps_args_at_ten_keys() {

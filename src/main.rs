@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use stateful_tool::{call, kv_admin, package, runtime};
+use stateful_tool::{call, kv_admin, package, serve};
 
 #[derive(Parser)]
 #[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]
@@ -14,7 +14,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the plugin runtime (INSTALL_METHOD=local: stdio; remote: TCP; serverless/aws_lambda: HTTP).
-    #[command(after_help = runtime::ENV_HELP)]
+    #[command(after_help = serve::ENV_HELP)]
     Serve,
     /// Play the daemon: start `serve` over pipes, send one request, print the answer.
     Call(call::CallArgs),
@@ -35,7 +35,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     stateful_tool::logging::init();
     let result = match cli.command {
-        Command::Serve => runtime::run(),
+        Command::Serve => serve::run(),
         Command::Call(args) => call::run(args),
         Command::Kv(cmd) => kv_admin::run(cmd),
         Command::Package(args) => package::run_package(args),

@@ -26,7 +26,7 @@ pub const EVENT: &str = "webhook_received";
 
 /// Data key of the synthetic request the session loop makes of a dispatch line too long to
 /// hold: answered with 413 instead of an error.
-pub const OVERSIZE_KEY: &str = "oversize_line_bytes";
+pub use dify_plugin::runtime::session_loop::OVERSIZE_KEY;
 
 /// Answers one trigger action with its stream chunks.
 pub async fn handle(stores: &StoreCache, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {

@@ -211,9 +211,10 @@ fn serve_help_lists_every_environment_variable_the_runtime_reads() {
         "RUST_LOG",
     ];
     // Every STATEFUL_TOOL_* variable the plugin's sources read (tests' own names aside),
-    // its store crate's included.
+    // its runtime and store crates' included.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found = stateful_tool_vars(&root.join("src"));
+    found.extend(stateful_tool_vars(&root.join("crates/dify-plugin/src")));
     found.extend(stateful_tool_vars(&root.join("crates/event-store/src")));
     names.extend(found.iter().map(String::as_str));
     for name in names {

@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session_loop::serve;
 use super::ServeOptions;
-use crate::dispatch::App;
+use crate::handler::Handler;
 
 type Input = Box<dyn AsyncRead + Unpin + Send>;
 type Output = Box<dyn AsyncWrite + Unpin + Send>;
@@ -35,7 +35,7 @@ fn protocol_streams() -> (Input, Output) {
 
 /// Local mode: stdin/stdout, exit 0 at stdin EOF, exit when stdout breaks or the daemon
 /// that started us is gone (it only ever sends SIGKILL, so orphaning is our only signal).
-pub async fn run_stdio(app: Arc<App>, opts: ServeOptions) -> anyhow::Result<ExitCode> {
+pub async fn run_stdio<H: Handler>(app: Arc<H>, opts: ServeOptions) -> anyhow::Result<ExitCode> {
     let parent = std::os::unix::process::parent_id();
     tokio::spawn(async move {
         loop {

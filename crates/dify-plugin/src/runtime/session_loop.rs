@@ -9,8 +9,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
-use crate::dispatch::{serve_session, Handler};
-use crate::error::ToolError;
+use crate::handler::{serve_session, Handler};
 use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
 use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox};
 
@@ -94,7 +93,12 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
 }
 
 /// One accepted line: the session, who called, and the request's data or why it was refused.
-type Accepted = (String, Caller, Result<serde_json::Value, ToolError>);
+type Accepted = (String, Caller, Result<serde_json::Value, String>);
+
+/// Where a `dispatch_trigger_event` line too big to hold reaches the handler: its `data` is
+/// only `type`, `action` and this key, with the line's length in bytes, so the trigger can
+/// answer the sender a clean 413.
+pub const OVERSIZE_KEY: &str = "oversize_line_bytes";
 
 /// Turns one input line into work: a request's (session id, caller, data), or an error
 /// answer for an identifiable session. Lines that name no session are logged (never echoed: they may
@@ -108,7 +112,8 @@ fn accept_line(line: Line<&[u8]>) -> Option<Accepted> {
         // A webhook too big to hold: the sender gets a clean 413 instead of our error text.
         if memchr::memmem::find(bytes, br#""data":{"action":"dispatch_trigger_event""#).is_some() {
             if let Some(sid) = session_id_from_prefix(bytes) {
-                let data = serde_json::json!({"type": "trigger", "action": "dispatch_trigger_event", (crate::trigger::OVERSIZE_KEY): len});
+                let data =
+                    serde_json::json!({"type": "trigger", "action": "dispatch_trigger_event", (OVERSIZE_KEY): len});
                 return Some((sid, Caller::Unknown, Ok(data)));
             }
         }
@@ -139,7 +144,7 @@ fn accept_line(line: Line<&[u8]>) -> Option<Accepted> {
 
 fn report(session_id: Option<String>, message: String) -> Option<Accepted> {
     match session_id {
-        Some(sid) => Some((sid, Caller::Unknown, Err(ToolError::param(format!("malformed input: {message}"))))),
+        Some(sid) => Some((sid, Caller::Unknown, Err(message))),
         None => {
             // Under the daemon this record reaches it as a `log` event (see `logging`).
             tracing::warn!("dropped an input line that names no session: {message}");

@@ -24,10 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout};
 
-use super::register::{explain_refusal, registration, Verdict, Watched};
+use super::register::{explain_refusal, registration, Registration, Verdict, Watched};
 use super::{session_loop, ServeOptions};
-use crate::declarations;
-use crate::dispatch::App;
+use crate::handler::Handler;
 
 pub const DEFAULT_PORT: u16 = 5003;
 /// Silence after `end` that we take as success (the daemon never acknowledges one).
@@ -48,9 +47,6 @@ pub struct RemoteConfig {
     pub key: String,
     pub reconnect_base: Duration,
     pub max_attempts: u32,
-    /// `STATEFUL_TOOL_PACKAGE=trigger`: register as the stateful_trigger package (the daemon
-    /// refuses one registration holding both a tool and a trigger provider).
-    pub trigger: bool,
 }
 
 impl RemoteConfig {
@@ -77,13 +73,7 @@ impl RemoteConfig {
              (REMOTE_INSTALL_KEY=...) or the environment",
         )?;
         let number = |name: &str, default: u64| get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(default);
-        let trigger = match get("STATEFUL_TOOL_PACKAGE").as_deref() {
-            None | Some("tool") => false,
-            Some("trigger") => true,
-            Some(other) => anyhow::bail!("STATEFUL_TOOL_PACKAGE={other:?}: use tool (the default) or trigger"),
-        };
         Ok(RemoteConfig {
-            trigger,
             host,
             port,
             key,
@@ -140,13 +130,20 @@ enum Outcome {
     Lost(String),
 }
 
-pub async fn run_remote(app: Arc<App>, mut opts: ServeOptions, cfg: RemoteConfig) -> anyhow::Result<ExitCode> {
+/// Registers `registration` with the daemon at `cfg`'s address and serves `app`'s sessions
+/// there, reconnecting as the module's policy says.
+pub async fn run_remote<H: Handler>(
+    app: Arc<H>,
+    mut opts: ServeOptions,
+    cfg: RemoteConfig,
+    registration: Registration,
+) -> anyhow::Result<ExitCode> {
     opts.heartbeat = opts.heartbeat.min(MAX_HEARTBEAT);
     let addr = cfg.addr();
     let mut failures = 0u32;
     let mut registered_before = false;
     loop {
-        let outcome = connect_once(&cfg, &app, &opts).await;
+        let outcome = connect_once(&cfg, &registration, &app, &opts).await;
         let why = match outcome {
             Outcome::Refused(text) => return Ok(fatal(explain_refusal(&text, &addr))),
             Outcome::ClosedEarly(why) if !registered_before => {
@@ -175,11 +172,16 @@ pub async fn run_remote(app: Arc<App>, mut opts: ServeOptions, cfg: RemoteConfig
 }
 
 fn fatal(message: String) -> ExitCode {
-    eprintln!("stateful-tool: {message}");
+    eprintln!("{message}");
     ExitCode::from(2)
 }
 
-async fn connect_once(cfg: &RemoteConfig, app: &Arc<App>, opts: &ServeOptions) -> Outcome {
+async fn connect_once<H: Handler>(
+    cfg: &RemoteConfig,
+    plugin: &Registration,
+    app: &Arc<H>,
+    opts: &ServeOptions,
+) -> Outcome {
     let addr = cfg.addr();
     let stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect((cfg.host.as_str(), cfg.port))).await {
         Ok(Ok(s)) => s,
@@ -189,17 +191,7 @@ async fn connect_once(cfg: &RemoteConfig, app: &Arc<App>, opts: &ServeOptions) -
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
     let (mut reader, mut verdict) = Watched::new(read_half);
-    let lines = if cfg.trigger {
-        let provider = ("trigger_declaration", declarations::trigger::provider());
-        registration(&cfg.key, declarations::trigger::manifest(), provider, declarations::assets())
-    } else {
-        registration(
-            &cfg.key,
-            declarations::manifest(),
-            ("tool_declaration", declarations::tool_provider()),
-            declarations::assets(),
-        )
-    };
+    let lines = registration(&cfg.key, plugin.manifest, plugin.declaration, plugin.assets);
     let sent = timeout(REGISTER_TIMEOUT, async {
         write_half.write_all(&lines).await?;
         write_half.flush().await

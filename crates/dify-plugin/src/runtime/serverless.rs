@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::invoke::{self, HttpState};
-use crate::dispatch::{App, PROVIDER};
+use crate::handler::Handler;
 
 pub const DEFAULT_PORT: u16 = 8080;
 
@@ -41,34 +41,42 @@ impl HttpConfig {
     }
 }
 
-pub fn router(state: HttpState) -> Router {
+/// What `GET /` says about the plugin: its name (also in the start-up line) and any further
+/// fields (a version, the tools it provides, …).
+#[derive(Debug, Clone)]
+pub struct About {
+    pub name: &'static str,
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+pub fn router<H: Handler>(state: HttpState<H>) -> Router {
     Router::new()
-        .route("/", get(index))
+        .route("/", get(index::<H>))
         .route("/health", get(health))
-        .route("/invoke", post(invoke::invoke))
+        .route("/invoke", post(invoke::invoke::<H>))
         .fallback(not_found)
         .with_state(state)
 }
 
 /// Binds, prints the start-up lines, and serves until the process is stopped.
-pub async fn run_http(app: Arc<App>, cfg: HttpConfig) -> anyhow::Result<ExitCode> {
+pub async fn run_http<H: Handler>(app: Arc<H>, cfg: HttpConfig, about: About) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
         .await
         .with_context(|| format!("cannot listen on {}:{}", cfg.host, cfg.port))?;
     let addr = listener.local_addr()?;
-    if let Err(e) = announce(&mut std::io::stdout().lock(), addr) {
+    if let Err(e) = announce(&mut std::io::stdout().lock(), about.name, addr) {
         tracing::warn!("could not print the start-up lines on stdout: {e}");
     }
     tracing::info!("INSTALL_METHOD={}: serving POST /invoke on http://{addr}", cfg.method);
-    axum::serve(listener, router(HttpState { app, method: cfg.method })).await?;
+    axum::serve(listener, router(HttpState { app, method: cfg.method, about: Arc::new(about) })).await?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The marketplace pre-check starts the plugin, waits (20 s) for `Serving Flask app` on stdout,
 /// then probes `GET http://127.0.0.1:8080/`. In the HTTP modes stdout carries no protocol, so
 /// these lines are safe there. The second line gives the real port (useful with port 0).
-pub fn announce(out: &mut impl Write, addr: SocketAddr) -> std::io::Result<()> {
-    writeln!(out, " * Serving Flask app '{PROVIDER}' (native runtime on http://{addr})")?;
+pub fn announce(out: &mut impl Write, name: &str, addr: SocketAddr) -> std::io::Result<()> {
+    writeln!(out, " * Serving Flask app '{name}' (native runtime on http://{addr})")?;
     writeln!(out, " * Running on http://{addr}")?;
     out.flush()
 }
@@ -77,14 +85,13 @@ async fn health() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "OK")
 }
 
-async fn index(axum::extract::State(state): axum::extract::State<HttpState>) -> impl IntoResponse {
-    Json(json!({
-        "plugin": PROVIDER,
-        "version": env!("CARGO_PKG_VERSION"),
-        "install_method": state.method,
-        "tools": crate::tools::Tool::ALL.map(crate::tools::Tool::name),
-        "endpoints": ["GET /health", "POST /invoke?action=<action>"],
-    }))
+async fn index<H: Handler>(axum::extract::State(state): axum::extract::State<HttpState<H>>) -> impl IntoResponse {
+    let mut page = serde_json::Map::new();
+    page.insert("plugin".into(), state.about.name.into());
+    page.extend(state.about.fields.clone());
+    page.insert("install_method".into(), state.method.into());
+    page.insert("endpoints".into(), json!(["GET /health", "POST /invoke?action=<action>"]));
+    Json(serde_json::Value::Object(page))
 }
 
 async fn not_found() -> Response {
@@ -99,9 +106,9 @@ mod tests {
     #[test]
     fn announce_prints_the_flask_marker_and_the_real_port() {
         let mut out = Vec::new();
-        announce(&mut out, "127.0.0.1:40123".parse().unwrap()).unwrap();
+        announce(&mut out, "echo", "127.0.0.1:40123".parse().unwrap()).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.lines().next().unwrap().contains("Serving Flask app"), "{text}");
+        assert!(text.lines().next().unwrap().contains("Serving Flask app 'echo'"), "{text}");
         assert!(text.contains(" * Running on http://127.0.0.1:40123\n"), "{text}");
     }
 

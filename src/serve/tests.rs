@@ -1,14 +1,16 @@
-//! Protocol tests on byte slices: framing, concurrency, EOF, malformed and oversize input.
+//! The plugin through the session loop, on byte slices: framing, concurrency, EOF, malformed
+//! and oversize input, and a panicking handler.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::session_loop::serve;
-use super::ServeOptions;
-use crate::dispatch::{App, Handler};
-use crate::logging::LogRoute;
-use crate::protocol::Session;
+use dify_plugin::logging::LogRoute;
+use dify_plugin::runtime::session_loop::serve;
+use dify_plugin::runtime::ServeOptions;
+use dify_plugin::{Handler, Session};
+
+use crate::dispatch::App;
 use crate::store::{Clock, StoreOptions};
 
 fn opts() -> ServeOptions {

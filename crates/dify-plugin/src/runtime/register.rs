@@ -9,6 +9,16 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
 
+/// What a plugin registers with the daemon for remote debugging: its manifest, its one
+/// provider's declaration (`("tool_declaration", provider)`, `("trigger_declaration", …)`;
+/// the daemon refuses a registration holding both) and its assets (name, bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct Registration {
+    pub manifest: &'static Value,
+    pub declaration: (&'static str, &'static Value),
+    pub assets: &'static [(&'static str, &'static [u8])],
+}
+
 /// Raw bytes per `asset_chunk` (the SDK's size; the daemon accepts any non-empty chunk).
 pub const ASSET_CHUNK: usize = 8192;
 

@@ -14,15 +14,22 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use crate::dispatch::{serve_session, App};
-use crate::error::ToolError;
+use super::serverless::About;
+use crate::handler::{serve_session, Handler};
 use crate::protocol::{Caller, Inbound, Outbox};
 
-/// What the `/invoke` handler needs: the shared app and the runtime's name (serverless / aws_lambda).
-#[derive(Clone)]
-pub struct HttpState {
-    pub app: Arc<App>,
+/// What the HTTP handlers need: the plugin, the runtime's name (serverless / aws_lambda) and
+/// what `GET /` says about the plugin.
+pub struct HttpState<H> {
+    pub app: Arc<H>,
     pub method: &'static str,
+    pub about: Arc<About>,
+}
+
+impl<H> Clone for HttpState<H> {
+    fn clone(&self) -> Self {
+        HttpState { app: self.app.clone(), method: self.method, about: self.about.clone() }
+    }
 }
 
 /// The daemon's cap on a serverless request body.
@@ -42,8 +49,8 @@ pub struct InvokeQuery {
     action: Option<String>,
 }
 
-pub async fn invoke(
-    State(state): State<HttpState>,
+pub async fn invoke<H: Handler>(
+    State(state): State<HttpState<H>>,
     query: Result<Query<InvokeQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
@@ -76,8 +83,7 @@ pub async fn invoke(
     let (sid, caller, data) = match parse_request(&bytes, header_sid) {
         Ok(ok) => ok,
         Err((Some(sid), msg)) => {
-            let refused = Err(ToolError::param(format!("malformed input: {msg}")));
-            return stream_session(&state, sid, Caller::Unknown, refused);
+            return stream_session(&state, sid, Caller::Unknown, Err(msg));
         }
         Err((None, msg)) => return error_line(StatusCode::BAD_REQUEST, None, format!("malformed input: {msg}")),
     };
@@ -140,7 +146,12 @@ fn parse_request(
 /// Runs the session on its own task and streams its lines (stream…, optional error, end) as the
 /// response body, which ends after `end`. If the client goes away the session still completes
 /// (its store effects must not be cut in half); only its answer is lost.
-fn stream_session(state: &HttpState, sid: String, caller: Caller, data: Result<Value, ToolError>) -> Response {
+fn stream_session<H: Handler>(
+    state: &HttpState<H>,
+    sid: String,
+    caller: Caller,
+    data: Result<Value, String>,
+) -> Response {
     let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let (outbox, write) = Outbox::new(writer, 64);
     let app = state.app.clone();

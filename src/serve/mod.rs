@@ -1,18 +1,15 @@
-//! The plugin runtime: picks the transport from `INSTALL_METHOD` and serves sessions.
-
-pub mod env;
-pub mod invoke;
-pub mod register;
-pub mod remote;
-pub mod serverless;
-pub mod session_loop;
-pub mod stdio;
+//! `stateful-tool serve`: reads the environment once, builds the plugin's [`App`], and hands
+//! it to the transport `INSTALL_METHOD` names (the `dify_plugin` runtimes).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::dispatch::App;
-use crate::logging::LogRoute;
+use dify_plugin::logging::LogRoute;
+use dify_plugin::runtime::register::Registration;
+use dify_plugin::runtime::{env, remote, serverless, stdio, ServeOptions};
+
+use crate::declarations;
+use crate::dispatch::{App, PROVIDER};
 use crate::store::{Clock, StoreOptions};
 
 /// `serve --help`: every environment variable that changes what `serve` does, with defaults.
@@ -40,23 +37,6 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
   STATEFUL_TOOL_HEARTBEAT_MS         heartbeat interval towards the daemon, in ms (default 10000)
   STATEFUL_TOOL_LOG (or RUST_LOG)    log filter: error, warn, info, debug (default info); under
                                      the daemon, logs are protocol `log` events (stderr before)";
-
-/// Knobs of the session loop (tests shorten the heartbeat).
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    pub heartbeat: Duration,
-    pub max_in_flight: usize,
-    /// Where log records go while the loop runs.
-    pub logs: LogRoute,
-}
-
-impl Default for ServeOptions {
-    fn default() -> Self {
-        // 1024 sessions in flight keep every store busy (the KV client sends at most 256
-        // requests at once per store); more would only wait, each holding its parsed request.
-        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 1024, logs: LogRoute::Stderr }
-    }
-}
 
 /// Everything the plugin reads from its environment, read once at start-up and passed down.
 #[derive(Debug, Clone)]
@@ -118,18 +98,48 @@ pub fn run() -> anyhow::Result<ExitCode> {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions { logs: LogRoute::Protocol, ..options.serve })),
         "remote" => remote::RemoteConfig::from_settings(get).and_then(|cfg| {
             let opts = ServeOptions { logs: LogRoute::ProtocolAndStderr, ..options.serve };
-            rt.block_on(remote::run_remote(app, opts, cfg))
+            let registration = registration(get("STATEFUL_TOOL_PACKAGE").as_deref())?;
+            rt.block_on(remote::run_remote(app, opts, cfg, registration))
         }),
         "serverless" => serverless::HttpConfig::from_settings("serverless", "SERVERLESS", get)
-            .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
+            .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg, about()))),
         "aws_lambda" => serverless::HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)
-            .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg))),
+            .and_then(|cfg| rt.block_on(serverless::run_http(app, cfg, about()))),
         other => Err(anyhow::anyhow!("INSTALL_METHOD={other:?} is not supported; use one of: {INSTALL_METHODS}")),
     };
     // Without a pipe, stdin is read on a blocking thread that a broken stdout leaves parked:
     // don't wait for it.
     rt.shutdown_background();
     result
+}
+
+/// What remote debugging registers: the tool package, or with `STATEFUL_TOOL_PACKAGE=trigger`
+/// the trigger package (the daemon refuses one registration holding both providers).
+fn registration(package: Option<&str>) -> anyhow::Result<Registration> {
+    let assets = declarations::assets();
+    match package {
+        None | Some("tool") => Ok(Registration {
+            manifest: declarations::manifest(),
+            declaration: ("tool_declaration", declarations::tool_provider()),
+            assets,
+        }),
+        Some("trigger") => Ok(Registration {
+            manifest: declarations::trigger::manifest(),
+            declaration: ("trigger_declaration", declarations::trigger::provider()),
+            assets,
+        }),
+        Some(other) => anyhow::bail!("STATEFUL_TOOL_PACKAGE={other:?}: use tool (the default) or trigger"),
+    }
+}
+
+/// What the HTTP runtimes' `GET /` says about the plugin.
+fn about() -> serverless::About {
+    let fields = serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "tools": crate::tools::Tool::ALL.map(crate::tools::Tool::name),
+    });
+    let serde_json::Value::Object(fields) = fields else { unreachable!("a JSON object literal") };
+    serverless::About { name: PROVIDER, fields }
 }
 
 #[cfg(test)]

@@ -1,0 +1,88 @@
+//! The one interface between the runtimes and a plugin: a [`Handler`] answers each request on
+//! its session, and [`serve_session`] makes sure every session is answered whatever happens.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use serde_json::{json, Map, Value};
+
+use crate::protocol::{Caller, Outbox, Session};
+
+/// What answers one request: the plugin. Every runtime takes any `Handler`, so a test can
+/// inject one that misbehaves (panics, say) without a test branch in the plugin itself.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers `data` (a request's `data` object: `type`, `action`, and the action's fields)
+    /// on `session`, and ends it (exactly one `end`).
+    fn handle(&self, session: Session, data: Value) -> impl Future<Output = ()> + Send;
+
+    /// The error answering a line that names a session but is not a request this protocol
+    /// can take (`why` says what is wrong).
+    fn malformed(&self, why: &str) -> ErrorMessage {
+        ErrorMessage::new("param_invalid", format!("malformed input: {why}"))
+    }
+
+    /// The error answering a session whose handler panicked.
+    fn panicked(&self) -> ErrorMessage {
+        ErrorMessage::new(
+            "upstream_error",
+            "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe",
+        )
+    }
+}
+
+/// A session's `error` message as the daemon reads it: `error_type`, `message` and `args`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorMessage {
+    pub error_type: String,
+    pub message: String,
+    /// Machine-readable details; the daemon keeps at most 10 keys.
+    pub args: Map<String, Value>,
+}
+
+impl ErrorMessage {
+    pub fn new(error_type: impl Into<String>, message: impl Into<String>) -> Self {
+        ErrorMessage { error_type: error_type.into(), message: message.into(), args: Map::new() }
+    }
+
+    /// With `details` as `args` (an object's first 10 keys; anything else as `{"details": …}`).
+    pub fn with_details(mut self, details: Option<Value>) -> Self {
+        self.args = match details {
+            Some(Value::Object(map)) => map.into_iter().take(10).collect(),
+            Some(other) => [("details".to_owned(), other)].into_iter().collect(),
+            None => Map::new(),
+        };
+        self
+    }
+
+    /// The `data` of the session `error` message: the one place an error becomes protocol JSON.
+    pub fn to_wire(&self) -> Value {
+        json!({ "error_type": self.error_type, "message": self.message, "args": self.args })
+    }
+}
+
+/// Answers one session whatever happens: `handler`'s answer to the request, the error of a
+/// line that could not be taken as a request (`Err(why)`), or, should the handler panic, its
+/// [`Handler::panicked`] error. The daemon waits for every session's `end`, so a bug in one
+/// handler must not leave its session open.
+pub async fn serve_session<H: Handler>(
+    handler: &H,
+    session_id: String,
+    caller: Caller,
+    outbox: Outbox,
+    request: Result<Value, String>,
+) {
+    let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
+    let work = async move {
+        match request {
+            Ok(data) => handler.handle(session, data).await,
+            Err(why) => session.finish(Some(handler.malformed(&why).to_wire())).await,
+        }
+    };
+    if let Err(panic) = AssertUnwindSafe(work).catch_unwind().await {
+        let what = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
+        tracing::error!(session_id, "a request handler panicked: {}", what.unwrap_or("(no message)"));
+        let session = Session::new(session_id, outbox).with_caller(caller);
+        session.finish(Some(handler.panicked().to_wire())).await;
+    }
+}

@@ -1,0 +1,51 @@
+//! dify-plugin: the Dify plugin daemon's protocol and runtimes, for a plugin written in Rust.
+//!
+//! A plugin implements [`Handler`]: it receives each request's `data` on its own [`Session`]
+//! and answers it (stream messages, then exactly one `end`). The runtimes carry the protocol:
+//! [`runtime::stdio`] (how the daemon starts an installed plugin: newline-delimited JSON on
+//! stdin/stdout), [`runtime::remote`] (remote debugging over TCP, with the registration) and
+//! [`runtime::serverless`] (HTTP). [`protocol`] holds the wire format; [`logging`] turns
+//! `tracing` records into the daemon's `log` events. The crate knows nothing of what a plugin
+//! does.
+//!
+//! A plugin that answers every request with one `stream` message, driven here over a byte
+//! slice as the daemon would drive it over stdin ([`runtime::stdio::run_stdio`] serves the
+//! real pipes; `examples/echo.rs` is this plugin as a program):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use dify_plugin::runtime::{session_loop::serve, ServeOptions};
+//! use dify_plugin::{Handler, Session};
+//! use serde_json::{json, Value};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     async fn handle(&self, session: Session, data: Value) {
+//!         session.stream(&json!({"action": data["action"]})).await;
+//!         session.finish(None).await;
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let input = concat!(
+//!     r#"{"session_id":"s1","event":"request","data":{"type":"tool","action":"invoke_tool"}}"#,
+//!     "\n",
+//! );
+//! let mut output = Vec::new();
+//! serve(input.as_bytes(), &mut output, Arc::new(Echo), ServeOptions::default()).await.unwrap();
+//! let lines: Vec<Value> =
+//!     String::from_utf8(output).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+//! assert_eq!(lines[0]["event"], "heartbeat"); // the daemon's sign that the plugin is up
+//! assert_eq!(lines[1]["data"], json!({"type": "stream", "data": {"action": "invoke_tool"}}));
+//! assert_eq!(lines[2]["data"], json!({"type": "end", "data": {}}));
+//! # });
+//! //! ```
+
+pub mod handler;
+pub mod logging;
+pub mod protocol;
+pub mod runtime;
+
+pub use handler::{serve_session, ErrorMessage, Handler};
+pub use protocol::Session;

@@ -1,0 +1,31 @@
+//! The transports that carry the daemon's protocol to a [`Handler`](crate::Handler): stdio
+//! (how the daemon starts a plugin), remote debugging over TCP, and HTTP (serverless).
+
+pub mod env;
+pub mod invoke;
+pub mod register;
+pub mod remote;
+pub mod serverless;
+pub mod session_loop;
+pub mod stdio;
+
+use std::time::Duration;
+
+use crate::logging::LogRoute;
+
+/// Knobs of the session loop (tests shorten the heartbeat).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub heartbeat: Duration,
+    pub max_in_flight: usize,
+    /// Where log records go while the loop runs.
+    pub logs: LogRoute,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        // 1024 sessions in flight: enough to keep a plugin's backends busy; more would only
+        // wait, each holding its parsed request.
+        ServeOptions { heartbeat: Duration::from_secs(10), max_in_flight: 1024, logs: LogRoute::Stderr }
+    }
+}
