@@ -8,8 +8,6 @@ pub mod call;
 pub mod declarations;
 pub mod dispatch;
 pub mod error;
-#[doc(hidden)]
-pub mod oracle;
 pub mod serve;
 pub mod tools;
 pub mod trigger;

@@ -1,13 +1,15 @@
 //! Arbitrary bytes as the daemon's input stream: the line decoder and the whole session loop
 //! never panic, every output line is JSON, and every session a line identifies ends exactly
-//! once (`stateful_tool::oracle`, the checks `tests/it/prop_protocol.rs` runs too). Lines that
+//! once (`tests/it/support/oracle.rs`, the checks `tests/it/prop_protocol.rs` runs too). Lines that
 //! could run a tool are pinned to the in-process `memory://` store first, so no input can make
 //! the plugin connect anywhere.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use stateful_tool::dispatch::App;
-use stateful_tool::oracle;
+#[allow(dead_code)]
+#[path = "../../tests/it/support/oracle.rs"]
+mod oracle;
 use stateful_tool::store::{Clock, StoreOptions};
 
 fuzz_target!(|data: &[u8]| {

@@ -1,10 +1,12 @@
 //! Arbitrary (namespace, event id) pairs: the key of a valid pair is one URL-unreserved path
 //! segment and parses back to exactly that pair, so no two pairs share a key
-//! (`stateful_tool::oracle`'s check, shared with `tests/it/prop_tools.rs`).
+//! (`tests/it/support/oracle.rs`'s check, shared with `tests/it/prop_tools.rs`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stateful_tool::oracle;
+#[allow(dead_code)]
+#[path = "../../tests/it/support/oracle.rs"]
+mod oracle;
 use stateful_tool::store::key::{validate_event_id, validate_namespace};
 
 fuzz_target!(|input: (Option<String>, String)| {

@@ -1,11 +1,15 @@
 //! Arbitrary JSON as tool parameters: never a panic; `param_invalid` exactly when the store
 //! was not touched (the store here is down, so anything that passed validation reached it).
-//! The check is `stateful_tool::oracle`'s, shared with `tests/it/prop_tools.rs`.
+//! The check is `tests/it/support/oracle.rs`'s, shared with `tests/it/prop_tools.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use stateful_tool::oracle::{self, CountingStore};
+#[allow(dead_code)]
+#[path = "../../tests/it/support/oracle.rs"]
+mod oracle;
+
+use oracle::CountingStore;
 use stateful_tool::tools::{Settings, Tool};
 
 fuzz_target!(|data: &[u8]| {

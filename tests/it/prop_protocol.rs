@@ -7,11 +7,11 @@
 //! Every line that could run a tool is forced onto the in-process `memory://` store, so no
 //! generated input can make the plugin connect anywhere.
 
+use crate::support::oracle;
 use crate::support::{arb, property};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use stateful_tool::dispatch::App;
-use stateful_tool::oracle;
 use stateful_tool::protocol::message::session_id_from_prefix;
 use stateful_tool::protocol::{Inbound, Line, LineReader};
 use stateful_tool::store::{Clock, StoreOptions};

@@ -3,11 +3,11 @@
 //! `param_invalid` and never touches the store, valid input always does; the storage-key
 //! encoding is charset-safe, injective and round-trips through `parse_storage_key`.
 
+use crate::support::oracle::{self, CountingStore};
 use crate::support::{arb, property};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use stateful_tool::error::ErrorClass;
-use stateful_tool::oracle::{self, CountingStore};
 use stateful_tool::store::key::{parse_storage_key, storage_key, validate_event_id};
 use stateful_tool::store::EventStore;
 use stateful_tool::tools::{self, Settings};

@@ -10,6 +10,7 @@ pub mod kv;
 pub mod kv_pki;
 pub mod lifecycle;
 pub mod load;
+pub mod oracle;
 pub mod package;
 pub mod plugin;
 pub mod postgres;

@@ -1,5 +1,6 @@
 //! What a correct plugin does with arbitrary input: the checks the property tests
-//! (`tests/it/prop_*.rs`) and the fuzz targets (`fuzz/`) share, so the two cannot drift apart.
+//! (`tests/it/prop_*.rs`) and the fuzz targets (`fuzz/`, which include this file by path)
+//! share, so the two cannot drift apart. Test code: it is not part of the plugin.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,16 +9,16 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::dispatch::App;
-use crate::error::{ErrorClass, ToolError};
-use crate::protocol::message::session_id_from_prefix;
-use crate::protocol::wire::MAX_INPUT_LINE;
-use crate::protocol::{Inbound, Line, LineReader};
-use crate::runtime::session_loop::serve;
-use crate::runtime::ServeOptions;
-use crate::store::key::{is_key_charset_safe, parse_storage_key, storage_key};
-use crate::store::memory::MemoryStore;
-use crate::store::{
+use stateful_tool::dispatch::App;
+use stateful_tool::error::{ErrorClass, ToolError};
+use stateful_tool::protocol::message::session_id_from_prefix;
+use stateful_tool::protocol::wire::MAX_INPUT_LINE;
+use stateful_tool::protocol::{Inbound, Line, LineReader};
+use stateful_tool::runtime::session_loop::serve;
+use stateful_tool::runtime::ServeOptions;
+use stateful_tool::store::key::{is_key_charset_safe, parse_storage_key, storage_key};
+use stateful_tool::store::memory::MemoryStore;
+use stateful_tool::store::{
     Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version,
 };
 
