@@ -6,15 +6,5 @@ set -euo pipefail
 if ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ]; then
-  echo "libfaketime is missing: run 'sudo apt-get install -y faketime' (the clock-skew tests need it)" >&2
-  exit 1
-fi
-echo "installing faketime (libfaketime) from Debian's packages..." >&2
-export DEBIAN_FRONTEND=noninteractive
-here=$(dirname "$0")
-"$here/wait-apt-lock.sh"
-apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" update -qq
-"$here/wait-apt-lock.sh"
-apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" install -y -qq faketime >/dev/null
+"$(dirname "$0")/apt-install.sh" "libfaketime (the clock-skew tests need it)" faketime
 ls /usr/lib/*/faketime/libfaketimeMT.so.1

@@ -7,16 +7,6 @@ set -euo pipefail
 if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v psql >/dev/null 2>&1; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ]; then
-  echo "PostgreSQL is missing: run 'sudo apt-get install -y postgresql postgresql-client' (the tests start their own clusters)" >&2
-  exit 1
-fi
-echo "installing PostgreSQL from Debian's packages..." >&2
-export DEBIAN_FRONTEND=noninteractive
-here=$(dirname "$0")
-"$here/wait-apt-lock.sh"
-apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" update -qq
-"$here/wait-apt-lock.sh"
-apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" install -y -qq postgresql postgresql-client >/dev/null
+"$(dirname "$0")/apt-install.sh" "PostgreSQL's server and psql (the tests start their own clusters)" postgresql postgresql-client
 (service postgresql stop || systemctl stop postgresql || true) >/dev/null 2>&1
 ls -d /usr/lib/postgresql/*/bin

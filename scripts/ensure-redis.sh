@@ -8,19 +8,7 @@ if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>
   && command -v openssl >/dev/null 2>&1 && command -v strace >/dev/null 2>&1; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ]; then
-  echo "redis-server, redis-cli, openssl or strace is missing: run 'sudo apt-get install -y redis-server redis-tools openssl strace' (the tests need Redis >= 7)" >&2
-  exit 1
-fi
-echo "installing redis-server from Debian's packages..." >&2
-export DEBIAN_FRONTEND=noninteractive
-here=$(dirname "$0")
-# Another install (unattended-upgrades, a second terminal) may hold the lock: wait for it,
-# and let apt itself wait too, for the moment between our look and its own locking.
-"$here/wait-apt-lock.sh"
-apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" update -qq
-"$here/wait-apt-lock.sh"
-apt-get -o DPkg::Lock::Timeout="${APT_LOCK_TIMEOUT:-600}" install -y -qq redis-server redis-tools openssl strace >/dev/null
+"$(dirname "$0")/apt-install.sh" "redis-server, redis-cli, openssl or strace (the tests need Redis >= 7)" redis-server redis-tools openssl strace
 # The package starts a system service on 6379; the tests never use it.
 (service redis-server stop || systemctl stop redis-server || true) >/dev/null 2>&1
 redis-server --version
