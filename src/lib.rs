@@ -9,6 +9,9 @@ pub mod declarations;
 pub mod dispatch;
 pub mod error;
 pub mod serve;
+/// The deterministic simulation of the claim protocol (a test): beside the tools it drives.
+#[cfg(test)]
+mod sim;
 pub mod tools;
 pub mod trigger;
 

@@ -10,8 +10,6 @@ pub mod params;
 pub mod pyrepr;
 mod sentence;
 pub mod settings;
-#[cfg(test)]
-mod sim;
 
 use serde_json::{Map, Value};
 
