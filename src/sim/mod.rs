@@ -7,7 +7,7 @@
 // TTLs run out and the store restarts (losing only what no answer revealed). One thread, a
 // virtual clock and a seeded generator: a seed replays its schedule exactly.
 //
-// STATEFUL_TOOL_SIM_SEED=<n> replays one schedule with a trace; STATEFUL_TOOL_SIM_SCHEDULES=<n>
+// STATEFUL_TOOL_SIM_SEED=<n> replays one schedule with its trace (one seed, one run: time, randomness and claim ids all come from it); STATEFUL_TOOL_SIM_SCHEDULES=<n>
 // runs more schedules than the default budget.
 
 mod check;
@@ -61,6 +61,21 @@ fn every_fault_schedule_keeps_the_invariants() {
         panic!(
             "schedule {seed} broke {why}\nreplay it with a trace: STATEFUL_TOOL_SIM_SEED={seed} cargo test --lib sim::"
         );
+    }
+}
+
+/// Time (a virtual clock), randomness (one seeded generator) and the calls' claim ids (drawn
+/// from the seed) are all passed in: one seed replays one run, line for line of its trace.
+#[test]
+fn a_seed_replays_its_schedule_exactly() {
+    for seed in REGRESSIONS.iter().copied().chain([0, 1, 4242]) {
+        let (first, trace) = schedule::traced(seed, Flaw::None);
+        let (again, replay) = schedule::traced(seed, Flaw::None);
+        assert_eq!((first, trace.len()), (again, replay.len()), "seed {seed}");
+        assert!(trace.len() > 3, "seed {seed} traced only {trace:?}");
+        if let Some(i) = (0..trace.len()).find(|&i| trace[i] != replay[i]) {
+            panic!("seed {seed} diverged at line {i}: {:?} vs {:?}", trace[i], replay[i]);
+        }
     }
 }
 

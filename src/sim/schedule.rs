@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use serde_json::{json, Map, Value};
@@ -14,6 +15,7 @@ use super::store::{Flaw, Op, Reply, SimStore};
 use crate::error::ToolError;
 use crate::store::record::Status;
 use crate::store::StoreError;
+use crate::tools::settings::ClaimIds;
 use crate::tools::{event_complete, event_ingest, Answer, Settings};
 
 type Running = Pin<Box<dyn Future<Output = Result<Answer, ToolError>>>>;
@@ -38,13 +40,28 @@ struct Sim {
     runs: Vec<(usize, u32, Status)>,
     fault_percent: u64,
     faults: Faults,
-    trace: bool,
+    /// The step-by-step trace, when asked for.
+    trace: Option<Vec<String>>,
     step: usize,
 }
 
 /// Runs schedule `seed` against a store with `flaw` (`Flaw::None`: a sound one); `Err` names
-/// the invariant it broke.
+/// the invariant it broke. With `trace`, the schedule's trace goes to stderr.
 pub fn run(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> Result<(), String> {
+    let (result, lines) = play(seed, trace, faults, flaw);
+    for line in lines.unwrap_or_default() {
+        eprintln!("{line}");
+    }
+    result
+}
+
+/// Schedule `seed`'s outcome and its whole trace: one seed, one run, line for line.
+pub fn traced(seed: u64, flaw: Flaw) -> (Result<(), String>, Vec<String>) {
+    let (result, lines) = play(seed, true, &mut Faults::default(), flaw);
+    (result, lines.unwrap_or_default())
+}
+
+fn play(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> (Result<(), String>, Option<Vec<String>>) {
     let mut rng = Rng::new(seed);
     let retention = rng.pick(&["2s", "60s", "1h"]);
     let default_lease = rng.pick(&["0", "1", "5", "30"]);
@@ -54,6 +71,10 @@ pub fn run(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> Result<()
     // Time in the simulation is virtual: a call's deadline runs on the virtual clock, and a
     // round trip the scheduler times out has taken its whole timeout.
     settings.call_timeout = std::time::Duration::from_secs(5);
+    // Claim ids from the seed too: nothing in a schedule is drawn outside it.
+    let issued = AtomicU64::new(0);
+    settings.claim_ids =
+        ClaimIds::from_fn(move || format!("{seed:016x}{:016x}", issued.fetch_add(1, Ordering::Relaxed)));
     let fault_percent = rng.pick(&[5, 15, 30, 50]);
     let mut sim = Sim {
         rng,
@@ -65,15 +86,14 @@ pub fn run(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> Result<()
         runs: vec![],
         fault_percent,
         faults: std::mem::take(faults),
-        trace,
+        trace: trace.then(|| {
+            vec![format!("seed {seed}: retention {retention}, default lease {default_lease}s, faults {fault_percent}%")]
+        }),
         step: 0,
     };
-    if trace {
-        eprintln!("seed {seed}: retention {retention}, default lease {default_lease}s, faults {fault_percent}%");
-    }
     let result = sim.play();
     *faults = std::mem::take(&mut sim.faults);
-    result
+    (result, sim.trace.take())
 }
 
 impl Sim {
@@ -278,14 +298,14 @@ impl Sim {
         if let Some(ms) = gave_up {
             self.advance(ms.max(0));
         }
-        if self.trace {
-            eprintln!(
+        if let Some(trace) = &mut self.trace {
+            trace.push(format!(
                 "step {} task {}: {:?} -> fault {fault}: {}",
                 self.step,
                 parked.task,
                 short(&parked.op),
                 short_reply(&reply)
-            );
+            ));
         }
         parked.answer(reply);
     }
@@ -314,8 +334,8 @@ impl Sim {
         if matches!(r, Reply::Failed(StoreError::TooLate { .. })) {
             self.faults.refused_late += 1;
         }
-        if self.trace {
-            eprintln!("step {}: late copy of {:?} lands: {}", self.step, short(&op), short_reply(&r));
+        if let Some(trace) = &mut self.trace {
+            trace.push(format!("step {}: late copy of {:?} lands: {}", self.step, short(&op), short_reply(&r)));
         }
     }
 
@@ -333,8 +353,8 @@ impl Sim {
                 w.parked.push(p);
             }
         }
-        if self.trace {
-            eprintln!("step {}: store restart", self.step);
+        if let Some(trace) = &mut self.trace {
+            trace.push(format!("step {}: store restart", self.step));
         }
     }
 
@@ -354,11 +374,11 @@ impl Sim {
             let outcome = task.call.outcome.clone().unwrap_or_default();
             let counted = if task.call.unchecked { format!("{outcome} (unchecked)") } else { outcome.clone() };
             *self.faults.answers.entry(counted).or_default() += 1;
-            if self.trace {
-                eprintln!(
+            if let Some(trace) = &mut self.trace {
+                trace.push(format!(
                     "step {} task {i} {:?} answered {outcome} attempt {:?}",
                     self.step, task.call.kind, task.call.attempt
-                );
+                ));
             }
             checked?;
             if let (Kind::Deliver, "accepted", Some(attempt)) = (&task.call.kind, outcome.as_str(), task.call.attempt) {

@@ -7,9 +7,10 @@
 
 use std::time::Duration;
 
+use super::settings::ClaimIds;
 use super::Deadline;
 use crate::error::ToolError;
-use crate::store::record::{new_claim_id, Record, Status};
+use crate::store::record::{Record, Status};
 use crate::store::{EventStore, StoreClock, StoreDeadline};
 
 /// Why a rolled-back claim's record says `failed` (its `result`).
@@ -23,8 +24,9 @@ const KEEP_FOR_READ: Duration = Duration::from_millis(100);
 const SETTLE_READS: usize = 4;
 const MIN_SETTLE_WAIT_MS: i64 = 10;
 
-#[derive(Default)]
 pub struct Claims {
+    /// Where the claim ids of this call's writes come from.
+    ids: ClaimIds,
     /// The claim ids of every write this call sent.
     sent: Vec<String>,
     /// Writes whose answer was lost: they may have landed, or may still land until `latest`.
@@ -44,6 +46,15 @@ enum Settled {
 }
 
 impl Claims {
+    pub fn new(ids: ClaimIds) -> Claims {
+        Claims { ids, sent: Vec::new(), unknown: Vec::new(), latest: None }
+    }
+
+    /// A claim id for this call's next write.
+    pub fn new_id(&self) -> String {
+        self.ids.next()
+    }
+
     /// Registers a write about to be sent with `timeout`; returns its deadline in the store's
     /// clock, which the store reaches no later than `timeout` expires here.
     pub fn push(&mut self, clock: &StoreClock, claim_id: &str, timeout: Duration) -> Option<StoreDeadline> {
@@ -150,7 +161,7 @@ impl Claims {
                 status: Status::Failed,
                 lease_until_ms: None,
                 result: Some(ROLLED_BACK.to_owned()),
-                claim_id: new_claim_id(),
+                claim_id: self.new_id(),
                 ..rec.clone()
             };
             let until = Some(store.clock().deadline_after(timeout));

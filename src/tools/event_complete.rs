@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
-use crate::store::record::{format_time, new_claim_id, Record, Status};
+use crate::store::record::{format_time, Record, Status};
 use crate::store::{EventStore, Swapped};
 
 pub const MAX_RESULT_BYTES: usize = 4096;
@@ -29,7 +29,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
     let key = storage_key(settings.namespace.as_deref(), &event_id);
     let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
     let asked = Completion { event_id, key, target, attempt, result };
-    let mut claims = Claims::default();
+    let mut claims = Claims::new(settings.claim_ids.clone());
     match complete(store, settings, &asked, &deadline, &mut claims).await {
         // A lost answer: this call's completion may be in the store after all.
         Err(e) => {
@@ -103,7 +103,7 @@ async fn complete<S: EventStore>(
             completed_at: Some(format_time(cur.store_now_ms)),
             result: result.clone(),
             lease_until_ms: None,
-            claim_id: new_claim_id(),
+            claim_id: claims.new_id(),
             ..rec
         };
         let timeout = deadline.share().map_err(fail)?;

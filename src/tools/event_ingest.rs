@@ -8,7 +8,7 @@ use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{
-    check_depth, fingerprint, fingerprint_and_kind, format_time, new_claim_id, short_fingerprint, Record, Status,
+    check_depth, fingerprint, fingerprint_and_kind, format_time, short_fingerprint, Record, Status,
 };
 use crate::store::{Created, Current, EventStore, Swapped};
 
@@ -39,8 +39,8 @@ impl IngestRequest {
         IngestRequest { event_id, event_type, payload: None, fingerprint, compared_as, lease_ms, run_id: None }
     }
 
-    /// The record a first claim of this event writes at store time `now` (a fresh claim id).
-    pub fn first_claim(&self, now: i64) -> Record {
+    /// The record a first claim of this event writes at store time `now`, with `claim_id`.
+    pub fn first_claim(&self, now: i64, claim_id: String) -> Record {
         Record {
             v: 1,
             event_id: self.event_id.clone(),
@@ -54,7 +54,7 @@ impl IngestRequest {
             lease_until_ms: self.lease_ms.map(|l| now + l),
             completed_at: None,
             result: None,
-            claim_id: new_claim_id(),
+            claim_id,
             run_id: self.run_id.clone(),
         }
     }
@@ -115,7 +115,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, 
 pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: &IngestRequest) -> Result<Answer, ToolError> {
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
     let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
-    let mut claims = Claims::default();
+    let mut claims = Claims::new(settings.claim_ids.clone());
     match claim(store, settings, req, &key, &deadline, &mut claims).await {
         Ok(answer) => Ok(answer),
         // A lost answer: this call's claim may be in the store after all.
@@ -145,7 +145,7 @@ async fn claim<S: EventStore>(
         }
     }
     let now = store.clock().now_ms();
-    let fresh = req.first_claim(now);
+    let fresh = req.first_claim(now, claims.new_id());
     let bytes = fresh.to_bytes();
     let ttl = settings.ttl_for(req.lease_ms);
     for _ in 0..MAX_ROUNDS {
@@ -213,7 +213,7 @@ async fn settle<S: EventStore>(
             lease_until_ms: req.lease_ms.map(|l| cur.store_now_ms + l),
             completed_at: None,
             result: None,
-            claim_id: new_claim_id(),
+            claim_id: claims.new_id(),
             run_id: req.run_id.clone(),
             ..rec
         };

@@ -113,6 +113,7 @@ pub(crate) mod testing {
             retention: std::time::Duration::from_secs(3600),
             default_lease: std::time::Duration::ZERO,
             call_timeout: std::time::Duration::from_secs(5),
+            claim_ids: Default::default(),
         }
     }
 

@@ -1,11 +1,13 @@
 //! Provider credentials → per-call settings (store, namespace, event types, retention).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::error::ToolError;
 use crate::store::key::validate_namespace;
+use crate::store::record::new_claim_id;
 use crate::store::StoreConfig;
 
 pub const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
@@ -24,6 +26,30 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(60);
 /// The deadline of one call's store round trips when the runtime passes none.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Where a call's claim ids come from: fresh random ones (the plugin), or a sequence a test
+/// injects (the simulation, so that one seed replays one run exactly).
+#[derive(Clone, Default)]
+pub struct ClaimIds(Option<Arc<dyn Fn() -> String + Send + Sync>>);
+
+impl ClaimIds {
+    pub fn from_fn(next: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        ClaimIds(Some(Arc::new(next)))
+    }
+
+    pub fn next(&self) -> String {
+        match &self.0 {
+            Some(next) => next(),
+            None => new_claim_id(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClaimIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "ClaimIds(injected)" } else { "ClaimIds(random)" })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub store: StoreConfig,
@@ -35,6 +61,8 @@ pub struct Settings {
     pub default_lease: Duration,
     /// One deadline for all store round trips of one tool call (set by the runtime).
     pub call_timeout: Duration,
+    /// The claim ids this call's writes carry.
+    pub claim_ids: ClaimIds,
 }
 
 /// A credential as a trimmed string; absent, null and empty all mean "not set".
@@ -97,6 +125,7 @@ impl Settings {
             retention,
             default_lease,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            claim_ids: ClaimIds::default(),
         })
     }
 

@@ -98,7 +98,7 @@ pub async fn measure(
     });
     let record = |i: usize| {
         let (req, now) = (&reqs[i], 1_780_000_000_000i64 + i as i64);
-        req.first_claim(now)
+        req.first_claim(now, stateful_tool::store::record::new_claim_id())
     };
     let encode_us = per_call(n, rounds, |i| {
         let rec = record(i);
