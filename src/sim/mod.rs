@@ -7,8 +7,9 @@
 // TTLs run out and the store restarts (losing only what no answer revealed). One thread, a
 // virtual clock and a seeded generator: a seed replays its schedule exactly.
 //
-// STATEFUL_TOOL_SIM_SEED=<n> replays one schedule with its trace (one seed, one run: time, randomness and claim ids all come from it); STATEFUL_TOOL_SIM_SCHEDULES=<n>
-// runs more schedules than the default budget.
+// STATEFUL_TOOL_SIM_SEED=<n> replays one schedule with its trace (time, randomness and the
+// calls' claim ids all come from the seed); STATEFUL_TOOL_SIM_SCHEDULES=<n> runs more
+// schedules than the default budget.
 
 mod check;
 mod report;
