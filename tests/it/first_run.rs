@@ -82,18 +82,23 @@ fn package_lock_wait_gives_up_after_its_timeout_naming_the_holder() {
 }
 
 #[test]
-fn ensure_scripts_wait_for_the_lock_before_each_apt_get() {
-    for name in ["ensure-redis.sh", "ensure-ui-tools.sh"] {
+fn ensure_scripts_install_only_through_apt_install_which_waits_for_the_lock() {
+    // apt-install.sh: its two apt-get runs each come right after a wait for the lock, and let
+    // apt wait too.
+    let body = fs::read_to_string(script("apt-install.sh")).unwrap();
+    let runs: Vec<&str> = body.lines().filter(|l| l.trim_start().starts_with("apt-get")).collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for run in runs {
+        assert!(run.contains("DPkg::Lock::Timeout"), "{run}");
+        let at = body.find(run).unwrap();
+        assert!(body[..at].trim_end().ends_with("\"$here/wait-apt-lock.sh\""), "no wait before: {run}");
+    }
+    // The ensure scripts never run apt-get themselves.
+    for name in ["ensure-redis.sh", "ensure-postgres.sh", "ensure-ui-tools.sh", "ensure-faketime.sh"] {
         let body = fs::read_to_string(script(name)).unwrap();
-        let lines: Vec<&str> =
-            body.lines().filter(|l| l.contains("apt-get") && !l.trim_start().starts_with('#')).collect();
-        let runs: Vec<&&str> = lines.iter().filter(|l| l.trim_start().starts_with("apt-get")).collect();
-        assert_eq!(runs.len(), 2, "{name}: {lines:?}");
-        for run in runs {
-            assert!(run.contains("DPkg::Lock::Timeout"), "{name}: {run}");
-            let at = body.find(*run).unwrap();
-            assert!(body[..at].trim_end().ends_with("\"$here/wait-apt-lock.sh\""), "{name}: no wait before: {run}");
-        }
+        let own = body.lines().find(|l| l.contains("apt-get ") && !l.trim_start().starts_with('#'));
+        assert!(own.is_none(), "{name} runs apt-get itself: {own:?}");
+        assert!(body.contains("/apt-install.sh\" "), "{name} does not install through apt-install.sh");
     }
 }
 
