@@ -68,22 +68,79 @@ async fn respond(session: Session, outcome: Result<Reply, SessionError>) {
     }
 }
 
+/// One request's `data`, read once: what it asks, of which tool, with which credentials.
+enum Request<'a> {
+    InvokeTool {
+        tool: Tool,
+        params: &'a Map<String, Value>,
+        credentials: &'a Value,
+    },
+    ValidateCredentials {
+        credentials: &'a Value,
+    },
+    RuntimeParameters {
+        tool: Tool,
+    },
+    /// A trigger action: the trigger reads the rest of `data` itself (its raw HTTP request).
+    Trigger {
+        action: &'a str,
+    },
+}
+
+/// An absent `tool_parameters` reads like an empty object.
+static NO_PARAMS: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+
+impl<'a> Request<'a> {
+    /// Reads `data`: its `type` and `action`, and for tool actions the provider (ours), the
+    /// tool, its parameters and the credentials. A credential check's refusal is reported the
+    /// way Dify shows it on the provider form.
+    fn parse(data: &'a Value) -> Result<Request<'a>, SessionError> {
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or("");
+        let action = data.get("action").and_then(Value::as_str).unwrap_or("");
+        // An absent field reads like an empty object: every credential look-up finds nothing.
+        let credentials = data.get("credentials").unwrap_or(&Value::Null);
+        let tool = || Tool::from_name(data.get("tool").and_then(Value::as_str).unwrap_or(""));
+        match (kind, action) {
+            ("tool", "invoke_tool") => {
+                check_provider(data)?;
+                let tool = tool()?;
+                let params = match data.get("tool_parameters") {
+                    None | Some(Value::Null) => &*NO_PARAMS,
+                    Some(Value::Object(m)) => m,
+                    Some(_) => return Err(ToolError::param("tool_parameters must be an object").into()),
+                };
+                Ok(Request::InvokeTool { tool, params, credentials })
+            }
+            ("tool", "validate_tool_credentials") => {
+                check_provider(data).map_err(|e| SessionError::CredentialValidation(e.message))?;
+                Ok(Request::ValidateCredentials { credentials })
+            }
+            ("tool", "get_tool_runtime_parameters") => {
+                check_provider(data)?;
+                Ok(Request::RuntimeParameters { tool: tool()? })
+            }
+            ("trigger", action) => Ok(Request::Trigger { action }),
+            _ => Err(ToolError::param(format!(
+                "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \
+                 validate_tool_credentials and get_tool_runtime_parameters, and trigger actions"
+            ))
+            .into()),
+        }
+    }
+}
+
 /// Handles one `request` and ends its session.
 async fn handle_request(app: &App, session: Session, data: Value) {
-    let kind = data.get("type").and_then(Value::as_str).unwrap_or("");
-    let action = data.get("action").and_then(Value::as_str).unwrap_or("");
-    let outcome = match (kind, action) {
-        ("tool", "invoke_tool") => invoke_tool(app, &data).await.map(Reply::Answer).map_err(SessionError::from),
-        ("tool", "validate_tool_credentials") => validate_credentials(app, &data).await.map(Reply::Chunks),
-        ("tool", "get_tool_runtime_parameters") => {
-            runtime_parameters(&data).map(Reply::Chunks).map_err(SessionError::from)
+    let outcome = match Request::parse(&data) {
+        Ok(Request::InvokeTool { tool, params, credentials }) => {
+            invoke_tool(app, tool, params, credentials).await.map(Reply::Answer).map_err(SessionError::from)
         }
-        ("trigger", action) => crate::trigger::handle(&app.stores, action, &data).await.map(Reply::Chunks),
-        _ => Err(ToolError::param(format!(
-            "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \
-             validate_tool_credentials and get_tool_runtime_parameters, and trigger actions"
-        ))
-        .into()),
+        Ok(Request::ValidateCredentials { credentials }) => {
+            validate_credentials(app, credentials).await.map(Reply::Chunks)
+        }
+        Ok(Request::RuntimeParameters { tool }) => Ok(Reply::Chunks(runtime_parameters(tool))),
+        Ok(Request::Trigger { action }) => crate::trigger::handle(&app.stores, action, &data).await.map(Reply::Chunks),
+        Err(e) => Err(e),
     };
     respond(session, outcome).await
 }
@@ -97,31 +154,21 @@ fn check_provider(data: &Value) -> Result<(), ToolError> {
     }
 }
 
-/// The request's credentials, borrowed (an absent field reads like an empty object: every
-/// credential look-up on it finds nothing).
-fn credentials(data: &Value) -> &Value {
-    data.get("credentials").unwrap_or(&Value::Null)
-}
-
-async fn invoke_tool(app: &App, data: &Value) -> Result<tools::Answer, ToolError> {
-    check_provider(data)?;
-    let tool = Tool::from_name(data.get("tool").and_then(Value::as_str).unwrap_or(""))?;
-    let no_params = Map::new();
-    let params = match data.get("tool_parameters") {
-        None | Some(Value::Null) => &no_params,
-        Some(Value::Object(m)) => m,
-        Some(_) => return Err(ToolError::param("tool_parameters must be an object")),
-    };
-    let mut settings = Settings::from_credentials(credentials(data))?;
+async fn invoke_tool(
+    app: &App,
+    tool: Tool,
+    params: &Map<String, Value>,
+    credentials: &Value,
+) -> Result<tools::Answer, ToolError> {
+    let mut settings = Settings::from_credentials(credentials)?;
     settings.call_timeout = app.stores.call_timeout();
     let store = app.stores.get(&settings.store).await?;
     tool.invoke(&*store, &settings, params).await
 }
 
-async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, SessionError> {
+async fn validate_credentials(app: &App, credentials: &Value) -> Result<Vec<Value>, SessionError> {
     let fail = SessionError::CredentialValidation;
-    check_provider(data).map_err(|e| fail(e.message))?;
-    let settings = Settings::from_credentials(credentials(data)).map_err(|e| fail(e.message))?;
+    let settings = Settings::from_credentials(credentials).map_err(|e| fail(e.message))?;
     let store = app.stores.get(&settings.store).await.map_err(|e| fail(e.to_string()))?;
     let probe = store.probe().await.map_err(|e| fail(e.to_string()))?;
     // The token must open the credential's namespace (a KV container binds tokens to
@@ -135,11 +182,9 @@ async fn validate_credentials(app: &App, data: &Value) -> Result<Vec<Value>, Ses
     Ok(vec![json!({"result": true})])
 }
 
-fn runtime_parameters(data: &Value) -> Result<Vec<Value>, ToolError> {
-    check_provider(data)?;
-    let tool = Tool::from_name(data.get("tool").and_then(Value::as_str).unwrap_or(""))?;
+fn runtime_parameters(tool: Tool) -> Vec<Value> {
     // Our parameters are static: answer with the declared ones.
     let parameters =
         crate::declarations::tool(tool.name()).and_then(|t| t.get("parameters").cloned()).unwrap_or_else(|| json!([]));
-    Ok(vec![json!({ "parameters": parameters })])
+    vec![json!({ "parameters": parameters })]
 }
