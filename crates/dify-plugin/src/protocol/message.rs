@@ -49,6 +49,32 @@ impl Inbound {
         serde_json::from_value::<Inbound>(value)
             .map_err(|e| InboundError { session_id, message: format!("input line is not a daemon message: {e}") })
     }
+
+    /// The one rule that takes a message as a request, for every transport: event `request`,
+    /// a session id (the message's own, else `fallback`, e.g. the HTTP runtime's session
+    /// header) and a `data` object; the request's (session id, caller, data). A
+    /// `backwards_response` is `Ok(None)`: a plugin that never calls back into Dify ignores it.
+    pub fn into_request(self, fallback: Option<String>) -> Result<Option<(String, Caller, Value)>, InboundError> {
+        let caller = self.caller();
+        let session_id = self.session_id.or(fallback);
+        match self.event.as_str() {
+            "request" => {}
+            "backwards_response" => return Ok(None),
+            // Without a session the message is only logged, and a log line never repeats input.
+            other => {
+                let message = match session_id {
+                    Some(_) => format!("unknown event {other:?}: expected \"request\""),
+                    None => "unknown event".to_owned(),
+                };
+                return Err(InboundError { session_id, message });
+            }
+        }
+        match (session_id, self.data) {
+            (Some(sid), Some(data)) if data.is_object() => Ok(Some((sid, caller, data))),
+            (None, _) => Err(InboundError { session_id: None, message: "a request without a session_id".into() }),
+            (session_id, _) => Err(InboundError { session_id, message: "request without a data object".into() }),
+        }
+    }
 }
 
 /// [`Inbound`] read in one pass. Every member is parsed as the generic path parses it
@@ -135,6 +161,28 @@ pub const HEARTBEAT: &[u8] = b"{\"event\":\"heartbeat\",\"session_id\":null,\"da
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_rule_takes_a_message_as_a_request() {
+        let take =
+            |line: &[u8], fallback: Option<&str>| Inbound::parse(line).unwrap().into_request(fallback.map(Into::into));
+        let (sid, _, data) = take(br#"{"session_id":"s","event":"request","data":{"a":1}}"#, None).unwrap().unwrap();
+        assert_eq!((sid.as_str(), data), ("s", serde_json::json!({"a": 1})));
+        let (sid, ..) = take(br#"{"event":"request","data":{}}"#, Some("hdr")).unwrap().unwrap();
+        assert_eq!(sid, "hdr", "the transport's session id stands in for a missing one");
+        assert!(take(br#"{"session_id":"s","event":"backwards_response","data":{}}"#, None).unwrap().is_none());
+        let e = take(br#"{"session_id":"s","event":"request","data":[1]}"#, None).unwrap_err();
+        assert_eq!((e.session_id.as_deref(), e.message.as_str()), (Some("s"), "request without a data object"));
+        let e = take(br#"{"session_id":"s","event":"ping","data":{}}"#, None).unwrap_err();
+        assert!(e.message.contains("\"ping\""), "{}", e.message);
+        let e = take(br#"{"event":"ping","data":{}}"#, None).unwrap_err();
+        assert_eq!(
+            (e.session_id, e.message.as_str()),
+            (None, "unknown event"),
+            "a message without a session is not echoed"
+        );
+        assert_eq!(take(br#"{"event":"request","data":{}}"#, None).unwrap_err().session_id, None);
+    }
 
     #[test]
     fn parses_request_envelope() {

@@ -131,15 +131,15 @@ fn parse_request(
     header_sid: Option<String>,
 ) -> Result<(String, Caller, Value), (Option<String>, String)> {
     let msg = Inbound::parse(bytes).map_err(|e| (e.session_id.or(header_sid.clone()), e.message))?;
-    let caller = msg.caller();
-    let sid = msg.session_id.or(header_sid);
-    if msg.event != "request" {
-        return Err((sid, format!("expected event \"request\", got {:?}", msg.event)));
-    }
-    match (sid, msg.data) {
-        (Some(sid), Some(data)) if data.is_object() => Ok((sid, caller, data)),
-        (None, _) => Err((None, "no session_id in the body or the Dify-Plugin-Session-ID header".into())),
-        (sid, _) => Err((sid, "request without a data object".into())),
+    let sid = msg.session_id.clone().or(header_sid.clone());
+    match msg.into_request(header_sid) {
+        Ok(Some(request)) => Ok(request),
+        // Every POST is answered: a backwards_response sent here is a mistake of the caller's.
+        Ok(None) => Err((sid, "a backwards_response is not a request: this plugin never calls back into Dify".into())),
+        Err(e) if e.session_id.is_none() => {
+            Err((None, format!("{}: no session_id in the body or the Dify-Plugin-Session-ID header", e.message)))
+        }
+        Err(e) => Err((e.session_id, e.message)),
     }
 }
 

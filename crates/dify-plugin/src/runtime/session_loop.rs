@@ -121,22 +121,11 @@ fn accept_line(line: Line<&[u8]>) -> Option<Accepted> {
             format!("request line of {len} bytes exceeds the {} byte limit", crate::protocol::wire::MAX_INPUT_LINE);
         return report(session_id_from_prefix(bytes), message);
     }
-    match Inbound::parse(bytes) {
-        Ok(msg) if msg.event == "request" => match (msg.caller(), msg.session_id, msg.data) {
-            (caller, Some(sid), Some(data)) if data.is_object() => Some((sid, caller, Ok(data))),
-            (_, sid, _) => report(sid, "request without a data object".to_owned()),
-        },
-        Ok(msg) if msg.event == "backwards_response" => {
+    match Inbound::parse(bytes).and_then(|msg| msg.into_request(None)) {
+        Ok(Some((sid, caller, data))) => Some((sid, caller, Ok(data))),
+        Ok(None) => {
             tracing::debug!("ignoring a backwards_response: this plugin never calls back into Dify");
             None
-        }
-        Ok(msg) => {
-            // Without a session the message is logged, and a log line never repeats input.
-            let message = match msg.session_id {
-                Some(_) => format!("unknown event {:?}", msg.event),
-                None => "unknown event".to_owned(),
-            };
-            report(msg.session_id, message)
         }
         Err(e) => report(e.session_id, e.message),
     }
