@@ -14,9 +14,16 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use super::serverless::About;
 use crate::handler::{serve_session, Handler};
 use crate::protocol::{Caller, Inbound, Outbox};
+
+/// What `GET /` says about the plugin: its name (also in the start-up line) and any further
+/// fields (a version, the tools it provides, …).
+#[derive(Debug, Clone)]
+pub struct About {
+    pub name: &'static str,
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
 
 /// What the HTTP handlers need: the plugin, the runtime's name (serverless / aws_lambda) and
 /// what `GET /` says about the plugin.

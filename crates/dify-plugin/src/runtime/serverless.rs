@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+pub use super::invoke::About;
 use super::invoke::{self, HttpState};
 use crate::handler::Handler;
 
@@ -39,14 +40,6 @@ impl HttpConfig {
         };
         Ok(HttpConfig { method, host: host.trim_start_matches('[').trim_end_matches(']').to_owned(), port })
     }
-}
-
-/// What `GET /` says about the plugin: its name (also in the start-up line) and any further
-/// fields (a version, the tools it provides, …).
-#[derive(Debug, Clone)]
-pub struct About {
-    pub name: &'static str,
-    pub fields: serde_json::Map<String, serde_json::Value>,
 }
 
 pub fn router<H: Handler>(state: HttpState<H>) -> Router {
