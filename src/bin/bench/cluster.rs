@@ -16,10 +16,10 @@ use anyhow::{bail, Context};
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
-use super::plugin::Plugin;
-use super::procs::{cpu_ticks, TempDir, TICKS_PER_SEC};
+use super::procs::{cpu_ticks, TempDir};
 use super::results::{Results, Row};
-use super::workload::{event_ids, ingest_lines, keys, record_value, status_lines, TTL_MS};
+use super::started::{plugin_rows, with_store_cpu, StartedStore};
+use super::workload::{event_ids, keys, record_value, TTL_MS};
 
 const STORE: &str = "redis-cluster";
 
@@ -146,45 +146,18 @@ pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl
             }
         }
         if cfg.wants("plugin") {
-            let log = tmp.path().join(format!("plugin-{STORE}-c{c}.log"));
-            let mut p = Plugin::spawn(&cfg.plugin, &cfg.wrapper, &log).await?;
-            let store_pid = cluster.nodes[0].0.id();
-            run_id += 1;
-            let warm = event_ids(&format!("cluster-plugin-warm-c{c}"), cfg.warmup);
-            p.run(run_id, &ingest_lines(run_id, &url, &warm), c, cfg.cap, store_pid, "accepted").await?;
-            let ids = event_ids(&format!("cluster-plugin-c{c}"), cfg.n);
-            let mut measured: Vec<Measure> = vec![];
-            for (op, expected) in [("ingest_new", "accepted"), ("ingest_dup", "duplicate"), ("status", "found")] {
-                // Duplicates and reads of the ids the new-ingest run got through.
-                let ids = &ids[..measured.first().map_or(ids.len(), |m| m.ops)];
-                run_id += 1;
-                let lines =
-                    if op == "status" { status_lines(run_id, &url, ids) } else { ingest_lines(run_id, &url, ids) };
-                let t0 = cluster.cpu_ticks();
-                let m = p.run(run_id, &lines, c, cfg.cap, store_pid, expected).await?;
-                measured.push(with_cluster_cpu(m, &cluster, t0));
-            }
-            let footprint = p.footprint();
-            p.shutdown().await?;
-            for (op, m) in ["ingest_new", "ingest_dup", "status"].into_iter().zip(measured) {
-                let r = Row::plugin(STORE, op, c, m, footprint);
-                progress("plugin", &r);
-                res.plugin.push(r);
-            }
+            let cpu_ticks = || cluster.cpu_ticks();
+            let store = StartedStore {
+                name: STORE,
+                prefix: "cluster",
+                url: &url,
+                pid: cluster.nodes[0].0.id(),
+                cpu_ticks: &cpu_ticks,
+            };
+            plugin_rows(cfg, tmp, &store, c, &mut run_id, res, progress).await?;
         }
     }
     Ok(())
-}
-
-/// The store CPU of a run over all six nodes (the meter saw one); the others' share is
-/// taken out of what the run counted as foreign.
-fn with_cluster_cpu(mut m: Measure, cluster: &Cluster, t0: u64) -> Measure {
-    let all = cluster.cpu_ticks().saturating_sub(t0) as f64;
-    let per_op = all / TICKS_PER_SEC * 1000.0 / m.ops.max(1) as f64;
-    let others = (per_op - m.store_cpu_ms_per_op).max(0.0) * m.ops as f64 / 1000.0;
-    m.store_cpu_ms_per_op = per_op;
-    m.foreign_cpu_cores = (m.foreign_cpu_cores - others / m.secs.max(1e-9)).max(0.0);
-    m
 }
 
 /// One raw run: `keys` shared out dynamically to `c` tasks on one cluster client; claims
@@ -239,5 +212,5 @@ async fn raw(
         tally.merge(t);
     }
     let capped = lat.len() < keys.len();
-    Ok(with_cluster_cpu(meter.finish(lat, tally, expected, capped), cluster, t0))
+    Ok(with_store_cpu(meter.finish(lat, tally, expected, capped), cluster.cpu_ticks().saturating_sub(t0)))
 }

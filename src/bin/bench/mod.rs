@@ -12,6 +12,7 @@ pub mod raw;
 pub mod report;
 pub mod results;
 pub mod stages;
+pub mod started;
 pub mod suite;
 pub mod wire;
 pub mod workload;

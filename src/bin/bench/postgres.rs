@@ -19,10 +19,10 @@ use stateful_tool::store::Clock;
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
-use super::plugin::Plugin;
-use super::procs::{cpu_ticks, TempDir, TICKS_PER_SEC};
+use super::procs::{cpu_ticks, TempDir};
 use super::results::{Results, Row};
-use super::workload::{event_ids, ingest_lines, keys, record_value, status_lines, TTL_MS};
+use super::started::{plugin_rows, with_store_cpu, StartedStore};
+use super::workload::{event_ids, keys, record_value, TTL_MS};
 
 const STORE: &str = "postgres";
 
@@ -149,43 +149,13 @@ pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl
             }
         }
         if cfg.wants("plugin") {
-            let log = tmp.path().join(format!("plugin-{STORE}-c{c}.log"));
-            let mut p = Plugin::spawn(&cfg.plugin, &cfg.wrapper, &log).await?;
-            let store_pid = server.child.id();
-            run_id += 1;
-            let warm = event_ids(&format!("pg-plugin-warm-c{c}"), cfg.warmup);
-            p.run(run_id, &ingest_lines(run_id, &url, &warm), c, cfg.cap, store_pid, "accepted").await?;
-            let ids = event_ids(&format!("pg-plugin-c{c}"), cfg.n);
-            let mut measured: Vec<Measure> = vec![];
-            for (op, expected) in [("ingest_new", "accepted"), ("ingest_dup", "duplicate"), ("status", "found")] {
-                let ids = &ids[..measured.first().map_or(ids.len(), |m| m.ops)];
-                run_id += 1;
-                let lines =
-                    if op == "status" { status_lines(run_id, &url, ids) } else { ingest_lines(run_id, &url, ids) };
-                let t0 = server.cpu_ticks();
-                let m = p.run(run_id, &lines, c, cfg.cap, store_pid, expected).await?;
-                measured.push(with_server_cpu(m, &server, t0));
-            }
-            let footprint = p.footprint();
-            p.shutdown().await?;
-            for (op, m) in ["ingest_new", "ingest_dup", "status"].into_iter().zip(measured) {
-                let r = Row::plugin(STORE, op, c, m, footprint);
-                progress("plugin", &r);
-                res.plugin.push(r);
-            }
+            let cpu_ticks = || server.cpu_ticks();
+            let store =
+                StartedStore { name: STORE, prefix: "pg", url: &url, pid: server.child.id(), cpu_ticks: &cpu_ticks };
+            plugin_rows(cfg, tmp, &store, c, &mut run_id, res, progress).await?;
         }
     }
     Ok(())
-}
-
-/// The store CPU of a run over the postmaster and its backends (the meter saw the postmaster).
-fn with_server_cpu(mut m: Measure, server: &Server, t0: u64) -> Measure {
-    let all = server.cpu_ticks().saturating_sub(t0) as f64;
-    let per_op = all / TICKS_PER_SEC * 1000.0 / m.ops.max(1) as f64;
-    let others = (per_op - m.store_cpu_ms_per_op).max(0.0) * m.ops as f64 / 1000.0;
-    m.store_cpu_ms_per_op = per_op;
-    m.foreign_cpu_cores = (m.foreign_cpu_cores - others / m.secs.max(1e-9)).max(0.0);
-    m
 }
 
 /// One raw run: `keys` shared out dynamically to `c` connections; the plugin's claim
@@ -254,5 +224,5 @@ async fn raw(
         tally.merge(t);
     }
     let capped = lat.len() < keys.len();
-    Ok(with_server_cpu(meter.finish(lat, tally, expected, capped), server, t0))
+    Ok(with_store_cpu(meter.finish(lat, tally, expected, capped), server.cpu_ticks().saturating_sub(t0)))
 }
