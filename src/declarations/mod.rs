@@ -115,12 +115,31 @@ fn tools() -> &'static [Value] {
 }
 
 fn parse_yaml(path: &str) -> Value {
-    let text = YAML_FILES
+    parse_embedded(&YAML_FILES, "", path)
+}
+
+/// Embedded declaration file `path` of `files` (a package's, whose folder in this repository
+/// is `folder`), parsed.
+fn parse_embedded(files: &[(&str, &str)], folder: &str, path: &str) -> Value {
+    let text = files
         .iter()
         .find(|(p, _)| *p == path)
         .map(|(_, text)| *text)
-        .unwrap_or_else(|| panic!("declaration file {path} is not embedded in the binary"));
-    yaml_serde::from_str(text).unwrap_or_else(|e| panic!("embedded {path} is not valid: {e}"))
+        .unwrap_or_else(|| panic!("declaration file {folder}{path} is not embedded in the binary"));
+    yaml_serde::from_str(text).unwrap_or_else(|e| panic!("embedded {folder}{path} is not valid: {e}"))
+}
+
+/// A provider's `identity` as the daemon's declarations carry it (tool and trigger alike).
+fn provider_identity(id: &Value) -> Value {
+    json!({
+        "author": id["author"],
+        "name": id["name"],
+        "description": i18n(&id["description"]),
+        "icon": id["icon"],
+        "icon_dark": id["icon_dark"],
+        "label": i18n(&id["label"]),
+        "tags": list_or_empty(&id["tags"]),
+    })
 }
 
 /// An i18n object with all four locales (missing or empty ones take `en_US`); `null` when
@@ -222,15 +241,7 @@ fn provider_declaration(y: &Value) -> Value {
         })
         .collect();
     json!({
-        "identity": {
-            "author": id["author"],
-            "name": id["name"],
-            "description": i18n(&id["description"]),
-            "icon": id["icon"],
-            "icon_dark": id["icon_dark"],
-            "label": i18n(&id["label"]),
-            "tags": list_or_empty(&id["tags"]),
-        },
+        "identity": provider_identity(id),
         "credentials_schema": credentials,
         "oauth_schema": y["oauth_schema"],
         "tools": tools,

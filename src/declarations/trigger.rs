@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
-use super::{credential, i18n, list_or_empty, manifest_declaration, yaml_top_level_scalar};
+use super::{
+    credential, i18n, list_or_empty, manifest_declaration, parse_embedded, provider_identity, yaml_top_level_scalar,
+};
 
 const MANIFEST_YAML: &str = include_str!("../../trigger/manifest.yaml");
 
@@ -24,12 +26,7 @@ const _: () = assert!(
 );
 
 fn parse(path: &str) -> Value {
-    let text = YAML_FILES
-        .iter()
-        .find(|(p, _)| *p == path)
-        .map(|(_, text)| *text)
-        .unwrap_or_else(|| panic!("trigger declaration file {path} is not embedded in the binary"));
-    yaml_serde::from_str(text).unwrap_or_else(|e| panic!("embedded trigger/{path} is not valid: {e}"))
+    parse_embedded(&YAML_FILES, "trigger/", path)
 }
 
 /// The trigger package's manifest, in the shape the tool's is registered in.
@@ -65,15 +62,7 @@ pub fn provider() -> &'static Value {
             .map(|item| event(&item.as_str().map(parse).unwrap_or_else(|| item.clone())))
             .collect();
         json!({
-            "identity": {
-                "author": id["author"],
-                "name": id["name"],
-                "description": i18n(&id["description"]),
-                "icon": id["icon"],
-                "icon_dark": id["icon_dark"],
-                "label": i18n(&id["label"]),
-                "tags": list_or_empty(&id["tags"]),
-            },
+            "identity": provider_identity(id),
             "subscription_schema": schema,
             "subscription_constructor": Value::Null,
             "events": events,
