@@ -34,10 +34,7 @@ impl Handler for App {
     }
 
     fn panicked(&self) -> ErrorMessage {
-        SessionError::from(ToolError::upstream(
-            "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe",
-        ))
-        .to_message()
+        SessionError::from(ToolError::upstream(dify_plugin::handler::PANICKED)).to_message()
     }
 }
 

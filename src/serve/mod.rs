@@ -134,11 +134,9 @@ fn registration(package: Option<&str>) -> anyhow::Result<Registration> {
 
 /// What the HTTP runtimes' `GET /` says about the plugin.
 fn about() -> serverless::About {
-    let fields = serde_json::json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "tools": crate::tools::Tool::ALL.map(crate::tools::Tool::name),
-    });
-    let serde_json::Value::Object(fields) = fields else { unreachable!("a JSON object literal") };
+    let mut fields = serde_json::Map::new();
+    fields.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+    fields.insert("tools".into(), crate::tools::Tool::ALL.map(crate::tools::Tool::name).as_slice().into());
     serverless::About { name: PROVIDER, fields }
 }
 

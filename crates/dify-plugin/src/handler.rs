@@ -24,12 +24,14 @@ pub trait Handler: Send + Sync + 'static {
 
     /// The error answering a session whose handler panicked.
     fn panicked(&self) -> ErrorMessage {
-        ErrorMessage::new(
-            "upstream_error",
-            "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe",
-        )
+        ErrorMessage::new("upstream_error", PANICKED)
     }
 }
+
+/// What [`Handler::panicked`] says by default: the request failed inside the plugin, and the
+/// caller may retry it.
+pub const PANICKED: &str =
+    "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe";
 
 /// A session's `error` message as the daemon reads it: `error_type`, `message` and `args`.
 #[derive(Debug, Clone, PartialEq)]
