@@ -1,31 +1,64 @@
 //! Routes each request to its handler and turns every outcome into session messages.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
+use dify_plugin::protocol::{Fields, RequestData};
 use dify_plugin::{ErrorMessage, Handler, Session};
-use serde_json::{json, Map, Value};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
 
 use crate::error::{SessionError, ToolError};
 use crate::store::{Clock, EventStore, StoreCache, StoreOptions};
-use crate::tools::{self, Settings, Tool};
+use crate::tools::{self, Params, Settings, Tool};
 
 pub const PROVIDER: &str = "stateful_tool";
 
-/// State shared by all sessions: the store clients (pools reused across sessions).
+/// Distinct credential sets whose settings are kept; a workspace has a handful, and past this
+/// many the map is emptied and refilled (an attacker cycling credentials only costs parses).
+const SETTINGS_KEPT: usize = 64;
+
+/// State shared by all sessions: the store clients (pools reused across sessions), and the
+/// settings each credential set reads as (every call of a provider sends the same ones).
 pub struct App {
     pub stores: StoreCache,
+    settings: Mutex<HashMap<Box<str>, Arc<Settings>>>,
 }
 
 impl App {
     pub fn new(host: Clock, store: StoreOptions) -> Arc<App> {
-        Arc::new(App { stores: StoreCache::new(host, store) })
+        Arc::new(App { stores: StoreCache::new(host, store), settings: Mutex::default() })
+    }
+
+    /// The settings `credentials` (their JSON text; absent reads like an empty object) give,
+    /// read once per distinct text.
+    fn settings(&self, credentials: Option<&RawValue>) -> Result<Arc<Settings>, ToolError> {
+        let text = credentials.map_or("", RawValue::get);
+        if let Some(found) = self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(text) {
+            return Ok(found.clone());
+        }
+        let tree = match text {
+            "" => Value::Null,
+            text => serde_json::from_str(text)
+                .map_err(|e| ToolError::param(format!("the credentials are not JSON this plugin can read: {e}")))?,
+        };
+        let mut settings = Settings::from_credentials(&tree)?;
+        settings.call_timeout = self.stores.call_timeout();
+        let settings = Arc::new(settings);
+        let mut kept = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= SETTINGS_KEPT {
+            kept.clear();
+        }
+        kept.insert(text.into(), settings.clone());
+        Ok(settings)
     }
 }
 
 /// The plugin as the runtimes see it: every request's data goes to [`handle_request`], and
 /// the errors the runtimes answer on their own are ours too ([`SessionError`]'s classes).
 impl Handler for App {
-    fn handle(&self, session: Session, data: Value) -> impl std::future::Future<Output = ()> + Send {
+    fn handle(&self, session: Session, data: RequestData) -> impl std::future::Future<Output = ()> + Send {
         handle_request(self, session, data)
     }
 
@@ -65,45 +98,45 @@ async fn respond(session: Session, outcome: Result<Reply, SessionError>) {
     }
 }
 
-/// One request's `data`, read once: what it asks, of which tool, with which credentials.
+/// One request's `data`, read once from its text: what it asks, of which tool, with which
+/// credentials and parameters (borrowed from the text, each still JSON text).
 enum Request<'a> {
     InvokeTool {
         tool: Tool,
-        params: &'a Map<String, Value>,
-        credentials: &'a Value,
+        params: Params<'a>,
+        credentials: Option<&'a RawValue>,
     },
     ValidateCredentials {
-        credentials: &'a Value,
+        credentials: Option<&'a RawValue>,
     },
     RuntimeParameters {
         tool: Tool,
     },
     /// A trigger action: the trigger reads the rest of `data` itself (its raw HTTP request).
     Trigger {
-        action: &'a str,
+        action: Cow<'a, str>,
     },
 }
 
-/// An absent `tool_parameters` reads like an empty object.
-static NO_PARAMS: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
-
 impl<'a> Request<'a> {
     /// Reads `data`: its `type` and `action`, and for tool actions the provider (ours), the
-    /// tool, its parameters and the credentials. A credential check's refusal is reported the
-    /// way Dify shows it on the provider form.
-    fn parse(data: &'a Value) -> Result<Request<'a>, SessionError> {
-        let kind = data.get("type").and_then(Value::as_str).unwrap_or("");
-        let action = data.get("action").and_then(Value::as_str).unwrap_or("");
-        // An absent field reads like an empty object: every credential look-up finds nothing.
-        let credentials = data.get("credentials").unwrap_or(&Value::Null);
-        let tool = || Tool::from_name(data.get("tool").and_then(Value::as_str).unwrap_or(""));
-        match (kind, action) {
+    /// tool, its parameters and the credentials. A member of the wrong type reads as absent.
+    /// A credential check's refusal is reported the way Dify shows it on the provider form.
+    fn parse(data: &Fields<'a>) -> Result<Request<'a>, SessionError> {
+        let kind = data.str("type").unwrap_or_default();
+        let action = data.str("action").unwrap_or_default();
+        // Absent credentials read like an empty object: every look-up finds nothing.
+        let credentials = data.get("credentials");
+        let tool = || Tool::from_name(&data.str("tool").unwrap_or_default());
+        match (&*kind, &*action) {
             ("tool", "invoke_tool") => {
                 check_provider(data)?;
                 let tool = tool()?;
-                let params = match data.get("tool_parameters") {
-                    None | Some(Value::Null) => &*NO_PARAMS,
-                    Some(Value::Object(m)) => m,
+                let params = match data.get("tool_parameters").map(RawValue::get) {
+                    None | Some("null") => Params::default(),
+                    Some(text) if text.starts_with('{') => {
+                        Params::parse(text).map_err(|e| ToolError::param(format!("tool_parameters: {e}")))?
+                    }
                     Some(_) => return Err(ToolError::param("tool_parameters must be an object").into()),
                 };
                 Ok(Request::InvokeTool { tool, params, credentials })
@@ -116,7 +149,7 @@ impl<'a> Request<'a> {
                 check_provider(data)?;
                 Ok(Request::RuntimeParameters { tool: tool()? })
             }
-            ("trigger", action) => Ok(Request::Trigger { action }),
+            ("trigger", _) => Ok(Request::Trigger { action }),
             _ => Err(ToolError::param(format!(
                 "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \
                  validate_tool_credentials and get_tool_runtime_parameters, and trigger actions"
@@ -127,23 +160,31 @@ impl<'a> Request<'a> {
 }
 
 /// Handles one `request` and ends its session.
-async fn handle_request(app: &App, session: Session, data: Value) {
-    let outcome = match Request::parse(&data) {
-        Ok(Request::InvokeTool { tool, params, credentials }) => {
-            invoke_tool(app, tool, params, credentials).await.map(Reply::Answer).map_err(SessionError::from)
-        }
-        Ok(Request::ValidateCredentials { credentials }) => {
-            validate_credentials(app, credentials).await.map(Reply::Chunks)
-        }
-        Ok(Request::RuntimeParameters { tool }) => Ok(Reply::Chunks(runtime_parameters(tool))),
-        Ok(Request::Trigger { action }) => crate::trigger::handle(&app.stores, action, &data).await.map(Reply::Chunks),
-        Err(e) => Err(e),
+async fn handle_request(app: &App, session: Session, data: RequestData) {
+    let outcome = match data.fields() {
+        Ok(fields) => answer(app, &fields, &data).await,
+        Err(e) => Err(ToolError::param(format!("malformed input: {e}")).into()),
     };
     respond(session, outcome).await
 }
 
-fn check_provider(data: &Value) -> Result<(), ToolError> {
-    match data.get("provider").and_then(Value::as_str) {
+async fn answer(app: &App, fields: &Fields<'_>, data: &RequestData) -> Result<Reply, SessionError> {
+    match Request::parse(fields)? {
+        Request::InvokeTool { tool, params, credentials } => {
+            Ok(Reply::Answer(invoke_tool(app, tool, &params, credentials).await?))
+        }
+        Request::ValidateCredentials { credentials } => validate_credentials(app, credentials).await.map(Reply::Chunks),
+        Request::RuntimeParameters { tool } => Ok(Reply::Chunks(runtime_parameters(tool))),
+        Request::Trigger { action } => {
+            // The trigger reads its request as a tree (its raw HTTP request and subscription).
+            let data = data.to_value().map_err(|e| ToolError::param(format!("malformed input: {e}")))?;
+            crate::trigger::handle(&app.stores, &action, &data).await.map(Reply::Chunks)
+        }
+    }
+}
+
+fn check_provider(data: &Fields) -> Result<(), ToolError> {
+    match data.str("provider").as_deref() {
         Some(PROVIDER) => Ok(()),
         // The daemon sends the short name; accept the long `author/plugin/provider` form too.
         Some(p) if p.rsplit('/').next() == Some(PROVIDER) => Ok(()),
@@ -154,18 +195,17 @@ fn check_provider(data: &Value) -> Result<(), ToolError> {
 async fn invoke_tool(
     app: &App,
     tool: Tool,
-    params: &Map<String, Value>,
-    credentials: &Value,
+    params: &Params<'_>,
+    credentials: Option<&RawValue>,
 ) -> Result<tools::Answer, ToolError> {
-    let mut settings = Settings::from_credentials(credentials)?;
-    settings.call_timeout = app.stores.call_timeout();
+    let settings = app.settings(credentials)?;
     let store = app.stores.get(&settings.store).await?;
     tool.invoke(&*store, &settings, params).await
 }
 
-async fn validate_credentials(app: &App, credentials: &Value) -> Result<Vec<Value>, SessionError> {
+async fn validate_credentials(app: &App, credentials: Option<&RawValue>) -> Result<Vec<Value>, SessionError> {
     let fail = SessionError::CredentialValidation;
-    let settings = Settings::from_credentials(credentials).map_err(|e| fail(e.message))?;
+    let settings = app.settings(credentials).map_err(|e| fail(e.message))?;
     let store = app.stores.get(&settings.store).await.map_err(|e| fail(e.to_string()))?;
     let probe = store.probe().await.map_err(|e| fail(e.to_string()))?;
     // The token must open the credential's namespace (a KV container binds tokens to

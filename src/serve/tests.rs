@@ -37,8 +37,8 @@ fn app() -> std::sync::Arc<App> {
 struct Panicky(std::sync::Arc<App>);
 
 impl Handler for Panicky {
-    async fn handle(&self, session: Session, data: Value) {
-        if data["type"] == "test" {
+    async fn handle(&self, session: Session, data: dify_plugin::RequestData) {
+        if data.to_value().unwrap()["type"] == "test" {
             panic!("an injected panicking handler");
         }
         self.0.handle(session, data).await

@@ -187,17 +187,15 @@ impl Sim {
             p.insert("lease_seconds".into(), json!(self.rng.pick(&[0, 1, 5])));
         }
         let (store, settings) = (self.store.clone(), self.settings.clone());
-        let fut = Box::pin(async move { event_ingest::run(&store, &settings, &p).await });
+        let text = Value::Object(p).to_string();
+        let fut = Box::pin(async move { event_ingest::run(&store, &settings, &params(&text)).await });
         self.spawn(Kind::Deliver, fut)
     }
 
     fn complete(&mut self, attempt: u32, target: Status) {
-        let p: Map<String, Value> = json!({"event_id": "sim", "status": target.as_str(), "attempt": attempt})
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
+        let text = json!({"event_id": "sim", "status": target.as_str(), "attempt": attempt}).to_string();
         let (store, settings) = (self.store.clone(), self.settings.clone());
-        let fut = Box::pin(async move { event_complete::run(&store, &settings, &p).await });
+        let fut = Box::pin(async move { event_complete::run(&store, &settings, &params(&text)).await });
         self.spawn(Kind::Complete { attempt, target }, fut);
     }
 
@@ -403,4 +401,9 @@ impl Sim {
             self.runs.push((self.step + 1 + self.rng.below(30) as usize, other, target));
         }
     }
+}
+
+/// A call's parameters from the JSON object text the schedule wrote.
+fn params(text: &str) -> crate::tools::Params<'_> {
+    crate::tools::Params::parse(text).expect("the schedule writes JSON objects")
 }

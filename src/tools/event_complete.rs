@@ -1,9 +1,9 @@
 //! `event_complete`: moves a `processing` record to `completed` or `failed` with one
 //! compare-and-swap, fenced by the attempt number its `event_ingest` returned.
 
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
+use super::{decode, params, Answer, Claims, Deadline, Params, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{format_time, Record, Status};
@@ -11,7 +11,7 @@ use crate::store::{EventStore, Swapped};
 
 pub const MAX_RESULT_BYTES: usize = 4096;
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
+pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let target = match params::optional_str(p, "status")?.as_deref().unwrap_or("completed") {

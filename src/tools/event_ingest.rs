@@ -1,10 +1,10 @@
 //! `event_ingest`: claim an event id in ONE atomic store operation, or report what the
 //! store already holds (duplicate / conflict / re-claim of a failed or abandoned run).
 
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 use super::settings::MAX_LEASE_SECONDS;
-use super::{decode, params, Answer, Claims, Deadline, Settings, MAX_ROUNDS};
+use super::{decode, params, Answer, Claims, Deadline, Params, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{
@@ -59,7 +59,7 @@ impl IngestRequest {
         }
     }
 
-    pub fn parse(p: &Map<String, Value>, settings: &Settings) -> Result<IngestRequest, ToolError> {
+    pub fn parse(p: &Params<'_>, settings: &Settings) -> Result<IngestRequest, ToolError> {
         let event_id = params::required_str(p, "event_id")?;
         validate_event_id(&event_id)?;
         let event_type = params::required_str(p, "event_type")?;
@@ -104,7 +104,7 @@ impl IngestRequest {
     }
 }
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
+pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
     let answer = ingest(store, settings, &req).await?;
     Ok(answer.field("payload_compared_as", json!(req.compared_as)))

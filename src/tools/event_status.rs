@@ -1,14 +1,14 @@
 //! `event_status`: read-only look-up of an event's record; never claims or writes.
 
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-use super::{decode, params, Answer, Deadline, Settings};
+use super::{decode, params, Answer, Deadline, Params, Settings};
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{parse_time, Record, Status};
 use crate::store::EventStore;
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Map<String, Value>) -> Result<Answer, ToolError> {
+pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let key = storage_key(settings.namespace.as_deref(), &event_id);

@@ -11,14 +11,13 @@ pub mod pyrepr;
 mod sentence;
 pub mod settings;
 
-use serde_json::{Map, Value};
-
 use crate::error::ToolError;
 use crate::store::record::Record;
 use crate::store::EventStore;
 pub use answer::Answer;
 use claims::Claims;
 pub use deadline::Deadline;
+pub use params::Params;
 pub use settings::Settings;
 
 /// The tools this provider declares: the one place a tool name is mapped to its handler.
@@ -56,7 +55,7 @@ impl Tool {
         self,
         store: &S,
         settings: &Settings,
-        params: &Map<String, Value>,
+        params: &Params<'_>,
     ) -> Result<Answer, ToolError> {
         let answer = match self {
             Tool::EventIngest => event_ingest::run(store, settings, params).await,
@@ -121,7 +120,8 @@ pub(crate) mod testing {
         MemoryStore::new(Clock::system(), 0)
     }
 
-    pub fn params(v: Value) -> Map<String, Value> {
-        v.as_object().cloned().unwrap()
+    /// A call's parameters from a JSON object (its text is leaked: a test's few bytes).
+    pub fn params(v: serde_json::Value) -> Params<'static> {
+        Params::parse(Box::leak(v.to_string().into_boxed_str())).expect("an object")
     }
 }

@@ -26,7 +26,10 @@ async fn invoke<S: EventStore>(
     settings: &Settings,
     params: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<tools::Answer, stateful_tool::error::ToolError> {
-    tools::Tool::from_name(name)?.invoke(store, settings, params).await
+    // As the daemon sends them: the parameters' JSON text, read as dispatch reads it.
+    let text = serde_json::Value::Object(params.clone()).to_string();
+    let params = tools::Params::parse(&text).expect("an object's text");
+    tools::Tool::from_name(name)?.invoke(store, settings, &params).await
 }
 
 fn tool() -> impl Strategy<Value = String> {

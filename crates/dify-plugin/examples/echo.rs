@@ -2,31 +2,47 @@
 //! and the tool's parameters, over stdin/stdout as the Dify daemon starts an installed
 //! plugin (`INSTALL_METHOD=local`). Logs go to the daemon as `log` events.
 
+use std::borrow::Cow;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use dify_plugin::logging::LogRoute;
+use dify_plugin::protocol::RequestData;
 use dify_plugin::runtime::{stdio::run_stdio, ServeOptions};
 use dify_plugin::{ErrorMessage, Handler, Session};
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::json;
 
 struct Echo;
 
+/// What this plugin reads of a request's data; its strings borrow from the request's text.
+#[derive(Deserialize)]
+struct Request<'a> {
+    #[serde(borrow)]
+    action: Cow<'a, str>,
+    #[serde(borrow, default)]
+    tool_parameters: Option<Parameters<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Parameters<'a> {
+    #[serde(borrow, default)]
+    text: Cow<'a, str>,
+}
+
 impl Handler for Echo {
-    async fn handle(&self, session: Session, data: Value) {
-        match data["action"].as_str() {
-            Some("invoke_tool") => {
-                let text = data["tool_parameters"]["text"].as_str().unwrap_or_default();
+    async fn handle(&self, session: Session, data: RequestData) {
+        let error = match data.parse::<Request>() {
+            Ok(Request { action, tool_parameters }) if action == "invoke_tool" => {
+                let text = tool_parameters.map(|p| p.text).unwrap_or_default();
                 tracing::info!("echoing {} bytes", text.len());
                 session.stream(&json!({"type": "text", "message": {"text": text}})).await;
-                session.finish(None).await;
+                return session.finish(None).await;
             }
-            other => {
-                let error =
-                    ErrorMessage::new("param_invalid", format!("this plugin only invokes tools, not {other:?}"));
-                session.finish(Some(error.to_wire())).await;
-            }
-        }
+            Ok(Request { action, .. }) => format!("this plugin only invokes tools, not {action:?}"),
+            Err(e) => format!("unreadable request: {e}"),
+        };
+        session.finish(Some(ErrorMessage::new("param_invalid", error).to_wire())).await;
     }
 }
 

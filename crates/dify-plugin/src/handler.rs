@@ -7,14 +7,14 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
-use crate::protocol::{Caller, Outbox, Session};
+use crate::protocol::{Caller, Outbox, RequestData, Session};
 
 /// What answers one request: the plugin. Every runtime takes any `Handler`, so a test can
 /// inject one that misbehaves (panics, say) without a test branch in the plugin itself.
 pub trait Handler: Send + Sync + 'static {
-    /// Answers `data` (a request's `data` object: `type`, `action`, and the action's fields)
-    /// on `session`, and ends it (exactly one `end`).
-    fn handle(&self, session: Session, data: Value) -> impl Future<Output = ()> + Send;
+    /// Answers `data` (a request's `data` object: `type`, `action`, and the action's fields,
+    /// as JSON text the handler reads once) on `session`, and ends it (exactly one `end`).
+    fn handle(&self, session: Session, data: RequestData) -> impl Future<Output = ()> + Send;
 
     /// The error answering a line that names a session but is not a request this protocol
     /// can take (`why` says what is wrong).
@@ -72,7 +72,7 @@ pub async fn serve_session<H: Handler>(
     session_id: String,
     caller: Caller,
     outbox: Outbox,
-    request: Result<Value, String>,
+    request: Result<RequestData, String>,
 ) {
     let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
     let work = async move {

@@ -1,7 +1,7 @@
 //! dify-plugin: the Dify plugin daemon's protocol and runtimes, for a plugin written in Rust.
 //!
-//! A plugin implements [`Handler`]: it receives each request's `data` on its own [`Session`]
-//! and answers it (stream messages, then exactly one `end`). The runtimes carry the protocol:
+//! A plugin implements [`Handler`]: it receives each request's `data` (a JSON object's text,
+//! [`RequestData`], to read once into its own types) on its own [`Session`] and answers it (stream messages, then exactly one `end`). The runtimes carry the protocol:
 //! [`runtime::stdio`] (how the daemon starts an installed plugin: newline-delimited JSON on
 //! stdin/stdout), [`runtime::remote`] (remote debugging over TCP, with the registration) and
 //! [`runtime::serverless`] (HTTP). [`protocol`] holds the wire format; [`logging`] turns
@@ -15,14 +15,20 @@
 //! ```
 //! use std::sync::Arc;
 //! use dify_plugin::runtime::{session_loop::serve, ServeOptions};
-//! use dify_plugin::{Handler, Session};
+//! use dify_plugin::{Handler, RequestData, Session};
 //! use serde_json::{json, Value};
 //!
 //! struct Echo;
 //!
+//! #[derive(serde::Deserialize)]
+//! struct Request<'a> {
+//!     action: &'a str, // borrowed from the request's text
+//! }
+//!
 //! impl Handler for Echo {
-//!     async fn handle(&self, session: Session, data: Value) {
-//!         session.stream(&json!({"action": data["action"]})).await;
+//!     async fn handle(&self, session: Session, data: RequestData) {
+//!         let action = data.parse::<Request>().map(|r| r.action).unwrap_or("?");
+//!         session.stream(&json!({"action": action})).await;
 //!         session.finish(None).await;
 //!     }
 //! }
@@ -48,4 +54,4 @@ pub mod protocol;
 pub mod runtime;
 
 pub use handler::{serve_session, ErrorMessage, Handler};
-pub use protocol::Session;
+pub use protocol::{RequestData, Session};

@@ -19,7 +19,7 @@ use stateful_tool::store::key::storage_key;
 use stateful_tool::store::record::fingerprint;
 use stateful_tool::store::{Clock, Created, EventStore, StoreCache};
 use stateful_tool::tools::event_ingest::IngestRequest;
-use stateful_tool::tools::{Answer, Settings};
+use stateful_tool::tools::{Answer, Params, Settings};
 
 /// Microseconds of CPU per ingest spent in each stage.
 #[derive(Debug, Clone, Serialize)]
@@ -64,10 +64,16 @@ fn per_call(n: usize, rounds: usize, mut f: impl FnMut(usize)) -> f64 {
     (thread_cpu() - t0).as_secs_f64() * 1e6 / (n * rounds) as f64
 }
 
-fn request_parts(line: &[u8]) -> anyhow::Result<(Value, serde_json::Map<String, Value>)> {
+/// A request line's credentials (as a tree) and its `tool_parameters` (their JSON text).
+fn request_parts(line: &[u8]) -> anyhow::Result<(Value, String)> {
     let data = Inbound::parse(line).map_err(|e| anyhow::anyhow!(e.message))?.data.context("no data")?;
-    let params = data["tool_parameters"].as_object().context("no tool_parameters")?.clone();
-    Ok((data["credentials"].clone(), params))
+    let fields = Params::parse(data.get())?;
+    let params = fields.get("tool_parameters").context("no tool_parameters")?.get().to_owned();
+    Ok((serde_json::from_str(fields.get("credentials").map_or("null", |c| c.get()))?, params))
+}
+
+fn ingest_request(params: &str, settings: &Settings) -> anyhow::Result<IngestRequest> {
+    IngestRequest::parse(&Params::parse(params)?, settings).map_err(|e| anyhow::anyhow!(e.message))
 }
 
 /// Times every stage over about `calls` calls on `lines` (ingest request lines for `url`);
@@ -83,15 +89,12 @@ pub async fn measure(
     let rounds = (calls / n).max(1);
     let parts = lines[..n].iter().map(|l| request_parts(l)).collect::<anyhow::Result<Vec<_>>>()?;
     let settings = Settings::from_credentials(&parts[0].0).map_err(|e| anyhow::anyhow!(e.message))?;
-    let reqs = parts
-        .iter()
-        .map(|(_, p)| IngestRequest::parse(p, &settings).map_err(|e| anyhow::anyhow!(e.message)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let reqs = parts.iter().map(|(_, p)| ingest_request(p, &settings)).collect::<anyhow::Result<Vec<_>>>()?;
 
     let parse_us = per_call(n, rounds, |i| drop(black_box(Inbound::parse(black_box(&lines[i])))));
     let with_fp = per_call(n, rounds, |i| {
         let s = Settings::from_credentials(&parts[i].0);
-        drop(black_box(s.map(|s| IngestRequest::parse(&parts[i].1, &s))));
+        drop(black_box(s.map(|s| ingest_request(&parts[i].1, &s))));
     });
     let canon_hash_us = per_call(n, rounds, |i| {
         drop(black_box(fingerprint(&reqs[i].event_type, black_box(reqs[i].payload.as_deref()))));

@@ -1,20 +1,33 @@
 //! Shapes of daemon → plugin lines and the plugin → daemon events we emit.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::caller::{Caller, Presence};
+use super::request::RequestData;
 
-/// A daemon → plugin line (`pluginInStreamMessage`): only the fields we act on.
-#[derive(Debug, Deserialize)]
+/// A daemon → plugin line (`pluginInStreamMessage`): only the fields we act on. `data` stays
+/// JSON text (see [`RequestData`]).
+#[derive(Debug)]
 pub struct Inbound {
     pub session_id: Option<String>,
     pub event: String,
-    pub data: Option<Value>,
-    #[serde(default)]
+    pub data: Option<Box<RawValue>>,
     pub app_id: Presence,
-    #[serde(default)]
     pub message_id: Presence,
+}
+
+/// [`Inbound`] as the generic path reads it, from a tree.
+#[derive(Deserialize)]
+struct InboundTree {
+    session_id: Option<String>,
+    event: String,
+    data: Option<Value>,
+    #[serde(default)]
+    app_id: Presence,
+    #[serde(default)]
+    message_id: Presence,
 }
 
 /// Why an input line could not be taken as a request; `session_id` is set when it was
@@ -32,11 +45,11 @@ impl Inbound {
     }
 
     pub fn parse(line: &[u8]) -> Result<Inbound, InboundError> {
-        // Fast path: straight into the struct, building the `data` tree once, from `str`
-        // (checking the line for UTF-8 once is cheaper than serde_json checking every stretch
-        // between escapes). Any failure (including odd but valid input such as a repeated
-        // key, which the struct refuses and the generic path accepts) takes the generic path
-        // below, so results and error messages are exactly those of the generic path.
+        // Fast path: straight into the struct, `data` as its text, from `str` (checking the
+        // line for UTF-8 once is cheaper than serde_json checking every stretch between
+        // escapes). Any failure (including odd but valid input such as a repeated key, which
+        // the struct refuses and the generic path accepts) takes the generic path below, so
+        // results and error messages are exactly those of the generic path.
         let fast = std::str::from_utf8(line).ok().and_then(|text| serde_json::from_str::<FastInbound>(text).ok());
         if let Some(FastInbound(msg)) = fast {
             return Ok(msg);
@@ -46,15 +59,22 @@ impl Inbound {
             message: format!("input line is not valid JSON: {e}"),
         })?;
         let session_id = value.get("session_id").and_then(Value::as_str).map(str::to_owned);
-        serde_json::from_value::<Inbound>(value)
-            .map_err(|e| InboundError { session_id, message: format!("input line is not a daemon message: {e}") })
+        let tree = serde_json::from_value::<InboundTree>(value)
+            .map_err(|e| InboundError { session_id, message: format!("input line is not a daemon message: {e}") })?;
+        Ok(Inbound {
+            session_id: tree.session_id,
+            event: tree.event,
+            data: tree.data.map(|d| serde_json::value::to_raw_value(&d).expect("a JSON value serialises")),
+            app_id: tree.app_id,
+            message_id: tree.message_id,
+        })
     }
 
     /// The one rule that takes a message as a request, for every transport: event `request`,
     /// a session id (the message's own, else `fallback`, e.g. the HTTP runtime's session
     /// header) and a `data` object; the request's (session id, caller, data). A
     /// `backwards_response` is `Ok(None)`: a plugin that never calls back into Dify ignores it.
-    pub fn into_request(self, fallback: Option<String>) -> Result<Option<(String, Caller, Value)>, InboundError> {
+    pub fn into_request(self, fallback: Option<String>) -> Result<Option<(String, Caller, RequestData)>, InboundError> {
         let caller = self.caller();
         let session_id = self.session_id.or(fallback);
         match self.event.as_str() {
@@ -69,17 +89,19 @@ impl Inbound {
                 return Err(InboundError { session_id, message });
             }
         }
-        match (session_id, self.data) {
-            (Some(sid), Some(data)) if data.is_object() => Ok(Some((sid, caller, data))),
+        match (session_id, self.data.and_then(RequestData::from_raw)) {
+            (Some(sid), Some(data)) => Ok(Some((sid, caller, data))),
             (None, _) => Err(InboundError { session_id: None, message: "a request without a session_id".into() }),
             (session_id, _) => Err(InboundError { session_id, message: "request without a data object".into() }),
         }
     }
 }
 
-/// [`Inbound`] read in one pass. Every member is parsed as the generic path parses it
-/// (unknown ones as a `Value` that is dropped, so the same nesting limit applies to them);
-/// a repeated known member is refused here and left to the generic path (last one wins).
+/// [`Inbound`] read in one pass. Every member but `data` is parsed as the generic path parses
+/// it (unknown ones as a `Value` that is dropped, so the same nesting limit applies to them);
+/// `data` is only checked to be JSON, at any depth, and kept as text (the handler that reads
+/// it meets the nesting limit where it builds a tree); a repeated known member is refused
+/// here and left to the generic path (last one wins).
 struct FastInbound(Inbound);
 
 #[derive(Deserialize)]
@@ -116,7 +138,7 @@ impl<'de> Deserialize<'de> for FastInbound {
                     match member {
                         Member::SessionId => once(&mut session_id, map.next_value::<Option<String>>()?)?,
                         Member::Event => once(&mut event, map.next_value::<String>()?)?,
-                        Member::Data => once(&mut data, map.next_value::<Option<Value>>()?)?,
+                        Member::Data => once(&mut data, map.next_value::<Option<Box<RawValue>>>()?)?,
                         Member::AppId => once(&mut app_id, map.next_value::<Presence>()?)?,
                         Member::MessageId => once(&mut message_id, map.next_value::<Presence>()?)?,
                         Member::Other => drop(map.next_value::<Value>()?),
@@ -167,7 +189,7 @@ mod tests {
         let take =
             |line: &[u8], fallback: Option<&str>| Inbound::parse(line).unwrap().into_request(fallback.map(Into::into));
         let (sid, _, data) = take(br#"{"session_id":"s","event":"request","data":{"a":1}}"#, None).unwrap().unwrap();
-        assert_eq!((sid.as_str(), data), ("s", serde_json::json!({"a": 1})));
+        assert_eq!((sid.as_str(), data.text()), ("s", r#"{"a":1}"#));
         let (sid, ..) = take(br#"{"event":"request","data":{}}"#, Some("hdr")).unwrap().unwrap();
         assert_eq!(sid, "hdr", "the transport's session id stands in for a missing one");
         assert!(take(br#"{"session_id":"s","event":"backwards_response","data":{}}"#, None).unwrap().is_none());
@@ -191,7 +213,7 @@ mod tests {
         assert_eq!(m.session_id.as_deref(), Some("s1"));
         assert_eq!(m.event, "request");
         assert_eq!(m.caller(), crate::protocol::Caller::Workflow, "app_id without message_id");
-        assert_eq!(m.data.unwrap()["action"], "x");
+        assert_eq!(m.data.unwrap().get(), r#"{"action":"x"}"#);
         assert!(serde_json::from_slice::<FastInbound>(line).is_ok(), "a daemon line takes the fast path");
     }
 
@@ -213,14 +235,16 @@ mod tests {
     }
 
     #[test]
-    fn too_deep_nesting_is_refused_in_any_field() {
-        for field in ["context", "data"] {
-            let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-            let line = format!(r#"{{"session_id":"d","event":"request","{field}":{deep},"data2":1}}"#);
-            let e = Inbound::parse(line.as_bytes()).unwrap_err();
-            assert!(e.message.starts_with("input line is not valid JSON"), "{field}: {}", e.message);
-            assert_eq!(e.session_id.as_deref(), Some("d"));
-        }
+    fn too_deep_nesting_is_refused_where_a_tree_is_built() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let line = format!(r#"{{"session_id":"d","event":"request","context":{deep},"data2":1}}"#);
+        let e = Inbound::parse(line.as_bytes()).unwrap_err();
+        assert!(e.message.starts_with("input line is not valid JSON"), "{}", e.message);
+        assert_eq!(e.session_id.as_deref(), Some("d"));
+        // `data` stays text (checked without recursion); a handler's tree of it is refused.
+        let line = format!(r#"{{"session_id":"d","event":"request","data":{{"x":{deep}}}}}"#);
+        let (_, _, data) = Inbound::parse(line.as_bytes()).unwrap().into_request(None).unwrap().unwrap();
+        assert!(data.to_value().unwrap_err().to_string().contains("recursion limit"));
     }
 
     #[test]

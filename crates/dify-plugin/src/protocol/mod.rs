@@ -4,10 +4,12 @@
 pub mod caller;
 pub mod message;
 pub mod outbound;
+pub mod request;
 pub mod session;
 pub mod wire;
 
 pub use caller::Caller;
 pub use message::{Inbound, InboundError};
+pub use request::{raw_str, Fields, RequestData};
 pub use session::{LogPort, Outbox, Session};
 pub use wire::{Line, LineReader};

@@ -11,11 +11,11 @@ use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, DuplexStream};
 
 use crate::handler::{serve_session, Handler};
-use crate::protocol::{Caller, Inbound, Outbox};
+use crate::protocol::{Caller, Inbound, Outbox, RequestData};
 
 /// What `GET /` says about the plugin: its name (also in the start-up line) and any further
 /// fields (a version, the tools it provides, …).
@@ -95,8 +95,8 @@ pub async fn invoke<H: Handler>(
         Err((None, msg)) => return error_line(StatusCode::BAD_REQUEST, None, format!("malformed input: {msg}")),
     };
     let wanted = query.ok().and_then(|q| q.0.action);
-    let action = data.get("action").and_then(Value::as_str);
-    if wanted.as_deref() != action {
+    let action = request_action(&data);
+    if wanted != action {
         let msg = format!("the action query {wanted:?} does not match the request's data.action {action:?}");
         return error_line(StatusCode::BAD_REQUEST, Some(sid), msg);
     }
@@ -131,12 +131,17 @@ async fn read_limited(body: Body) -> Result<Bytes, BodyError> {
     Ok(buf.freeze())
 }
 
+/// The `action` a request's data names (a string), as the query must repeat it.
+fn request_action(data: &RequestData) -> Option<String> {
+    data.to_value().ok()?.get("action")?.as_str().map(str::to_owned)
+}
+
 /// The request's session id, caller and `data`, or what is wrong with it and whose session it
 /// was (from the body, else the `Dify-Plugin-Session-ID` header) when that can be told.
 fn parse_request(
     bytes: &[u8],
     header_sid: Option<String>,
-) -> Result<(String, Caller, Value), (Option<String>, String)> {
+) -> Result<(String, Caller, RequestData), (Option<String>, String)> {
     let msg = Inbound::parse(bytes).map_err(|e| (e.session_id.or(header_sid.clone()), e.message))?;
     let sid = msg.session_id.clone().or(header_sid.clone());
     match msg.into_request(header_sid) {
@@ -157,7 +162,7 @@ fn stream_session<H: Handler>(
     state: &HttpState<H>,
     sid: String,
     caller: Caller,
-    data: Result<Value, String>,
+    data: Result<RequestData, String>,
 ) -> Response {
     let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let (outbox, write) = Outbox::new(writer, 64);

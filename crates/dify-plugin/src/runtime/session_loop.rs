@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use super::ServeOptions;
 use crate::handler::{serve_session, Handler};
 use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
-use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox};
+use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox, RequestData};
 
 /// Depth of the outbound line queue: enough for bursts, small enough to bound memory when
 /// the daemon stops reading.
@@ -93,7 +93,7 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
 }
 
 /// One accepted line: the session, who called, and the request's data or why it was refused.
-type Accepted = (String, Caller, Result<serde_json::Value, String>);
+type Accepted = (String, Caller, Result<RequestData, String>);
 
 /// Where a `dispatch_trigger_event` line too big to hold reaches the handler: its `data` is
 /// only `type`, `action` and this key, with the line's length in bytes, so the trigger can
@@ -114,6 +114,7 @@ fn accept_line(line: Line<&[u8]>) -> Option<Accepted> {
             if let Some(sid) = session_id_from_prefix(bytes) {
                 let data =
                     serde_json::json!({"type": "trigger", "action": "dispatch_trigger_event", (OVERSIZE_KEY): len});
+                let data = RequestData::from_value(&data).expect("an object");
                 return Some((sid, Caller::Unknown, Ok(data)));
             }
         }
