@@ -237,8 +237,8 @@ fn stateful_tool_vars(dir: &Path) -> Vec<String> {
     for entry in fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            // The bench binary and the claim-protocol simulation (a unit test) are not the runtime.
-            if path.file_name().is_some_and(|n| n != "bin" && n != "sim") {
+            // The claim-protocol simulation (a unit test) is not the runtime.
+            if path.file_name().is_some_and(|n| n != "sim") {
                 out.extend(stateful_tool_vars(&path));
             }
             continue;
