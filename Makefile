@@ -39,7 +39,7 @@ package: build
 bench:
 	./scripts/ensure-redis.sh
 	./scripts/ensure-postgres.sh
-	$(CARGO) build --release --locked --bins
+	$(CARGO) build --release --locked --workspace --bins
 	target/release/stateful-tool-bench
 
 debug:

@@ -33,7 +33,8 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    stateful_tool::logging::init();
+    // STATEFUL_TOOL_LOG, else RUST_LOG, else info (for every command, so it is read here).
+    stateful_tool::logging::init(std::env::var("STATEFUL_TOOL_LOG").ok().as_deref());
     let result = match cli.command {
         Command::Serve => serve::run(),
         Command::Call(args) => call::run(args),

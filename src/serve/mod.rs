@@ -96,7 +96,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let app = App::new(options.clock, options.store);
     let result = match method.as_str() {
         "local" | "" => rt.block_on(stdio::run_stdio(app, ServeOptions { logs: LogRoute::Protocol, ..options.serve })),
-        "remote" => remote::RemoteConfig::from_settings(get).and_then(|cfg| {
+        "remote" => remote_config(get).and_then(|cfg| {
             let opts = ServeOptions { logs: LogRoute::ProtocolAndStderr, ..options.serve };
             let registration = registration(get("STATEFUL_TOOL_PACKAGE").as_deref())?;
             rt.block_on(remote::run_remote(app, opts, cfg, registration))
@@ -111,6 +111,20 @@ pub fn run() -> anyhow::Result<ExitCode> {
     // don't wait for it.
     rt.shutdown_background();
     result
+}
+
+/// Remote debugging's settings: the daemon's (`REMOTE_INSTALL_*`, read by `dify_plugin`) and
+/// our reconnect policy, `STATEFUL_TOOL_RECONNECT_MS` (the first delay) and
+/// `STATEFUL_TOOL_RECONNECT_ATTEMPTS`; a value that is not a number keeps the default.
+fn remote_config(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<remote::RemoteConfig> {
+    let cfg = remote::RemoteConfig::from_settings(&get)?;
+    let number = |name: &str| get(name).and_then(|v| v.parse::<u64>().ok());
+    Ok(remote::RemoteConfig {
+        reconnect_base: number("STATEFUL_TOOL_RECONNECT_MS").map_or(cfg.reconnect_base, Duration::from_millis),
+        max_attempts: number("STATEFUL_TOOL_RECONNECT_ATTEMPTS")
+            .map_or(cfg.max_attempts, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+        ..cfg
+    })
 }
 
 /// What remote debugging registers: the tool package, or with `STATEFUL_TOOL_PACKAGE=trigger`

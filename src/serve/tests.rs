@@ -215,3 +215,22 @@ async fn a_kv_url_we_cannot_use_is_the_callers_mistake() {
         assert!(!message.contains("s3cret") && !message.contains("user"), "{message}");
     }
 }
+
+#[test]
+fn remote_debugging_reads_our_reconnect_policy_beside_the_daemons_settings() {
+    let config = |pairs: &[(&str, &str)]| {
+        let map: std::collections::HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        super::remote_config(|k| map.get(k).cloned()).unwrap()
+    };
+    let key = ("REMOTE_INSTALL_KEY", "k");
+    let c = config(&[key]);
+    assert_eq!((c.key.as_str(), c.reconnect_base, c.max_attempts), ("k", Duration::from_secs(1), 10), "defaults");
+    let c = config(&[key, ("STATEFUL_TOOL_RECONNECT_MS", "10"), ("STATEFUL_TOOL_RECONNECT_ATTEMPTS", "3")]);
+    assert_eq!((c.reconnect_base, c.max_attempts), (Duration::from_millis(10), 3));
+    let c = config(&[key, ("STATEFUL_TOOL_RECONNECT_MS", "soon"), ("STATEFUL_TOOL_RECONNECT_ATTEMPTS", "-1")]);
+    assert_eq!((c.reconnect_base, c.max_attempts), (Duration::from_secs(1), 10), "not a number: the default");
+    let c = config(&[key, ("STATEFUL_TOOL_RECONNECT_ATTEMPTS", "99999999999")]);
+    assert_eq!(c.max_attempts, u32::MAX);
+    assert!(super::remote_config(|_| None).is_err(), "REMOTE_INSTALL_KEY is still required");
+}

@@ -215,11 +215,12 @@ fn serve_help_lists_every_environment_variable_the_runtime_reads() {
         "AWS_LAMBDA_PORT",
         "RUST_LOG",
     ];
-    // Every STATEFUL_TOOL_* variable the plugin's sources read (tests' own names aside),
-    // its runtime and store crates' included.
+    // Every STATEFUL_TOOL_* variable the plugin's sources read (tests' own names aside), its
+    // store crate's included. The runtime crate reads none of ours: the plugin passes values in.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ours = stateful_tool_vars(&root.join("crates/dify-plugin/src"));
+    assert!(ours.is_empty(), "dify-plugin names our variables {ours:?}; read them in src/serve and pass them in");
     let mut found = stateful_tool_vars(&root.join("src"));
-    found.extend(stateful_tool_vars(&root.join("crates/dify-plugin/src")));
     found.extend(stateful_tool_vars(&root.join("crates/event-store/src")));
     names.extend(found.iter().map(String::as_str));
     for name in names {
@@ -237,8 +238,8 @@ fn stateful_tool_vars(dir: &Path) -> Vec<String> {
     for entry in fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            // The bench binary and the claim-protocol simulation (a unit test) are not the runtime.
-            if path.file_name().is_some_and(|n| n != "bin" && n != "sim") {
+            // The claim-protocol simulation (a unit test) is not the runtime.
+            if path.file_name().is_some_and(|n| n != "sim") {
                 out.extend(stateful_tool_vars(&path));
             }
             continue;

@@ -88,6 +88,6 @@ mod prop_tools;
 // A new user's first hour: `make run`/`make test` scripts, first-contact messages, help.
 mod first_run;
 
-// The benchmark binary's smoke run, and the long soak (`--ignored`, run by CI on release).
-mod bench_smoke;
+// The long soak (`--ignored`, run by CI on release). The bench's smoke run is the bench
+// crate's own test (crates/bench/tests/quick.rs).
 mod soak;

@@ -47,7 +47,7 @@ impl Handler for Echo {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    dify_plugin::logging::init();
+    dify_plugin::logging::init(None);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(run_stdio(Arc::new(Echo), ServeOptions { logs: LogRoute::Protocol, ..ServeOptions::default() }))
 }

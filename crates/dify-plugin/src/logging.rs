@@ -40,10 +40,13 @@ struct Attached {
 static ATTACHED: RwLock<Option<Attached>> = RwLock::new(None);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// Installs the logger; `STATEFUL_TOOL_LOG` (or `RUST_LOG`) sets the filter, default `info`.
-pub fn init() {
-    let filter =
-        std::env::var("STATEFUL_TOOL_LOG").or_else(|_| std::env::var("RUST_LOG")).unwrap_or_else(|_| "info".to_owned());
+/// Installs the logger with `filter` (`tracing_subscriber`'s `EnvFilter` directives: `info`,
+/// `warn,dify_plugin=debug`, …), the host's setting; without one, `RUST_LOG`, else `info`.
+pub fn init(filter: Option<&str>) {
+    let filter = match filter {
+        Some(filter) => filter.to_owned(),
+        None => std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()),
+    };
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)

@@ -13,14 +13,14 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Arch::Amd64 => "amd64",
             Arch::Arm64 => "arm64",
         }
     }
 
-    pub fn parse(s: &str) -> Option<Arch> {
+    pub(crate) fn parse(s: &str) -> Option<Arch> {
         match s {
             "amd64" => Some(Arch::Amd64),
             "arm64" => Some(Arch::Arm64),
@@ -29,7 +29,7 @@ impl Arch {
     }
 
     /// Architecture of the running binary, used when no `--bin` is given.
-    pub fn host() -> Option<Arch> {
+    pub(crate) fn host() -> Option<Arch> {
         if cfg!(target_arch = "x86_64") {
             Some(Arch::Amd64)
         } else if cfg!(target_arch = "aarch64") {
@@ -40,7 +40,7 @@ impl Arch {
     }
 
     /// Entry name of this architecture's binary; the `main.py` shim execs exactly this.
-    pub fn binary_entry(self) -> String {
+    pub(crate) fn binary_entry(self) -> String {
         format!("bin/stateful-tool-{}", self.as_str())
     }
 }
@@ -52,7 +52,7 @@ impl fmt::Display for Arch {
 }
 
 /// Parses `amd64=PATH` / `arm64=PATH`.
-pub fn parse_bin_arg(arg: &str) -> Result<(Arch, PathBuf), String> {
+pub(crate) fn parse_bin_arg(arg: &str) -> Result<(Arch, PathBuf), String> {
     let (arch, path) = arg
         .split_once('=')
         .ok_or_else(|| format!("--bin `{arg}`: expected ARCH=PATH, e.g. amd64=target/release/stateful-tool"))?;
@@ -82,7 +82,7 @@ fn content_of(line: &str) -> &str {
 /// Rewrites only the `meta.arch` list of a manifest so that it names exactly `arches`,
 /// leaving every other byte alone. The result is re-parsed and must equal the original
 /// document with just `meta.arch` replaced; otherwise the rewrite is refused.
-pub fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, String> {
+pub(crate) fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, String> {
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let meta = lines
         .iter()

@@ -10,7 +10,7 @@ use super::zipread::RawZip;
 
 /// Producer rules for an entry name (spec §3.1): relative, `/`-separated, printable
 /// ASCII, no empty/`.`/`..` elements, no backslash, and never a directory.
-pub fn check_entry_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_entry_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("the name is empty".into());
     }

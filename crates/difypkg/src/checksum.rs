@@ -23,7 +23,7 @@ pub fn checksum_of_hashes<'a>(hashes: impl IntoIterator<Item = (&'a str, [u8; 32
 }
 
 /// Checksum of entries we are about to write (names already validated and unique).
-pub fn checksum_of_entries(entries: &[Entry]) -> String {
+pub(crate) fn checksum_of_entries(entries: &[Entry]) -> String {
     let hashes: Vec<(&str, [u8; 32])> =
         entries.iter().map(|e| (e.name.as_str(), Sha256::digest(&e.data).into())).collect();
     checksum_of_hashes(hashes)
@@ -37,7 +37,7 @@ pub fn checksum_of_zip(zip: &RawZip) -> Result<String, String> {
 }
 
 /// `<author>/<name>:<version>@<checksum>` (the author part is dropped when empty).
-pub fn unique_identifier(author: &str, name: &str, version: &str, checksum: &str) -> String {
+pub(crate) fn unique_identifier(author: &str, name: &str, version: &str, checksum: &str) -> String {
     if author.is_empty() {
         format!("{name}:{version}@{checksum}")
     } else {
@@ -46,7 +46,12 @@ pub fn unique_identifier(author: &str, name: &str, version: &str, checksum: &str
 }
 
 /// Builds the identifier and checks it against the daemon's identifier pattern.
-pub fn checked_unique_identifier(author: &str, name: &str, version: &str, checksum: &str) -> Result<String, String> {
+pub(crate) fn checked_unique_identifier(
+    author: &str,
+    name: &str,
+    version: &str,
+    checksum: &str,
+) -> Result<String, String> {
     let id = unique_identifier(author, name, version, checksum);
     if patterns::is_unique_identifier(&id) {
         Ok(id)

@@ -12,8 +12,8 @@ use super::yamlcheck::Problem;
 
 /// Declarations that parsed, plus the YAML and icon files they reference.
 pub(crate) struct Declared {
-    pub info: ManifestInfo,
-    pub referenced: BTreeSet<String>,
+    pub(crate) info: ManifestInfo,
+    pub(crate) referenced: BTreeSet<String>,
 }
 
 fn require(tree: &dyn Tree, name: &str, owner: &str, field: &str, problems: &mut Vec<Problem>) -> bool {

@@ -6,7 +6,7 @@ use super::patterns;
 use super::yamlcheck::Checker;
 
 /// Checks an icon file name (relative to `_assets/`) and returns its entry name.
-pub fn icon_entry(c: &mut Checker, icon: &str, field: &str) -> Option<String> {
+pub(crate) fn icon_entry(c: &mut Checker, icon: &str, field: &str) -> Option<String> {
     if let Some(inner) = icon.strip_prefix("_assets/") {
         c.problem(field, format!("`{icon}` must be relative to _assets/ (write `{inner}`)"));
         return None;
@@ -25,7 +25,7 @@ pub fn icon_entry(c: &mut Checker, icon: &str, field: &str) -> Option<String> {
 }
 
 /// Checks a version string the way the daemon, the SDK and the Dify API all accept it.
-pub fn check_version(c: &mut Checker, v: Option<&Value>, field: &str) -> Option<String> {
+pub(crate) fn check_version(c: &mut Checker, v: Option<&Value>, field: &str) -> Option<String> {
     if let Some(Value::Number(n)) = v {
         c.problem(field, format!("must be a string; `{n}` reads as a number, quote it"));
         return None;

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use super::zipread::RawZip;
 
 /// Go's `path.Clean`.
-pub fn clean(p: &str) -> String {
+pub(crate) fn clean(p: &str) -> String {
     if p.is_empty() {
         return ".".into();
     }
@@ -39,7 +39,7 @@ pub fn clean(p: &str) -> String {
 }
 
 /// Go's `fs.ValidPath`: unrooted, slash-separated, no empty, `.` or `..` elements.
-pub fn valid_path(p: &str) -> bool {
+pub(crate) fn valid_path(p: &str) -> bool {
     if p == "." {
         return true;
     }
@@ -77,7 +77,7 @@ pub struct DaemonView<'z> {
 }
 
 /// Name the daemon opens for a record: `path.Join(path.Split(name))`.
-pub fn walked_name(name: &str) -> String {
+pub(crate) fn walked_name(name: &str) -> String {
     if name.is_empty() {
         String::new()
     } else {
@@ -109,7 +109,7 @@ impl<'z> DaemonView<'z> {
     }
 
     /// `zip.Reader.Open(name)` followed by a full read: the record whose bytes come back.
-    pub fn open(&self, name: &str) -> Result<usize, String> {
+    pub(crate) fn open(&self, name: &str) -> Result<usize, String> {
         if !valid_path(name) {
             return Err(format!("open {name}: invalid argument"));
         }
@@ -124,7 +124,7 @@ impl<'z> DaemonView<'z> {
     }
 
     /// `decoder.ReadFile(name)`.
-    pub fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, String> {
         let index = self.open(name)?;
         self.zip.content(index).map_err(|e| format!("read {name}: {e}"))
     }

@@ -175,7 +175,7 @@ mod tests {
         let (private, public) = generate_pem_pair(2048).unwrap();
         let key = super::super::keys::private_key_from_pem(private.as_bytes()).unwrap();
         let public = public_key_from_pem(public.as_bytes()).unwrap();
-        assert_eq!((key.bits(), public.bits()), (2048, 2048));
+        assert_eq!((key.public_key().bits(), public.bits()), (2048, 2048));
         let signature = key.sign_pkcs1_sha256(b"data").unwrap();
         assert!(public.verify_pkcs1_sha256(b"data", &signature));
         assert!(!public.verify_pkcs1_sha256(b"date", &signature));

@@ -17,7 +17,7 @@ pub const OFFICIAL_PUBLIC_KEY_PEM: &str = include_str!("official_marketplace.pub
 
 /// Go's `base64.StdEncoding`: padding required, `\r`/`\n` skipped, non-zero trailing
 /// bits tolerated (the encoding is not `Strict`).
-pub fn go_std_base64(text: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn go_std_base64(text: &[u8]) -> Result<Vec<u8>, String> {
     const ENGINE: GeneralPurpose = GeneralPurpose::new(
         &STANDARD,
         GeneralPurposeConfig::new()
@@ -105,13 +105,13 @@ fn pem_block(data: &[u8], want: &str, what: &str) -> Result<Vec<u8>, String> {
 
 /// Public keys we verify with: 1024 bits (the daemon's Go loader refuses less) up to 8192
 /// (the most `ring` verifies).
-pub const PUBLIC_KEY_BITS: std::ops::RangeInclusive<usize> = 1024..=8192;
+pub(crate) const PUBLIC_KEY_BITS: std::ops::RangeInclusive<usize> = 1024..=8192;
 /// Private keys we sign with: what `ring` signs with (also a multiple of 512 bits, see
 /// [`signable_bits`]).
-pub const PRIVATE_KEY_BITS: std::ops::RangeInclusive<usize> = 2048..=4096;
+pub(crate) const PRIVATE_KEY_BITS: std::ops::RangeInclusive<usize> = 2048..=4096;
 
 /// Whether `ring` signs with a key of this size: 2048, 2560, 3072, 3584 or 4096 bits.
-pub fn signable_bits(bits: usize) -> bool {
+pub(crate) fn signable_bits(bits: usize) -> bool {
     PRIVATE_KEY_BITS.contains(&bits) && bits.is_multiple_of(512)
 }
 
@@ -154,13 +154,13 @@ impl PublicKey {
     }
 
     /// Modulus size in bits.
-    pub fn bits(&self) -> usize {
+    pub(crate) fn bits(&self) -> usize {
         bit_len(&self.n)
     }
 
     /// RSASSA-PKCS1-v1_5 with SHA-256 over `message`, as Go's `rsa.VerifyPKCS1v15` checks it
     /// (the signature must be exactly as long as the modulus).
-    pub fn verify_pkcs1_sha256(&self, message: &[u8], signature: &[u8]) -> bool {
+    pub(crate) fn verify_pkcs1_sha256(&self, message: &[u8], signature: &[u8]) -> bool {
         let key = RsaPublicKeyComponents { n: &self.n, e: &self.e };
         key.verify(&RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY, message, signature).is_ok()
     }
@@ -173,7 +173,7 @@ pub struct PrivateKey {
 
 impl PrivateKey {
     /// From PKCS#1 `RSAPrivateKey` DER; `ring` checks the key's consistency.
-    pub fn from_pkcs1_der(der: &[u8]) -> Result<PrivateKey, String> {
+    pub(crate) fn from_pkcs1_der(der: &[u8]) -> Result<PrivateKey, String> {
         let parsed = pkcs1::RsaPrivateKey::from_der(der).map_err(|e| format!("not a PKCS#1 RSA private key: {e}"))?;
         let bits = bit_len(parsed.modulus.as_bytes());
         if !signable_bits(bits) {
@@ -185,18 +185,14 @@ impl PrivateKey {
         Ok(PrivateKey { pair })
     }
 
-    pub fn public_key(&self) -> PublicKey {
+    pub(crate) fn public_key(&self) -> PublicKey {
         let parts: RsaPublicKeyComponents<Vec<u8>> = self.pair.public().into();
         PublicKey { n: parts.n, e: parts.e }
     }
 
-    pub fn bits(&self) -> usize {
-        self.public_key().bits()
-    }
-
     /// RSASSA-PKCS1-v1_5 over SHA-256(`data`). The signature is deterministic, so it is
     /// byte-identical to any correct signer's.
-    pub fn sign_pkcs1_sha256(&self, data: &[u8]) -> Result<Vec<u8>, String> {
+    pub(crate) fn sign_pkcs1_sha256(&self, data: &[u8]) -> Result<Vec<u8>, String> {
         let mut signature = vec![0; self.pair.public().modulus_len()];
         self.pair
             .sign(&ring::signature::RSA_PKCS1_SHA256, &ring::rand::SystemRandom::new(), data, &mut signature)
@@ -205,14 +201,14 @@ impl PrivateKey {
     }
 }
 
-/// Parses a PKCS#1 `RSA PUBLIC KEY` PEM: 1024 to 8192 bits ([`PUBLIC_KEY_BITS`]).
+/// Parses a PKCS#1 `RSA PUBLIC KEY` PEM: 1024 to 8192 bits (`PUBLIC_KEY_BITS`).
 pub fn public_key_from_pem(data: &[u8]) -> Result<PublicKey, String> {
     let der = pem_block(data, "RSA PUBLIC KEY", "public key")?;
     let parsed = pkcs1::RsaPublicKey::from_der(&der).map_err(|e| format!("not a PKCS#1 RSA public key: {e}"))?;
     PublicKey::new(parsed.modulus.as_bytes(), parsed.public_exponent.as_bytes())
 }
 
-/// Parses a PKCS#1 `RSA PRIVATE KEY` PEM of a size `ring` signs with ([`signable_bits`]).
+/// Parses a PKCS#1 `RSA PRIVATE KEY` PEM of a size `ring` signs with (`signable_bits`).
 pub fn private_key_from_pem(data: &[u8]) -> Result<PrivateKey, String> {
     PrivateKey::from_pkcs1_der(&pem_block(data, "RSA PRIVATE KEY", "private key")?)
 }

@@ -7,20 +7,20 @@ use std::path::{Path, PathBuf};
 use super::archive::{check_entry_name, Entry};
 
 /// Files every package carries at its root besides the declared YAML, icons and binaries.
-pub const FIXED_FILES: [&str; 5] = ["manifest.yaml", "README.md", "PRIVACY.md", "requirements.txt", "main.py"];
+pub(crate) const FIXED_FILES: [&str; 5] = ["manifest.yaml", "README.md", "PRIVACY.md", "requirements.txt", "main.py"];
 
 /// Name of the signer's category file (spec §4.3).
-pub const VERIFICATION_FILE: &str = ".verification.dify.json";
+pub(crate) const VERIFICATION_FILE: &str = ".verification.dify.json";
 
 /// The daemon's default `MAX_PLUGIN_PACKAGE_SIZE`, applied to the uncompressed total.
-pub const MAX_UNCOMPRESSED: u64 = 52_428_800;
+pub(crate) const MAX_UNCOMPRESSED: u64 = 52_428_800;
 
 /// Dify API's default upload limit (`PLUGIN_MAX_PACKAGE_SIZE`) on the compressed file.
-pub const WARN_COMPRESSED: u64 = 15 * 1024 * 1024;
+pub(crate) const WARN_COMPRESSED: u64 = 15 * 1024 * 1024;
 
 /// Where the bytes of one package file come from.
 #[derive(Clone, Debug)]
-pub enum Source {
+pub(crate) enum Source {
     Disk(PathBuf),
     Memory(Vec<u8>),
 }
@@ -28,45 +28,41 @@ pub enum Source {
 /// A set of package files keyed by entry name; iteration is byte-wise ascending, the
 /// order the official packager writes.
 #[derive(Default, Debug)]
-pub struct FileSet {
+pub(crate) struct FileSet {
     files: BTreeMap<String, (u64, Source)>,
 }
 
 impl FileSet {
-    pub fn insert_disk(&mut self, name: &str, path: PathBuf, size: u64) {
+    pub(crate) fn insert_disk(&mut self, name: &str, path: PathBuf, size: u64) {
         self.files.insert(name.to_string(), (size, Source::Disk(path)));
     }
 
-    pub fn insert_memory(&mut self, name: &str, data: Vec<u8>) {
+    pub(crate) fn insert_memory(&mut self, name: &str, data: Vec<u8>) {
         let size = data.len() as u64;
         self.files.insert(name.to_string(), (size, Source::Memory(data)));
     }
 
-    pub fn contains(&self, name: &str) -> bool {
-        self.files.contains_key(name)
-    }
-
-    pub fn size_of(&self, name: &str) -> Option<u64> {
+    pub(crate) fn size_of(&self, name: &str) -> Option<u64> {
         self.files.get(name).map(|(size, _)| *size)
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.files.keys().map(String::as_str)
     }
 
-    pub fn total_size(&self) -> u64 {
+    pub(crate) fn total_size(&self) -> u64 {
         self.files.values().map(|(size, _)| *size).sum()
     }
 
     /// The `n` largest files, biggest first (named in the oversize message, like the CLI).
-    pub fn largest(&self, n: usize) -> Vec<(&str, u64)> {
+    pub(crate) fn largest(&self, n: usize) -> Vec<(&str, u64)> {
         let mut all: Vec<(&str, u64)> = self.files.iter().map(|(k, v)| (k.as_str(), v.0)).collect();
         all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         all.truncate(n);
         all
     }
 
-    pub fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, String> {
         match self.files.get(name) {
             None => Err(format!("{name} is not in the package")),
             Some((_, Source::Memory(data))) => Ok(data.clone()),
@@ -75,13 +71,13 @@ impl FileSet {
     }
 
     /// Every file with its bytes, in entry order.
-    pub fn to_entries(&self) -> Result<Vec<Entry>, String> {
+    pub(crate) fn to_entries(&self) -> Result<Vec<Entry>, String> {
         self.names().map(|name| Ok(Entry::new(name, self.read(name)?))).collect()
     }
 }
 
 /// Read access to a plugin tree (a source directory or a set of package files).
-pub trait Tree {
+pub(crate) trait Tree {
     /// Size of regular file `name`; `Ok(None)` when absent, `Err` when unusable.
     fn stat(&self, name: &str) -> Result<Option<u64>, String>;
     fn read(&self, name: &str) -> Result<Vec<u8>, String>;
@@ -97,12 +93,12 @@ impl Tree for FileSet {
 }
 
 /// A source directory; names are validated before they touch the file system.
-pub struct DirTree<'a> {
-    pub root: &'a Path,
+pub(crate) struct DirTree<'a> {
+    pub(crate) root: &'a Path,
 }
 
 impl DirTree<'_> {
-    pub fn path_of(&self, name: &str) -> PathBuf {
+    pub(crate) fn path_of(&self, name: &str) -> PathBuf {
         self.root.join(name)
     }
 }
@@ -125,7 +121,7 @@ impl Tree for DirTree<'_> {
 
 /// Every regular file under `root` (an unzipped package), keyed by `/`-joined relative
 /// name. Symlinks and non-UTF-8 names are reported, not followed.
-pub fn scan_dir(root: &Path) -> Result<FileSet, Vec<String>> {
+pub(crate) fn scan_dir(root: &Path) -> Result<FileSet, Vec<String>> {
     let mut set = FileSet::default();
     let mut problems = Vec::new();
     let mut stack = vec![(root.to_path_buf(), String::new())];

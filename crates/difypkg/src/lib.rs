@@ -12,23 +12,23 @@
 //! by exactly the packaged arches (only those lines change; the source file is untouched)
 //! and `package` prints a note saying so.
 
-pub mod arch;
-pub mod archive;
+mod arch;
+mod archive;
 pub mod checksum;
-pub mod decl_check;
-pub mod field_rules;
+mod decl_check;
+mod field_rules;
 pub mod gofs;
-pub mod keygen;
+mod keygen;
 pub mod keys;
-pub mod layout;
+mod layout;
 pub mod manifest_rules;
 pub mod pack;
-pub mod patterns;
-pub mod runtime_rules;
+mod patterns;
+mod runtime_rules;
 pub mod sign;
 pub mod tool_rules;
 pub mod trigger_rules;
-pub mod validate;
+mod validate;
 pub mod verify;
 pub mod yamlcheck;
 pub mod zipread;
@@ -40,72 +40,72 @@ use anyhow::Context;
 
 pub use arch::Arch;
 pub use archive::{read_package, write_zip, Entry};
-pub use sign::Category;
+use sign::Category;
 pub use validate::{validate_package_bytes, validate_package_dir, validate_plugin_dir, Problem, Report};
 
 #[derive(clap::Args)]
 pub struct PackageArgs {
     /// Output directory.
     #[arg(long, default_value = "dist")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Plugin source tree (manifest.yaml, provider/, tools/, _assets/, README.md, …).
     #[arg(long, default_value = ".")]
-    pub source: PathBuf,
+    pub(crate) source: PathBuf,
     /// Binary per arch, ARCH=PATH with ARCH amd64 or arm64 (repeatable); packaged as
     /// bin/stateful-tool-ARCH. Default: this executable, for the host arch. The packaged
     /// manifest's meta.arch is set to exactly the packaged arches.
     #[arg(long = "bin", value_name = "ARCH=PATH")]
-    pub bins: Vec<String>,
+    pub(crate) bins: Vec<String>,
     /// Validate (and build in memory) without writing anything.
     #[arg(long)]
-    pub check_only: bool,
+    pub(crate) check_only: bool,
     /// File to package as README.md (what Dify's plugin panel shows) instead of the source
     /// tree's README.md; `make package` passes docs/dify-panel-readme.md.
     #[arg(long, value_name = "PATH")]
-    pub readme: Option<PathBuf>,
+    pub(crate) readme: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
 pub struct KeygenArgs {
     /// Directory for the two PEM files.
     #[arg(long, default_value = ".")]
-    pub out_dir: PathBuf,
+    pub(crate) out_dir: PathBuf,
     /// File name prefix: NAME.private.pem and NAME.public.pem.
     #[arg(long, default_value = "stateful_tool_signing_key")]
-    pub name: String,
+    pub(crate) name: String,
     /// RSA modulus size in bits: 2048, 2560, 3072, 3584 or 4096, the sizes the signer (ring) signs with.
     #[arg(long, default_value_t = 4096)]
-    pub bits: usize,
+    pub(crate) bits: usize,
 }
 
 #[derive(clap::Args)]
 pub struct SignArgs {
     /// Package to sign.
-    pub pkg: PathBuf,
+    pub(crate) pkg: PathBuf,
     /// PKCS#1 PEM private key (`RSA PRIVATE KEY`).
     #[arg(long)]
-    pub key: PathBuf,
+    pub(crate) key: PathBuf,
     /// authorized_category written to .verification.dify.json.
     #[arg(long, value_enum, ignore_case = true, default_value = "community")]
-    pub category: Category,
+    pub(crate) category: Category,
     /// Signature time, Unix seconds (default: now).
     #[arg(long, allow_negative_numbers = true)]
-    pub time: Option<i64>,
+    pub(crate) time: Option<i64>,
     /// Output file (default: <dir>/<base>.signed.difypkg).
     #[arg(long)]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
 pub struct VerifyArgs {
     /// Package to verify.
-    pub pkg: PathBuf,
+    pub(crate) pkg: PathBuf,
     /// Trusted PKCS#1 PEM public key (`RSA PUBLIC KEY`); repeatable.
     #[arg(long = "key", value_name = "PUBLIC_PEM")]
-    pub keys: Vec<PathBuf>,
+    pub(crate) keys: Vec<PathBuf>,
     /// Also trust the official Dify marketplace key (tried first, as the daemon does).
     #[arg(long)]
-    pub official: bool,
+    pub(crate) official: bool,
 }
 
 fn print_problems(what: &str, problems: &[Problem]) {
@@ -163,7 +163,7 @@ pub fn run_keygen(args: KeygenArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `<dir>/<base>.signed.difypkg`, where base is the file name without `.difypkg`.
-pub fn default_signed_path(pkg: &Path) -> PathBuf {
+pub(crate) fn default_signed_path(pkg: &Path) -> PathBuf {
     let name = pkg.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let base = name.strip_suffix(".difypkg").unwrap_or(&name);
     pkg.with_file_name(format!("{base}.signed.difypkg"))

@@ -35,17 +35,17 @@ const OTHER_PROVIDER_KINDS: [&str; 4] = ["models", "endpoints", "agent_strategie
 
 /// What the rest of the packager needs from a manifest that parsed.
 #[derive(Debug, Default, Clone)]
-pub struct ManifestInfo {
-    pub author: String,
-    pub name: String,
-    pub version: String,
-    pub arches: Vec<Arch>,
+pub(crate) struct ManifestInfo {
+    pub(crate) author: String,
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) arches: Vec<Arch>,
     /// Paths listed in `plugins.tools` (or `plugins.triggers` for a trigger plugin).
-    pub providers: Vec<String>,
+    pub(crate) providers: Vec<String>,
     /// True for a trigger plugin (`plugins.triggers`), false for a tool plugin.
-    pub trigger: bool,
+    pub(crate) trigger: bool,
     /// `(field, entry name under _assets/)` for `icon` and `icon_dark`.
-    pub icons: Vec<(String, String)>,
+    pub(crate) icons: Vec<(String, String)>,
 }
 
 fn check_author(c: &mut Checker, v: Option<&Value>) -> Option<String> {
@@ -136,7 +136,7 @@ fn check_misc(c: &mut Checker, doc: &Value) {
 }
 
 /// Checks a manifest; returns what could be read even when problems were recorded.
-pub fn check_manifest(c: &mut Checker, text: &[u8]) -> Option<ManifestInfo> {
+pub(crate) fn check_manifest(c: &mut Checker, text: &[u8]) -> Option<ManifestInfo> {
     let doc = c.parse(text)?;
     let mut info = ManifestInfo {
         version: check_version(c, at(&doc, "version"), "version").unwrap_or_default(),

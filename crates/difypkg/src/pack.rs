@@ -13,10 +13,10 @@ use super::validate::{check_sizes, list, report_for, same_arches, source_files, 
 
 /// Everything that will go into the package, validated.
 pub struct Plan {
-    pub files: FileSet,
-    pub report: Report,
+    pub(crate) files: FileSet,
+    pub(crate) report: Report,
     /// Per-arch binary sizes, in arch order.
-    pub binaries: Vec<(Arch, u64)>,
+    pub(crate) binaries: Vec<(Arch, u64)>,
     /// What was changed on the way in (the `meta.arch` rewrite).
     pub notes: Vec<String>,
 }
@@ -64,7 +64,7 @@ pub fn plan_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Plan, Vec
 
 /// [`plan_package`], with `readme` (when given) packaged as `README.md` in place of the
 /// source tree's.
-pub fn plan_package_with_readme(
+pub(crate) fn plan_package_with_readme(
     source: &Path,
     bins: &[(Arch, PathBuf)],
     readme: Option<&Path>,
@@ -126,7 +126,7 @@ pub struct Built {
 }
 
 /// `<name>-<version>.difypkg`.
-pub fn output_name(name: &str, version: &str) -> String {
+pub(crate) fn output_name(name: &str, version: &str) -> String {
     format!("{name}-{version}.difypkg")
 }
 
@@ -165,7 +165,7 @@ pub fn build_package_with_readme(
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, so a reader
 /// never sees a half-written package.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));

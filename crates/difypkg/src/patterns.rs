@@ -18,17 +18,17 @@ fn is_digits(s: &str, min: usize, max: usize) -> bool {
 }
 
 /// `^[a-z0-9_-]{1,64}$`
-pub fn is_author(s: &str) -> bool {
+pub(crate) fn is_author(s: &str) -> bool {
     (1..=64).contains(&s.len()) && all_chars(s, is_slug_char)
 }
 
 /// `^[a-z0-9_-]{1,128}$`
-pub fn is_plugin_name(s: &str) -> bool {
+pub(crate) fn is_plugin_name(s: &str) -> bool {
     (1..=128).contains(&s.len()) && all_chars(s, is_slug_char)
 }
 
 /// `^[a-zA-Z0-9_-]+$` (tool provider and tool identity names).
-pub fn is_identity_name(s: &str) -> bool {
+pub(crate) fn is_identity_name(s: &str) -> bool {
     !s.is_empty() && all_chars(s, |c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
@@ -48,7 +48,7 @@ fn suffix_ok(suffix: Option<&str>) -> bool {
 }
 
 /// The daemon's manifest `version` tag: `^\d{1,4}(\.\d{1,4}){2}(-\w{1,16})?$`.
-pub fn is_daemon_version(s: &str) -> bool {
+pub(crate) fn is_daemon_version(s: &str) -> bool {
     let (parts, suffix) = split_version(s);
     parts.len() == 3 && parts.iter().all(|p| is_digits(p, 1, 4)) && suffix_ok(suffix)
 }
@@ -60,7 +60,7 @@ fn is_identifier_version(s: &str) -> bool {
 }
 
 /// `^(?:([a-z0-9_-]{1,64})\/)?([a-z0-9_-]{1,255}):<version>@[a-f0-9]{32,64}$`
-pub fn is_unique_identifier(s: &str) -> bool {
+pub(crate) fn is_unique_identifier(s: &str) -> bool {
     let Some((head, checksum)) = s.rsplit_once('@') else {
         return false;
     };
@@ -82,7 +82,7 @@ fn is_slug(s: &str, max: usize) -> bool {
 
 /// Whether google/uuid's `Parse` would accept `s` (only the forms an author can take:
 /// 36 characters with dashes, or 32 bare hex digits).
-pub fn looks_like_uuid(s: &str) -> bool {
+pub(crate) fn looks_like_uuid(s: &str) -> bool {
     let hex = |c: char| c.is_ascii_hexdigit();
     match s.len() {
         32 => all_chars(s, hex),
@@ -109,7 +109,7 @@ fn eat_segment<'a>(s: &'a str, words: &[&str], need_sep: bool) -> Option<&'a str
 
 /// Whether `s` is a valid PEP 440 public version (what `packaging.Version` accepts,
 /// without epochs or local parts, which our versions never need).
-pub fn is_pep440(s: &str) -> bool {
+pub(crate) fn is_pep440(s: &str) -> bool {
     let s = s.to_ascii_lowercase();
     // Release segment: N(.N)*, stopping before a dot that does not start a number.
     let b = s.as_bytes();

@@ -27,7 +27,7 @@ impl Category {
 }
 
 /// Go's compact JSON of the verification object, e.g. `{"authorized_category":"community"}`.
-pub fn verification_json(category: Category) -> String {
+pub(crate) fn verification_json(category: Category) -> String {
     format!("{{\"authorized_category\":\"{}\"}}", category.as_str())
 }
 
@@ -42,7 +42,7 @@ pub fn signed_data<'a>(contents: impl IntoIterator<Item = &'a [u8]>, time: i64) 
 }
 
 /// The zip comment, byte-identical to what the daemon signer writes.
-pub fn comment_json(signature: &[u8], time: i64) -> String {
+pub(crate) fn comment_json(signature: &[u8], time: i64) -> String {
     format!("{{\"signature\":\"{}\",\"time\":{time}}}", STANDARD.encode(signature))
 }
 

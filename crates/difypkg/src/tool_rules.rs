@@ -58,11 +58,11 @@ pub const PARAMETER_FORMS: [&str; 3] = ["llm", "form", "schema"];
 /// What the packager needs from a provider file.
 #[derive(Debug, Default)]
 pub struct ProviderInfo {
-    pub name: String,
+    pub(crate) name: String,
     /// Paths listed in `tools`.
-    pub tools: Vec<String>,
+    pub(crate) tools: Vec<String>,
     /// `(field, entry name under _assets/)` for `identity.icon` and `identity.icon_dark`.
-    pub icons: Vec<(String, String)>,
+    pub(crate) icons: Vec<(String, String)>,
 }
 
 /// Options of a select (credential or parameter): a non-empty list of `{value, label}`.
@@ -155,7 +155,7 @@ pub(crate) fn check_identity(c: &mut Checker, doc: &Value, tags: &[&str], info: 
 }
 
 /// Checks a provider file.
-pub fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
+pub(crate) fn check_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
     let doc = c.parse(text)?;
     let mut info = ProviderInfo::default();
     check_identity(c, &doc, &PROVIDER_TAGS, &mut info);
@@ -230,7 +230,7 @@ fn check_parameter(c: &mut Checker, p: &Value, f: &str, names: &mut HashSet<Stri
 }
 
 /// Checks one tool file; returns its identity name.
-pub fn check_tool(c: &mut Checker, text: &[u8]) -> Option<String> {
+pub(crate) fn check_tool(c: &mut Checker, text: &[u8]) -> Option<String> {
     let doc = c.parse(text)?;
     let mut name = None;
     if c.req_map(at(&doc, "identity"), "identity").is_some() {

@@ -12,7 +12,7 @@ use super::tool_rules::{check_identity, check_listed, check_options, ProviderInf
 use super::yamlcheck::{at, kind, Checker};
 
 /// Event parameter types (`daemon: trigger_declaration.go` L29-42).
-pub const EVENT_PARAMETER_TYPES: [&str; 12] = [
+pub(crate) const EVENT_PARAMETER_TYPES: [&str; 12] = [
     "string",
     "number",
     "boolean",

@@ -20,12 +20,10 @@ pub struct Report {
     pub author: String,
     pub name: String,
     pub version: String,
-    /// `meta.arch` as declared.
-    pub arches: Vec<Arch>,
     /// Entry names, byte-wise ascending.
     pub files: Vec<String>,
-    pub total_size: u64,
-    pub warnings: Vec<String>,
+    pub(crate) total_size: u64,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Rejects a total uncompressed size over the daemon's limit, naming the largest files.
@@ -46,7 +44,6 @@ pub(crate) fn report_for(info: &ManifestInfo, set: &FileSet, warnings: Vec<Strin
         author: info.author.clone(),
         name: info.name.clone(),
         version: info.version.clone(),
-        arches: info.arches.clone(),
         files: set.names().map(str::to_string).collect(),
         total_size: set.total_size(),
         warnings,
@@ -88,7 +85,7 @@ pub fn validate_plugin_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
 
 /// Validates the files of a built package: names, declarations, nothing outside the
 /// layout, binaries matching `meta.arch`, size.
-pub fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Problem>> {
+pub(crate) fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Problem>> {
     let (mut problems, mut warnings) = (Vec::new(), Vec::new());
     for name in set.names() {
         if let Err(e) = super::archive::check_entry_name(name) {

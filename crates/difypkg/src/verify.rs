@@ -71,7 +71,7 @@ pub struct Outcome {
 
 /// Parses the zip comment like Go's `json.Unmarshal` into `{Signature string; Time int64}`:
 /// keys match case-insensitively, the last occurrence wins, unknown members are ignored.
-pub fn parse_comment(comment: &[u8]) -> Result<(String, i64), Failure> {
+pub(crate) fn parse_comment(comment: &[u8]) -> Result<(String, i64), Failure> {
     if comment.is_empty() {
         return Err(Failure::Comment("the package is not signed: its zip comment is empty".into()));
     }

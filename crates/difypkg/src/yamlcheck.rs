@@ -13,7 +13,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(file: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Problem {
+    pub(crate) fn new(file: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Problem {
         Problem { file: file.into(), field: field.into(), message: message.into() }
     }
 }
@@ -30,7 +30,7 @@ impl fmt::Display for Problem {
 
 /// Value at a dotted path (`meta.runner.version`); YAML `null` counts as absent, as it
 /// leaves a Go struct field at its zero value.
-pub fn at<'v>(v: &'v Value, path: &str) -> Option<&'v Value> {
+pub(crate) fn at<'v>(v: &'v Value, path: &str) -> Option<&'v Value> {
     let mut cur = v;
     for key in path.split('.') {
         cur = cur.as_mapping()?.get(key)?;
@@ -39,7 +39,7 @@ pub fn at<'v>(v: &'v Value, path: &str) -> Option<&'v Value> {
 }
 
 /// How a value reads in an error message.
-pub fn kind(v: &Value) -> &'static str {
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -53,7 +53,7 @@ pub fn kind(v: &Value) -> &'static str {
 
 /// Problem collector for one file.
 pub struct Checker<'p> {
-    pub file: String,
+    pub(crate) file: String,
     problems: &'p mut Vec<Problem>,
     warnings: &'p mut Vec<String>,
 }
@@ -63,11 +63,11 @@ impl<'p> Checker<'p> {
         Checker { file: file.into(), problems, warnings }
     }
 
-    pub fn problem(&mut self, field: &str, message: impl Into<String>) {
+    pub(crate) fn problem(&mut self, field: &str, message: impl Into<String>) {
         self.problems.push(Problem::new(&self.file, field, message));
     }
 
-    pub fn warn(&mut self, field: &str, message: impl AsRef<str>) {
+    pub(crate) fn warn(&mut self, field: &str, message: impl AsRef<str>) {
         let file = &self.file;
         let message = message.as_ref();
         self.warnings.push(if field.is_empty() {
@@ -78,7 +78,7 @@ impl<'p> Checker<'p> {
     }
 
     /// Parses `text` as a YAML mapping; records why not.
-    pub fn parse(&mut self, text: &[u8]) -> Option<Value> {
+    pub(crate) fn parse(&mut self, text: &[u8]) -> Option<Value> {
         match yaml_serde::from_slice::<Value>(text) {
             Ok(v @ Value::Mapping(_)) => Some(v),
             Ok(other) => {
@@ -93,7 +93,7 @@ impl<'p> Checker<'p> {
     }
 
     /// A required, non-empty string.
-    pub fn req_str<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v str> {
+    pub(crate) fn req_str<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v str> {
         match v {
             None => {
                 self.problem(field, "is required");
@@ -111,11 +111,11 @@ impl<'p> Checker<'p> {
         }
     }
 
-    pub fn opt_str<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v str> {
+    pub(crate) fn opt_str<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v str> {
         v.and_then(|_| self.req_str(v, field))
     }
 
-    pub fn req_map<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v Mapping> {
+    pub(crate) fn req_map<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v Mapping> {
         match v {
             None => {
                 self.problem(field, "is required");
@@ -129,11 +129,11 @@ impl<'p> Checker<'p> {
         }
     }
 
-    pub fn opt_map<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v Mapping> {
+    pub(crate) fn opt_map<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v Mapping> {
         v.and_then(|_| self.req_map(v, field))
     }
 
-    pub fn req_list<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v [Value]> {
+    pub(crate) fn req_list<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v [Value]> {
         match v {
             None => {
                 self.problem(field, "is required");
@@ -147,11 +147,11 @@ impl<'p> Checker<'p> {
         }
     }
 
-    pub fn opt_list<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v [Value]> {
+    pub(crate) fn opt_list<'v>(&mut self, v: Option<&'v Value>, field: &str) -> Option<&'v [Value]> {
         v.and_then(|_| self.req_list(v, field))
     }
 
-    pub fn opt_bool(&mut self, v: Option<&Value>, field: &str) -> Option<bool> {
+    pub(crate) fn opt_bool(&mut self, v: Option<&Value>, field: &str) -> Option<bool> {
         match v {
             None => None,
             Some(Value::Bool(b)) => Some(*b),
@@ -163,7 +163,7 @@ impl<'p> Checker<'p> {
     }
 
     /// A list of strings (each item checked).
-    pub fn str_list<'v>(&mut self, v: Option<&'v Value>, field: &str, required: bool) -> Vec<&'v str> {
+    pub(crate) fn str_list<'v>(&mut self, v: Option<&'v Value>, field: &str, required: bool) -> Vec<&'v str> {
         let list = if required { self.req_list(v, field) } else { self.opt_list(v, field) };
         let mut out = Vec::new();
         for (i, item) in list.unwrap_or_default().iter().enumerate() {
@@ -176,7 +176,7 @@ impl<'p> Checker<'p> {
 
     /// An i18n object (spec §1.3): `en_US` 1–1023 characters; `zh_Hans`, `ja_JP`,
     /// `pt_BR` strings under 1024 characters when present.
-    pub fn i18n(&mut self, v: Option<&Value>, field: &str, required: bool) {
+    pub(crate) fn i18n(&mut self, v: Option<&Value>, field: &str, required: bool) {
         let Some(map) = (if required { self.req_map(v, field) } else { self.opt_map(v, field) }) else {
             return;
         };
@@ -198,7 +198,7 @@ impl<'p> Checker<'p> {
     }
 
     /// A required string that must be one of `allowed`.
-    pub fn one_of(&mut self, v: Option<&Value>, field: &str, allowed: &[&str]) -> Option<String> {
+    pub(crate) fn one_of(&mut self, v: Option<&Value>, field: &str, allowed: &[&str]) -> Option<String> {
         let s = self.req_str(v, field)?;
         if allowed.contains(&s) {
             Some(s.to_string())

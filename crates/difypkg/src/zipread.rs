@@ -16,16 +16,16 @@ const EOCD_LEN: usize = 22;
 #[derive(Debug, Clone)]
 pub struct RawEntry {
     pub name: String,
-    pub method: u16,
-    pub crc32: u32,
-    pub compressed_size: u64,
-    pub uncompressed_size: u64,
-    pub local_header_offset: u64,
+    pub(crate) method: u16,
+    pub(crate) crc32: u32,
+    pub(crate) compressed_size: u64,
+    pub(crate) uncompressed_size: u64,
+    pub(crate) local_header_offset: u64,
 }
 
 impl RawEntry {
     /// Go's `FileInfo().IsDir()` for zip entries: the name ends in a slash.
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         self.name.ends_with('/')
     }
 }
@@ -207,7 +207,7 @@ fn apply_zip64_extra(entry: &mut RawEntry, mut extra: &[u8]) {
 }
 
 /// CRC-32 (IEEE), as stored in zip headers.
-pub fn crc32(data: &[u8]) -> u32 {
+pub(crate) fn crc32(data: &[u8]) -> u32 {
     const TABLE: [u32; 256] = {
         let mut table = [0u32; 256];
         let mut i = 0;

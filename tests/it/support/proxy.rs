@@ -52,8 +52,10 @@ struct Shared {
     gate: Mutex<Option<Instant>>,
     remaining: AtomicUsize,
     fired: AtomicUsize,
-    /// Held requests forwarded to the store so far.
+    /// Held requests (held, or queued behind a held one) forwarded to the store so far.
     released: AtomicUsize,
+    /// Of those, the requests the fault itself held (not the ones queued behind them).
+    held_forwarded: AtomicUsize,
     connections: AtomicUsize,
     stop: AtomicBool,
     sockets: Mutex<Vec<TcpStream>>,
@@ -79,6 +81,7 @@ impl Proxy {
             remaining: AtomicUsize::new(times),
             fired: AtomicUsize::new(0),
             released: AtomicUsize::new(0),
+            held_forwarded: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             sockets: Mutex::new(vec![]),
@@ -133,6 +136,12 @@ impl Proxy {
         self.shared.released.load(Ordering::SeqCst)
     }
 
+    /// How many requests the fault itself held (`HoldRequest`; not those queued behind them)
+    /// were forwarded to the store so far.
+    pub fn held_forwarded(&self) -> usize {
+        self.shared.held_forwarded.load(Ordering::SeqCst)
+    }
+
     /// Waits until `n` held requests were forwarded to the store (at most `within`).
     pub async fn until_released(&self, n: usize, within: Duration) {
         let end = Instant::now() + within;
@@ -176,6 +185,7 @@ fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>,
         };
         window.extend_from_slice(&buf[..n]);
         let wait;
+        let held_here;
         {
             let mut m = mode.lock().unwrap();
             let mut matched = false;
@@ -221,6 +231,7 @@ fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>,
                 }
                 _ => {}
             }
+            held_here = matched && matches!(*m, Mode::RequestHeld { .. });
             wait = match &mut *m {
                 Mode::RequestHeld { until } if matched => Some(*until),
                 // Queued behind a held write: forwarded just after it.
@@ -249,6 +260,9 @@ fn requests(mut client: TcpStream, mut store: TcpStream, mode: Arc<Mutex<Mode>>,
         }
         if wait.is_some() {
             shared.released.fetch_add(1, Ordering::SeqCst);
+        }
+        if held_here {
+            shared.held_forwarded.fetch_add(1, Ordering::SeqCst);
         }
     }
     if held_any {

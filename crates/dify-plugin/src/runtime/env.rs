@@ -129,7 +129,7 @@ mod tests {
     fn missing_file_is_empty_and_empty_values_are_unset() {
         let s = EnvSettings::from_file(Path::new("/nonexistent/.env"));
         assert_eq!(s.dotenv("ANY"), None);
-        let s = EnvSettings { file: parse("STATEFUL_TOOL_TEST_DOTENV_ONLY=\n") };
-        assert_eq!(s.get("STATEFUL_TOOL_TEST_DOTENV_ONLY"), None);
+        let s = EnvSettings { file: parse("DIFY_PLUGIN_TEST_DOTENV_ONLY=\n") };
+        assert_eq!(s.get("DIFY_PLUGIN_TEST_DOTENV_ONLY"), None);
     }
 }

@@ -11,9 +11,10 @@
 //!   failed attempt.
 //! - After acceptance a close is a disconnect: in-flight sessions are abandoned (the daemon
 //!   already failed them) and the plugin reconnects and re-registers from scratch.
-//! - Reconnect delays start at `STATEFUL_TOOL_RECONNECT_MS` (default 1000 ms) and double per
-//!   consecutive failure up to 30 s; after `STATEFUL_TOOL_RECONNECT_ATTEMPTS` (default 10,
-//!   about 2.5 minutes) consecutive failures the plugin gives up with exit code 1.
+//! - Reconnect delays start at [`RemoteConfig::reconnect_base`] (default 1000 ms) and double
+//!   per consecutive failure up to 30 s; after [`RemoteConfig::max_attempts`] (default 10,
+//!   about 2.5 minutes) consecutive failures the plugin gives up with exit code 1. The host
+//!   chooses both (the daemon has no setting for them).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,19 +40,27 @@ const REFUSAL_WAIT: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// The daemon closes a connection after 60 s without a heartbeat.
 const MAX_HEARTBEAT: Duration = Duration::from_secs(30);
+/// The first reconnect delay unless the host chooses another.
+pub const DEFAULT_RECONNECT_BASE: Duration = Duration::from_millis(1000);
+/// Failed attempts in a row before giving up, unless the host chooses another number.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
     pub host: String,
     pub port: u16,
     pub key: String,
+    /// The first reconnect delay (doubling per consecutive failure up to 30 s; at least 1 ms).
     pub reconnect_base: Duration,
+    /// Failed attempts in a row before [`run_remote`] gives up (at least 1).
     pub max_attempts: u32,
 }
 
 impl RemoteConfig {
-    /// Reads `REMOTE_INSTALL_URL` (`host:port` or `scheme://host:port`) or `REMOTE_INSTALL_HOST`
-    /// / `REMOTE_INSTALL_PORT`, and `REMOTE_INSTALL_KEY`, through `get` (environment, then `.env`).
+    /// Reads the daemon's settings through `get` (environment, then `.env`, as the SDK does):
+    /// `REMOTE_INSTALL_URL` (`host:port` or `scheme://host:port`) or `REMOTE_INSTALL_HOST` /
+    /// `REMOTE_INSTALL_PORT`, and `REMOTE_INSTALL_KEY`. The reconnect policy is the defaults
+    /// ([`DEFAULT_RECONNECT_BASE`], [`DEFAULT_MAX_ATTEMPTS`]); set the fields to change it.
     pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
         let (host, port) = match get("REMOTE_INSTALL_URL") {
             Some(url) => parse_address(&url).map_err(|e| anyhow::anyhow!("REMOTE_INSTALL_URL={url:?}: {e}"))?,
@@ -72,14 +81,7 @@ impl RemoteConfig {
             "REMOTE_INSTALL_KEY is not set: copy the debugging key from Dify → Plugins → Debug into .env \
              (REMOTE_INSTALL_KEY=...) or the environment",
         )?;
-        let number = |name: &str, default: u64| get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(default);
-        Ok(RemoteConfig {
-            host,
-            port,
-            key,
-            reconnect_base: Duration::from_millis(number("STATEFUL_TOOL_RECONNECT_MS", 1000).max(1)),
-            max_attempts: number("STATEFUL_TOOL_RECONNECT_ATTEMPTS", 10).clamp(1, u32::MAX.into()) as u32,
-        })
+        Ok(RemoteConfig { host, port, key, reconnect_base: DEFAULT_RECONNECT_BASE, max_attempts: DEFAULT_MAX_ATTEMPTS })
     }
 
     pub fn addr(&self) -> String {
@@ -91,7 +93,8 @@ impl RemoteConfig {
     }
 
     fn backoff(&self, failures: u32) -> Duration {
-        self.reconnect_base.saturating_mul(1u32 << failures.min(16)).min(MAX_BACKOFF)
+        let base = self.reconnect_base.max(Duration::from_millis(1));
+        base.saturating_mul(1u32 << failures.min(16)).min(MAX_BACKOFF)
     }
 }
 
@@ -162,7 +165,7 @@ pub async fn run_remote<H: Handler>(
             Outcome::Unreachable(why) | Outcome::ClosedEarly(why) => why,
         };
         failures += 1;
-        if failures >= cfg.max_attempts {
+        if failures >= cfg.max_attempts.max(1) {
             anyhow::bail!("gave up after {failures} failed attempts to register with the daemon at {addr}: {why}");
         }
         let delay = cfg.backoff(failures - 1);
@@ -286,8 +289,13 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {
-        let c = config(&[("REMOTE_INSTALL_KEY", "k"), ("STATEFUL_TOOL_RECONNECT_MS", "1000")]).unwrap();
+        let c = config(&[("REMOTE_INSTALL_KEY", "k")]).unwrap();
         let delays: Vec<u64> = (0..8).map(|n| c.backoff(n).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
+        let c = RemoteConfig { reconnect_base: Duration::from_millis(10), ..c };
+        let delays: Vec<u128> = (0..3).map(|n| c.backoff(n).as_millis()).collect();
+        assert_eq!(delays, [10, 20, 40], "the host's first delay");
+        let c = RemoteConfig { reconnect_base: Duration::ZERO, ..c };
+        assert_eq!(c.backoff(0), Duration::from_millis(1), "never a busy loop");
     }
 }

@@ -49,13 +49,13 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
 pub struct ReloadArgs {
     /// `http(s)://host:port` of the KV container (`?tls_ca=…` as in the plugin's kv_url).
     #[arg(long)]
-    pub url: String,
+    pub(crate) url: String,
     /// A `*` token of the container.
     #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
 }
 
-pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
     let tokens = runtime()?.block_on(source::reload(&args.url, args.token.as_deref()))?;
     println!("tokens file re-read: {tokens} tokens in force");
     Ok(ExitCode::SUCCESS)
@@ -65,57 +65,57 @@ pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
 pub struct LsArgs {
     /// `http(s)://host:port` of a KV container, or a `redis://` / `rediss://` URL.
     #[arg(long)]
-    pub url: String,
+    pub(crate) url: String,
     /// Bearer token of the KV container (for Redis, put the password in the URL).
     #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// Only keys starting with this (`evt_` = event records; `evt_<namespace>~` = one namespace).
     #[arg(long, default_value = "")]
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// At most this many keys (in key order for the KV container).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub limit: u64,
+    pub(crate) limit: u64,
 }
 
 #[derive(clap::Args)]
 pub struct GetArgs {
     /// The storage key (`kv ls` shows them), e.g. `evt_EVT-1`.
-    pub key: String,
+    pub(crate) key: String,
     #[arg(long)]
-    pub url: String,
+    pub(crate) url: String,
     #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
 }
 
 #[derive(clap::Args)]
 pub struct BackupArgs {
     /// Online: the running KV container (`GET /backup`, one consistent snapshot).
     #[arg(long, conflicts_with = "data", required_unless_present = "data")]
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// Offline: the data directory of a stopped KV container.
     #[arg(long)]
-    pub data: Option<PathBuf>,
+    pub(crate) data: Option<PathBuf>,
     /// The backup file to write (replaced only once complete).
     #[arg(long)]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
 }
 
 #[derive(clap::Args)]
 pub struct RestoreArgs {
     /// A file written by `kv backup`.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// An empty data directory to restore into; start `kv serve --data` on it afterwards.
     #[arg(long)]
-    pub data: PathBuf,
+    pub(crate) data: PathBuf,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let src = Source::connect(&args.url, args.token.as_deref()).await?;
         let items = src.list(&args.prefix, args.limit as usize).await?;
@@ -124,7 +124,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let src = Source::connect(&args.url, args.token.as_deref()).await?;
         match src.get(&args.key).await? {
@@ -140,7 +140,7 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     let summary = match (&args.url, &args.data) {
         (_, Some(dir)) => server::backup_dir(dir, &args.out)?,
         (Some(url), None) => runtime()?.block_on(source::download_backup(url, args.token.as_deref(), &args.out))?,
@@ -150,7 +150,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     let summary = server::restore(&args.file, &args.data)
         .with_context(|| format!("restoring {} into {}", args.file.display(), args.data.display()))?;
     println!("restored {} keys (revision {}) into {}", summary.records, summary.last_rev, args.data.display());

@@ -7,7 +7,7 @@ use event_store::key::parse_storage_key;
 use event_store::record::{format_time, Record};
 
 /// `6d23h59m`, `42s`, `850ms`.
-pub fn duration(ms: i64) -> String {
+pub(crate) fn duration(ms: i64) -> String {
     if ms < 1000 {
         return format!("{}ms", ms.max(0));
     }
@@ -35,7 +35,7 @@ fn lease(rec: &Record, now_ms: i64) -> String {
 }
 
 /// One line per key, columns aligned; keys that are not event records show their size.
-pub fn table(items: &[Item]) -> String {
+pub(crate) fn table(items: &[Item]) -> String {
     let header = ["KEY", "EVENT_ID", "TYPE", "STATUS", "ATTEMPT", "RECEIVED", "LEASE", "TTL"].map(str::to_owned);
     let mut rows = vec![header];
     for item in items {
@@ -76,7 +76,7 @@ pub fn table(items: &[Item]) -> String {
 }
 
 /// Every field of one record, one per line; a value that is not an event record is printed raw.
-pub fn detail(item: &Item) -> String {
+pub(crate) fn detail(item: &Item) -> String {
     let mut out = String::new();
     let mut field = |name: &str, value: &str| {
         let _ = writeln!(out, "{name:<13} {value}");

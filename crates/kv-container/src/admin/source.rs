@@ -12,16 +12,16 @@ use event_store::kv_tls::TlsParams;
 use event_store::url::redact;
 
 /// One key as read from the store, with the store's clock at the time of reading.
-pub struct Item {
-    pub key: String,
-    pub value: Vec<u8>,
+pub(crate) struct Item {
+    pub(crate) key: String,
+    pub(crate) value: Vec<u8>,
     /// Time to live in ms; `None` = no expiry.
-    pub ttl_ms: Option<i64>,
+    pub(crate) ttl_ms: Option<i64>,
     /// The store's clock (unix ms) when read.
-    pub now_ms: i64,
+    pub(crate) now_ms: i64,
 }
 
-pub enum Source {
+pub(crate) enum Source {
     Kv { base: String, token: Option<String>, http: reqwest::Client },
     Redis(redis::aio::MultiplexedConnection),
 }
@@ -40,7 +40,7 @@ struct Entry {
 }
 
 impl Source {
-    pub async fn connect(url: &str, token: Option<&str>) -> anyhow::Result<Source> {
+    pub(crate) async fn connect(url: &str, token: Option<&str>) -> anyhow::Result<Source> {
         if url.starts_with("redis://") || url.starts_with("rediss://") {
             let client = redis::Client::open(url).with_context(|| format!("{} is not a Redis URL", redact(url)))?;
             let conn = tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection())
@@ -54,7 +54,7 @@ impl Source {
         Ok(Source::Kv { base, token: token.map(str::to_owned), http })
     }
 
-    pub async fn list(&self, prefix: &str, limit: usize) -> anyhow::Result<Vec<Item>> {
+    pub(crate) async fn list(&self, prefix: &str, limit: usize) -> anyhow::Result<Vec<Item>> {
         let keys = match self {
             Source::Kv { base, .. } => {
                 let mut url = reqwest::Url::parse(&format!("{base}/state"))?;
@@ -97,7 +97,7 @@ impl Source {
         Ok(items)
     }
 
-    pub async fn get(&self, key: &str) -> anyhow::Result<Option<Item>> {
+    pub(crate) async fn get(&self, key: &str) -> anyhow::Result<Option<Item>> {
         match self {
             Source::Kv { base, .. } => {
                 let url = reqwest::Url::parse(&format!("{base}/state/{key}"))?;
@@ -163,7 +163,7 @@ fn kv_http(url: &str, builder: reqwest::ClientBuilder) -> anyhow::Result<(String
 }
 
 /// `kv reload --url`: asks the running container to re-read its tokens file.
-pub async fn reload(url: &str, token: Option<&str>) -> anyhow::Result<u64> {
+pub(crate) async fn reload(url: &str, token: Option<&str>) -> anyhow::Result<u64> {
     let (base, http) = kv_http(url, reqwest::Client::builder().timeout(TIMEOUT))?;
     let mut req = http.post(format!("{base}/admin/reload"));
     if let Some(t) = token {
@@ -192,7 +192,7 @@ fn glob_escape(s: &str) -> String {
 
 /// `kv backup --url`: streams `GET /backup` into `<out>.partial`, checks the whole file
 /// (trailer, checksum), then renames it to `out`.
-pub async fn download_backup(url: &str, token: Option<&str>, out: &Path) -> anyhow::Result<Summary> {
+pub(crate) async fn download_backup(url: &str, token: Option<&str>, out: &Path) -> anyhow::Result<Summary> {
     ensure!(
         url.starts_with("http://") || url.starts_with("https://"),
         "online backups need the KV container's http(s):// URL"

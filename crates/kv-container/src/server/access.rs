@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::{auth, tokens, ServeArgs};
 
 /// What start-up warns about a listener other hosts can reach: no token, no TLS (one line each).
-pub fn exposure_warnings(listen: SocketAddr, token: bool, tls: bool) -> Vec<String> {
+pub(crate) fn exposure_warnings(listen: SocketAddr, token: bool, tls: bool) -> Vec<String> {
     let mut warnings = vec![];
     if listen.ip().is_loopback() {
         return warnings;
@@ -31,7 +31,7 @@ pub fn exposure_warnings(listen: SocketAddr, token: bool, tls: bool) -> Vec<Stri
 
 /// The tokens in force at start: `--tokens-file` (a malformed one refuses to start, naming
 /// the line), else the single `*` token of `--token-file` / `--token` / `KV_TOKEN`.
-pub fn token_table(args: &ServeArgs) -> anyhow::Result<Option<tokens::Table>> {
+pub(crate) fn token_table(args: &ServeArgs) -> anyhow::Result<Option<tokens::Table>> {
     let single = token_text(args)?;
     match &args.tokens_file {
         Some(_) if single.is_some() => anyhow::bail!(
@@ -57,7 +57,7 @@ fn token_text(args: &ServeArgs) -> anyhow::Result<Option<String>> {
 
 /// SIGHUP re-reads the tokens file: requests in flight finish, the next ones meet the new
 /// tokens. A malformed file is logged and changes nothing.
-pub async fn reload_on_hangup(auth: Arc<auth::Auth>) {
+pub(crate) async fn reload_on_hangup(auth: Arc<auth::Auth>) {
     #[cfg(unix)]
     {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {

@@ -22,7 +22,7 @@ use super::tokens::{namespace_prefix, Scope, Table};
 
 /// The peer of a connection, put into every request's extensions by the accept loop.
 #[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
+pub(crate) struct Peer(pub(crate) SocketAddr);
 
 /// One log line per peer address per this long; the metrics count every refusal.
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -30,19 +30,19 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 const MAX_PEERS: usize = 4096;
 
 /// Refusals: counted by reason, logged at most once per [`LOG_EVERY`] per peer address.
-pub struct Refusals {
+pub(crate) struct Refusals {
     metrics: Arc<Metrics>,
     logged: Mutex<HashMap<IpAddr, Instant>>,
 }
 
 impl Refusals {
-    pub fn new(metrics: Arc<Metrics>) -> Refusals {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Refusals {
         Refusals { metrics, logged: Mutex::new(HashMap::new()) }
     }
 
     /// Counts a refusal of `peer` for `reason` (a fixed name) and logs it unless this peer
     /// was logged within the last minute.
-    pub fn refused(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
+    pub(crate) fn refused(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
         self.metrics.auth_failed(reason);
         let Some(peer) = peer else { return };
         if self.should_log(peer.ip(), Instant::now()) {
@@ -71,7 +71,7 @@ impl Refusals {
 }
 
 /// The valid tokens and where they came from.
-pub struct Auth {
+pub(crate) struct Auth {
     table: RwLock<Arc<Table>>,
     /// `--tokens-file`; `None` for the single `*` token of `--token` / `KV_TOKEN`.
     file: Option<PathBuf>,
@@ -79,12 +79,12 @@ pub struct Auth {
 }
 
 impl Auth {
-    pub fn new(table: Table, file: Option<PathBuf>, refusals: Arc<Refusals>) -> Auth {
+    pub(crate) fn new(table: Table, file: Option<PathBuf>, refusals: Arc<Refusals>) -> Auth {
         Auth { table: RwLock::new(Arc::new(table)), file, refusals }
     }
 
     /// Reads and parses a tokens file; the error names the file and the line.
-    pub fn read_file(path: &std::path::Path) -> anyhow::Result<Table> {
+    pub(crate) fn read_file(path: &std::path::Path) -> anyhow::Result<Table> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read --tokens-file {}: {e}", path.display()))?;
         Table::parse(&text).map_err(|why| anyhow::anyhow!("--tokens-file {}: {why}", path.display()))
@@ -96,7 +96,7 @@ impl Auth {
 
     /// Re-reads the tokens file. A file that cannot be read or parsed changes nothing: the
     /// tokens in use stay valid, and the error says why (line number included).
-    pub fn reload(&self) -> Result<usize, String> {
+    pub(crate) fn reload(&self) -> Result<usize, String> {
         let Some(path) = &self.file else {
             return Err("nothing to reload: the token comes from --token, --token-file or KV_TOKEN; \
                         use --tokens-file to rotate tokens without a restart"
@@ -134,7 +134,7 @@ fn bearer(value: &str) -> Option<&str> {
 
 /// Middleware: answers 401 (no or unknown token) or 403 (a key or route outside the token's
 /// namespaces) before the handler and before any body is read. `/healthz` stays open.
-pub async fn require_token(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn require_token(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
     if path == "/healthz" {
         return next.run(req).await;
@@ -164,7 +164,7 @@ pub async fn require_token(State(auth): State<Arc<Auth>>, mut req: Request, next
 
 /// The listing prefix a scope may see: unchanged within its namespaces, narrowed to the one
 /// namespace a shorter prefix would reach into, `None` (an empty page) when it reaches none.
-pub fn clamp_prefix(scope: &Scope, prefix: &str) -> Result<Option<String>, ApiError> {
+pub(crate) fn clamp_prefix(scope: &Scope, prefix: &str) -> Result<Option<String>, ApiError> {
     let Scope::Namespaces(list) = scope else { return Ok(Some(prefix.to_owned())) };
     let prefixes: Vec<String> = list.iter().map(|ns| namespace_prefix(ns)).collect();
     if prefixes.iter().any(|p| prefix.starts_with(p.as_str())) {
@@ -183,7 +183,7 @@ pub fn clamp_prefix(scope: &Scope, prefix: &str) -> Result<Option<String>, ApiEr
 }
 
 /// `POST /admin/reload`: re-reads the tokens file (the route itself needs `*`).
-pub async fn reload(State(auth): State<Arc<Auth>>) -> Response {
+pub(crate) async fn reload(State(auth): State<Arc<Auth>>) -> Response {
     match auth.reload() {
         Ok(n) => axum::Json(serde_json::json!({ "reloaded": true, "tokens": n })).into_response(),
         Err(why) => ApiError::new(StatusCode::CONFLICT, "not_reloaded", why).into_response(),

@@ -50,13 +50,13 @@ struct Trailer {
 
 /// What a snapshot or restore covered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Summary {
-    pub records: u64,
-    pub last_rev: u64,
+pub(crate) struct Summary {
+    pub(crate) records: u64,
+    pub(crate) last_rev: u64,
 }
 
 /// Writes a snapshot of `db` (one read transaction) to `out`; keys already expired are left out.
-pub fn write_snapshot(db: &Database, out: &mut impl Write) -> anyhow::Result<Summary> {
+pub(crate) fn write_snapshot(db: &Database, out: &mut impl Write) -> anyhow::Result<Summary> {
     let txn = db.begin_read()?;
     let last_rev = txn.open_table(META)?.get(REV_KEY)?.map_or(0, |g| g.value());
     let taken_ms = system_now_ms();
@@ -98,7 +98,7 @@ fn write_line(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Offline backup of a stopped server's data directory into `out` (written via a temporary
 /// file and renamed, so `out` is never a partial snapshot).
-pub fn backup_dir(dir: &Path, out: &Path) -> anyhow::Result<Summary> {
+pub(crate) fn backup_dir(dir: &Path, out: &Path) -> anyhow::Result<Summary> {
     let path = dir.join(DB_FILE);
     ensure!(path.exists(), "{} does not exist", path.display());
     let db = Database::open(&path).with_context(|| {
@@ -138,7 +138,10 @@ fn partial(path: &Path) -> PathBuf {
 }
 
 /// Reads a snapshot, checking header, every line and the trailer; calls `each` per record.
-pub fn read_snapshot(file: &Path, mut each: impl FnMut(&str, Record) -> anyhow::Result<()>) -> anyhow::Result<Summary> {
+pub(crate) fn read_snapshot(
+    file: &Path,
+    mut each: impl FnMut(&str, Record) -> anyhow::Result<()>,
+) -> anyhow::Result<Summary> {
     let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let mut lines = BufReader::new(f).lines();
     let first = lines.next().transpose()?.context("the backup is empty")?;
@@ -177,7 +180,7 @@ pub fn read_snapshot(file: &Path, mut each: impl FnMut(&str, Record) -> anyhow::
 
 /// Restores `file` into the empty data directory `dir`. The file is checked completely
 /// first; the database is built as `kv.redb.partial` and renamed into place when committed.
-pub fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
+pub(crate) fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
     let target = dir.join(DB_FILE);
     ensure!(!target.exists(), "{} already exists: restore into an empty data directory", target.display());
     read_snapshot(file, |_, _| Ok(()))?;
@@ -224,7 +227,10 @@ pub fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
 /// so the client sees no trailer and refuses the file.
 /// `metrics` learns the snapshot's time once the whole stream was handed over (the
 /// `kv_last_backup_timestamp_seconds` that backup-age alerts watch).
-pub fn stream(db: std::sync::Arc<Database>, metrics: std::sync::Arc<super::metrics::Metrics>) -> axum::body::Body {
+pub(crate) fn stream(
+    db: std::sync::Arc<Database>,
+    metrics: std::sync::Arc<super::metrics::Metrics>,
+) -> axum::body::Body {
     type Chunk = Result<bytes::Bytes, std::io::Error>;
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(8);
     let taken_ms = system_now_ms();

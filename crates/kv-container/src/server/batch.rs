@@ -6,18 +6,18 @@ use redb::{Database, Durability, ReadableTable, Table, TableDefinition};
 use super::record::{CorruptRecord, Record};
 
 /// key → encoded [`Record`].
-pub const DATA: TableDefinition<&str, &[u8]> = TableDefinition::new("kv_data_v1");
+pub(crate) const DATA: TableDefinition<&str, &[u8]> = TableDefinition::new("kv_data_v1");
 /// (expires_ms, key) → (); lets the purge find expired keys in order without a full scan.
-pub const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("kv_expiry_v1");
+pub(crate) const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("kv_expiry_v1");
 /// Small named counters; today only the revision counter.
-pub const META: TableDefinition<&str, u64> = TableDefinition::new("kv_meta_v1");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("kv_meta_v1");
 /// Highest revision ever handed out. Stored in the same transaction as the writes that use
 /// it, so it survives restarts exactly as far as the data does (ETags never repeat).
-pub const REV_KEY: &str = "last_rev";
+pub(crate) const REV_KEY: &str = "last_rev";
 
 /// What a write is conditional on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Precondition {
+pub(crate) enum Precondition {
     /// Unconditional.
     None,
     /// `If-None-Match: *` — only if no live value exists.
@@ -30,7 +30,7 @@ pub enum Precondition {
 
 /// One queued write.
 #[derive(Debug, Clone)]
-pub enum WriteOp {
+pub(crate) enum WriteOp {
     Put {
         key: String,
         value: Bytes,
@@ -52,15 +52,15 @@ pub enum WriteOp {
 
 /// Metadata of a value that was just written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Written {
-    pub rev: u64,
-    pub modified_ms: u64,
-    pub expires_ms: u64,
+pub(crate) struct Written {
+    pub(crate) rev: u64,
+    pub(crate) modified_ms: u64,
+    pub(crate) expires_ms: u64,
 }
 
 /// The answer to one [`WriteOp`], valid only once the batch has committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Created(Written),
     Replaced(Written),
     Deleted,
@@ -74,7 +74,7 @@ pub enum Outcome {
 
 /// Anything that stops a batch from committing; every request in it then gets an error.
 #[derive(Debug, thiserror::Error)]
-pub enum BatchError {
+pub(crate) enum BatchError {
     /// Boxed: redb's error is large and this travels through every `?` on the hot path.
     #[error("storage: {0}")]
     Storage(Box<redb::Error>),
@@ -106,7 +106,7 @@ struct Tables<'t> {
 /// The flag says whether a commit happened: a batch that changed nothing (all preconditions
 /// failed, nothing to purge) is aborted instead, which costs no fsync, unless
 /// `force_commit` asks for a commit anyway (to make earlier non-durable commits durable).
-pub fn apply(
+pub(crate) fn apply(
     db: &Database,
     ops: &[WriteOp],
     now: u64,

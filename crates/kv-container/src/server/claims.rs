@@ -36,7 +36,7 @@ fn fields(value: &[u8]) -> Option<Fields<'_>> {
 
 /// The claim a conditional write answered, if it was one. `now_ms` is this server's clock,
 /// which is also the clock the plugin judges leases by.
-pub fn classify(pre: Precondition, sent: &[u8], outcome: &Outcome, now_ms: u64) -> Option<Claim> {
+pub(crate) fn classify(pre: Precondition, sent: &[u8], outcome: &Outcome, now_ms: u64) -> Option<Claim> {
     match (pre, outcome) {
         (Precondition::IfAbsent, Outcome::Created(_)) => Some(Claim::Accepted),
         (Precondition::IfAbsent, Outcome::PreconditionFailed(Some(stored))) => refused(sent, &stored.value, now_ms),

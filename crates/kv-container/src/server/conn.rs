@@ -156,7 +156,7 @@ impl Conns {
 
 /// Serves `router` on `listener` until `shutdown` turns true, then lets the open requests
 /// finish for up to `grace`. With `tls`, every connection is HTTPS.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,

@@ -23,16 +23,16 @@ use super::health::Health;
 use super::metrics::Metrics;
 use super::open::DbSlot;
 use super::record::{Clock, Record};
-pub use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
+pub(crate) use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
 use super::writer::{Job, Writer, IDLE};
 
 /// Writes waiting for the writer; a full queue makes request handlers wait (backpressure).
 const QUEUE_DEPTH: usize = 4 * MAX_BATCH;
-pub use super::open::DB_FILE;
+pub(crate) use super::open::DB_FILE;
 
 /// Cheap-to-clone handle used by the HTTP handlers and the purge task.
 #[derive(Clone)]
-pub struct Engine {
+pub(crate) struct Engine {
     slot: Arc<DbSlot>,
     health: Arc<Health>,
     queue: mpsc::Sender<Job>,
@@ -46,10 +46,10 @@ pub struct Engine {
 }
 
 /// Joins the writer thread; it exits once every [`Engine`] handle has been dropped.
-pub struct WriterHandle(std::thread::JoinHandle<()>);
+pub(crate) struct WriterHandle(std::thread::JoinHandle<()>);
 
 impl WriterHandle {
-    pub fn join(self) {
+    pub(crate) fn join(self) {
         if self.0.join().is_err() {
             tracing::error!("kv writer thread panicked");
         }
@@ -60,12 +60,12 @@ impl Engine {
     /// Opens `<dir>/kv.redb` (creating it only when the directory has no data file; refusing
     /// one that is not a complete, valid store) and starts the writer thread.
     #[cfg(test)]
-    pub fn open(dir: &Path, durability: DurabilityMode, clock: Clock) -> anyhow::Result<(Engine, WriterHandle)> {
+    pub(crate) fn open(dir: &Path, durability: DurabilityMode, clock: Clock) -> anyhow::Result<(Engine, WriterHandle)> {
         Self::open_cached(dir, durability, clock, super::open::DEFAULT_CACHE_MB << 20)
     }
 
     /// Like [`Engine::open`], with a page cache of `cache_bytes` (`--cache-mb`).
-    pub fn open_cached(
+    pub(crate) fn open_cached(
         dir: &Path,
         durability: DurabilityMode,
         clock: Clock,
@@ -129,7 +129,7 @@ impl Engine {
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
-    pub async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
+    pub(crate) async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
         self.get_at(key).await.map(|(found, _)| found)
     }
 
@@ -137,7 +137,7 @@ impl Engine {
     /// is in the snapshot read: the read's own time, or just before the batch that was being
     /// applied when the read began (its writes commit later and would be missed). A client
     /// judging "no write with a deadline before T can appear any more" relies on it.
-    pub async fn get_at(&self, key: String) -> Result<(Option<Record>, u64), EngineError> {
+    pub(crate) async fn get_at(&self, key: String) -> Result<(Option<Record>, u64), EngineError> {
         let db = self.db()?;
         let clock = self.clock.clone();
         let health = self.health.clone();
@@ -163,12 +163,12 @@ impl Engine {
     }
 
     /// What `/healthz` reports besides a stopped writer.
-    pub fn health(&self) -> &Health {
+    pub(crate) fn health(&self) -> &Health {
         &self.health
     }
 
     /// Queues one write and waits until its batch has committed (or failed).
-    pub async fn write(&self, op: WriteOp) -> Result<Outcome, EngineError> {
+    pub(crate) async fn write(&self, op: WriteOp) -> Result<Outcome, EngineError> {
         let (reply, answer) = oneshot::channel();
         self.queue.send(Job { op, reply }).await.map_err(|_| EngineError::Unavailable)?;
         // A dropped reply means the writer died mid-batch: report failure, never success.
@@ -187,7 +187,7 @@ impl Engine {
     }
 
     /// Where requests, commits and purges are counted.
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
@@ -202,7 +202,7 @@ impl Engine {
     }
 
     /// False once the writer thread has stopped; health checks report it.
-    pub fn writer_alive(&self) -> bool {
+    pub(crate) fn writer_alive(&self) -> bool {
         !self.queue.is_closed()
     }
 

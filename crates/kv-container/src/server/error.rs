@@ -7,51 +7,51 @@ use super::engine::EngineError;
 
 /// An error answer. `code` is the stable machine-readable part clients branch on.
 #[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError { status, code, message: message.into() }
     }
 
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    pub fn bad_key(why: &str) -> Self {
+    pub(crate) fn bad_key(why: &str) -> Self {
         Self::bad_request("bad_key", why)
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
-    pub fn too_large() -> Self {
+    pub(crate) fn too_large() -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", "value is larger than 1 MiB (1048576 bytes)")
     }
 
-    pub fn unauthorized() -> Self {
+    pub(crate) fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
     }
 
     /// A request head carrying both `Content-Length` and `Transfer-Encoding`: a proxy in
     /// front may have framed it differently (request smuggling), so it is refused.
-    pub fn ambiguous_framing() -> Self {
+    pub(crate) fn ambiguous_framing() -> Self {
         Self::bad_request("bad_framing", "a request must not carry both Content-Length and Transfer-Encoding")
     }
 
     /// The answer, and the connection closed after it: its framing cannot be trusted.
-    pub fn into_close_response(self) -> Response {
+    pub(crate) fn into_close_response(self) -> Response {
         let mut resp = self.into_response();
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         resp
     }
 
-    pub fn method_not_allowed() -> Self {
+    pub(crate) fn method_not_allowed() -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this path")
     }
 }

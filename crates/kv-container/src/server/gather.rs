@@ -26,14 +26,14 @@ pub(super) struct Gather {
 
 impl Gather {
     /// Records a durable commit of `batch` writes that took `took`.
-    pub fn committed(&mut self, batch: usize, took: Duration) {
+    pub(crate) fn committed(&mut self, batch: usize, took: Duration) {
         self.last_batch = batch;
         self.last_commit = took;
     }
 
     /// Hands queued writes to `take` until the batch (holding `have` already, at most `max`)
     /// is as large as the last one, the wait budget is spent, or writes stop arriving.
-    pub fn top_up<T>(&self, rx: &mut Receiver<T>, mut have: usize, max: usize, mut take: impl FnMut(T)) {
+    pub(crate) fn top_up<T>(&self, rx: &mut Receiver<T>, mut have: usize, max: usize, mut take: impl FnMut(T)) {
         let want = self.last_batch.min(max);
         if have >= want {
             return;

@@ -11,14 +11,14 @@ struct State {
 
 /// Shared by the writer, the readers and the health route.
 #[derive(Default)]
-pub struct Health {
+pub(crate) struct Health {
     state: Mutex<State>,
 }
 
 /// A problem `/healthz` reports (with 503).
-pub struct Problem {
-    pub status: &'static str,
-    pub reason: String,
+pub(crate) struct Problem {
+    pub(crate) status: &'static str,
+    pub(crate) reason: String,
 }
 
 impl Health {
@@ -26,7 +26,7 @@ impl Health {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn write_failed(&self, why: &str) {
+    pub(crate) fn write_failed(&self, why: &str) {
         let mut s = self.lock();
         if s.write_error.is_none() {
             tracing::error!("kv: writes are failing, nothing is acknowledged until they succeed again: {why}");
@@ -34,7 +34,7 @@ impl Health {
         s.write_error = Some(why.to_owned());
     }
 
-    pub fn write_succeeded(&self) {
+    pub(crate) fn write_succeeded(&self) {
         let mut s = self.lock();
         if s.write_error.take().is_some() {
             tracing::warn!("kv: writes succeed again");
@@ -42,7 +42,7 @@ impl Health {
     }
 
     /// Damage stays reported until a restart: the file needs `kv check` and a decision.
-    pub fn damaged(&self, why: &str) {
+    pub(crate) fn damaged(&self, why: &str) {
         let mut s = self.lock();
         if s.damage.is_none() {
             tracing::error!(
@@ -54,11 +54,11 @@ impl Health {
 
     /// Once damage is known, nothing is read or written: the store cannot tell a damaged page
     /// that still parses from a good one, and a wrong "not found" would let an event through twice.
-    pub fn damage(&self) -> Option<String> {
+    pub(crate) fn damage(&self) -> Option<String> {
         self.lock().damage.as_ref().map(|d| format!("the data file is damaged ({d}); restart after `kv check`"))
     }
 
-    pub fn problem(&self) -> Option<Problem> {
+    pub(crate) fn problem(&self) -> Option<Problem> {
         let s = self.lock();
         if let Some(d) = &s.damage {
             return Some(Problem { status: "damaged", reason: format!("the data file is damaged: {d}") });

@@ -30,7 +30,7 @@ type App = State<Arc<AppState>>;
 /// (only when a token is configured), then the body limit, then the route — so a 401 is
 /// sent before any body byte is read. `/metrics` sits outside auth with `--metrics-public`.
 /// `POST /admin/reload` (re-read the tokens file) exists when auth is on, and needs `*`.
-pub fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
+pub(crate) fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
     let metrics = state.engine.metrics().clone();
     let public = state.metrics_public;
     let mut routes = Router::new()

@@ -12,7 +12,7 @@ use super::engine::DB_FILE;
 pub struct Inventory {
     pub records: u64,
     pub expiry_entries: u64,
-    pub last_rev: u64,
+    pub(crate) last_rev: u64,
 }
 
 pub fn inventory(dir: &Path) -> anyhow::Result<Inventory> {

@@ -4,33 +4,33 @@ use std::time::Duration;
 
 /// `kv serve` flags that bound what clients can hold open.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ConnArgs {
+pub(crate) struct ConnArgs {
     /// Most open client connections. At the cap, the connection that has been quiet the
     /// longest (and is not serving a request) is closed to make room.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_connections: u32,
+    pub(crate) max_connections: u32,
     /// A request head (and on a new connection, the first request) must arrive within this.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub header_timeout_ms: u64,
+    pub(crate) header_timeout_ms: u64,
     /// A connection with no traffic either way for this long is closed.
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub idle_timeout_ms: u64,
+    pub(crate) idle_timeout_ms: u64,
     /// Largest request head (HTTP/1.1 read buffer, HTTP/2 header list), in bytes.
     #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(8192..=1_048_576))]
-    pub max_header_bytes: u64,
+    pub(crate) max_header_bytes: u64,
     /// Most concurrent requests on one HTTP/2 connection.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub h2_max_streams: u32,
+    pub(crate) h2_max_streams: u32,
 }
 
 /// The limits the accept loop enforces.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_connections: usize,
-    pub header_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub max_header_bytes: usize,
-    pub h2_max_streams: u32,
+pub(crate) struct Limits {
+    pub(crate) max_connections: usize,
+    pub(crate) header_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) h2_max_streams: u32,
 }
 
 /// Descriptors kept for the data file, the listener, logging and the blocking pool.
@@ -38,13 +38,13 @@ const RESERVED_FDS: u64 = 64;
 
 impl Limits {
     /// Connections closed to make room take a moment to go; this many may be open meanwhile.
-    pub fn hard_ceiling(&self) -> usize {
+    pub(crate) fn hard_ceiling(&self) -> usize {
         self.max_connections + (self.max_connections / 8).max(16)
     }
 
     /// The limits from the flags, with the cap lowered (and a warning) if the process may
     /// not open that many descriptors even after raising its soft limit.
-    pub fn from_args(args: &ConnArgs) -> Limits {
+    pub(crate) fn from_args(args: &ConnArgs) -> Limits {
         let mut limits = Limits {
             max_connections: args.max_connections as usize,
             header_timeout: Duration::from_millis(args.header_timeout_ms),

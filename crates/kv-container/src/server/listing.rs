@@ -10,39 +10,39 @@ use super::record::{system_now_ms, Record};
 use super::request::validate_key;
 
 /// Most keys one list request returns.
-pub const MAX_LIMIT: usize = 1000;
+pub(crate) const MAX_LIMIT: usize = 1000;
 
 /// `GET /state?prefix=&after=&limit=`: live keys in byte order.
 #[derive(Debug, Deserialize)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     #[serde(default)]
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// Resume after this key (the previous page's `next`).
-    pub after: Option<String>,
-    pub limit: Option<usize>,
+    pub(crate) after: Option<String>,
+    pub(crate) limit: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct Entry {
-    pub key: String,
-    pub rev: u64,
-    pub modified_ms: u64,
+pub(crate) struct Entry {
+    pub(crate) key: String,
+    pub(crate) rev: u64,
+    pub(crate) modified_ms: u64,
     /// Unix ms at which the key expires; absent = never.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_ms: Option<u64>,
-    pub size: usize,
+    pub(crate) expires_ms: Option<u64>,
+    pub(crate) size: usize,
 }
 
 #[derive(Debug, Serialize)]
-pub struct Page {
-    pub keys: Vec<Entry>,
+pub(crate) struct Page {
+    pub(crate) keys: Vec<Entry>,
     /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
+    pub(crate) next: Option<String>,
 }
 
 /// Checks the query (same key alphabet; an empty prefix lists everything) and reads a page.
-pub async fn list(engine: &Engine, q: ListQuery) -> Result<Page, ApiError> {
+pub(crate) async fn list(engine: &Engine, q: ListQuery) -> Result<Page, ApiError> {
     if !q.prefix.is_empty() {
         validate_key(&q.prefix)?;
     }
@@ -106,7 +106,7 @@ fn read_page(
 }
 
 /// Keys in the data table (expired ones count until purged); O(1) in redb.
-pub async fn key_count(engine: &Engine) -> Result<u64, EngineError> {
+pub(crate) async fn key_count(engine: &Engine) -> Result<u64, EngineError> {
     let db = engine.db()?;
     tokio::task::spawn_blocking(move || -> Result<u64, EngineError> { Ok(db.begin_read()?.open_table(DATA)?.len()?) })
         .await

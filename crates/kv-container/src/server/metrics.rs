@@ -38,7 +38,7 @@ struct ReasonLabels {
 }
 
 /// Every metric of one server. Metric handles are cheap clones of shared atomics.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
@@ -54,7 +54,7 @@ pub struct Metrics {
     /// Requests and TLS handshakes refused, by reason (a fixed set; never the token).
     auth_failures: Family<ReasonLabels, Counter>,
     /// Claims, write latency, health and census gauges (and the status page's ring).
-    pub ops: OpsMetrics,
+    pub(crate) ops: OpsMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -130,47 +130,47 @@ impl Default for Metrics {
 
 impl Metrics {
     /// One committed batch of `writes` writes that took `took` to apply and commit.
-    pub fn committed(&self, writes: usize, took: Duration) {
+    pub(crate) fn committed(&self, writes: usize, took: Duration) {
         self.batch_size.observe(writes as f64);
         self.commit_seconds.observe(took.as_secs_f64());
     }
 
-    pub fn writer_failed(&self) {
+    pub(crate) fn writer_failed(&self) {
         self.writer_errors.inc();
     }
 
-    pub fn purged(&self, keys: usize) {
+    pub(crate) fn purged(&self, keys: usize) {
         self.purged.inc_by(keys as u64);
     }
 
     /// A quiet connection was closed to make room at the connection cap.
-    pub fn connection_evicted(&self) {
+    pub(crate) fn connection_evicted(&self) {
         self.evicted_connections.inc();
     }
 
     /// A request or TLS handshake was refused; `reason` is one of a fixed set of names.
-    pub fn auth_failed(&self, reason: &'static str) {
+    pub(crate) fn auth_failed(&self, reason: &'static str) {
         self.auth_failures.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// A client connection was accepted.
-    pub fn connection_opened(&self) {
+    pub(crate) fn connection_opened(&self) {
         self.open_connections.inc();
     }
 
     /// A client connection closed.
-    pub fn connection_closed(&self) {
+    pub(crate) fn connection_closed(&self) {
         self.open_connections.dec();
     }
 
     /// Client connections open now.
-    pub fn open_connections(&self) -> i64 {
+    pub(crate) fn open_connections(&self) -> i64 {
         self.open_connections.get()
     }
 
     /// The text exposition, with the store gauges set to the given values first (`keys`
     /// unknown, e.g. on a damaged store: the last value stays).
-    pub fn render(&self, keys: Option<u64>, data_bytes: u64) -> String {
+    pub(crate) fn render(&self, keys: Option<u64>, data_bytes: u64) -> String {
         if let Some(keys) = keys {
             self.keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
         }
@@ -212,7 +212,7 @@ fn route_of(path: &str) -> &'static str {
 }
 
 /// Middleware (outermost): counts and times every request, 401s and 404s included.
-pub async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+pub(crate) async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
     let (route, method, start) = (route_of(req.uri().path()), req.method().clone(), Instant::now());
     let resp = next.run(req).await;
     metrics.observe(route, &method, resp.status().as_u16(), start.elapsed());
@@ -220,7 +220,7 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next
 }
 
 /// The `/metrics` answer.
-pub fn response(text: String) -> Response {
+pub(crate) fn response(text: String) -> Response {
     let mut resp = text.into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(prometheus_text::CONTENT_TYPE));
     resp

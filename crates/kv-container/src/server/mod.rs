@@ -52,10 +52,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-pub use backup::{backup_dir, read_snapshot, restore, Summary};
-pub use engine::{DurabilityMode, DB_FILE};
+pub(crate) use backup::{backup_dir, read_snapshot, restore, Summary};
+pub(crate) use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
-pub use open::sync_parent;
+pub(crate) use open::sync_parent;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -64,7 +64,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub struct CheckArgs {
     /// Data directory (the server must not be running on it).
     #[arg(long, default_value = "./data")]
-    pub data: std::path::PathBuf,
+    pub(crate) data: std::path::PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -72,50 +72,50 @@ pub struct CheckArgs {
 pub struct ServeArgs {
     /// Address to bind (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1:8123")]
-    pub listen: String,
+    pub(crate) listen: String,
     /// Data directory.
     #[arg(long, default_value = "./data")]
-    pub data: std::path::PathBuf,
+    pub(crate) data: std::path::PathBuf,
     /// Bearer token required on every request. Prefer env KV_TOKEN or --token-file: a
     /// command-line argument is visible to every user through `ps`.
     #[arg(long, env = "KV_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// File holding the bearer token (its first line); wins over --token / KV_TOKEN.
     #[arg(long)]
-    pub token_file: Option<std::path::PathBuf>,
+    pub(crate) token_file: Option<std::path::PathBuf>,
     /// Tokens bound to namespaces: one `NAMESPACE TOKEN` per line (`*` = every namespace;
     /// `sha256:<hex>` instead of the token). Re-read on SIGHUP and `kv reload`.
     /// Instead of --token / --token-file / KV_TOKEN.
     #[arg(long)]
-    pub tokens_file: Option<std::path::PathBuf>,
+    pub(crate) tokens_file: Option<std::path::PathBuf>,
     /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
     #[arg(long, requires = "tls_key")]
-    pub tls_cert: Option<std::path::PathBuf>,
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
     /// The PEM private key of --tls-cert.
     #[arg(long, requires = "tls_cert")]
-    pub tls_key: Option<std::path::PathBuf>,
+    pub(crate) tls_key: Option<std::path::PathBuf>,
     /// Require a client certificate signed by this PEM CA on every connection (mTLS).
     #[arg(long, requires = "tls_cert")]
-    pub tls_client_ca: Option<std::path::PathBuf>,
+    pub(crate) tls_client_ca: Option<std::path::PathBuf>,
     /// `immediate`: every acknowledged write is fsync'd first. `none`: no fsync per write
     /// (benchmarks only; a crash can lose the last second or two of writes).
     #[arg(long, value_enum, default_value = "immediate")]
-    pub durability: DurabilityMode,
+    pub(crate) durability: DurabilityMode,
     /// How often expired keys are purged, in milliseconds.
     #[arg(long, default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(u64).range(1..))]
-    pub purge_interval_ms: u64,
+    pub(crate) purge_interval_ms: u64,
     /// Page cache of the data file, in MiB (redb's own default). Pages stay in memory up to
     /// this size; damage to the file under a cached page is seen once it is read again.
     #[arg(long, default_value_t = open::DEFAULT_CACHE_MB as u64, value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
-    pub cache_mb: u64,
+    pub(crate) cache_mb: u64,
     /// Serve `GET /metrics` without the token (for a scraper on a trusted network).
     #[arg(long)]
-    pub metrics_public: bool,
+    pub(crate) metrics_public: bool,
     #[command(flatten)]
-    pub conn: limits::ConnArgs,
+    pub(crate) conn: limits::ConnArgs,
     #[command(flatten)]
-    pub ui: ui::UiArgs,
+    pub(crate) ui: ui::UiArgs,
 }
 
 /// `kv serve --help`: the environment variables it reads, with defaults.
@@ -126,7 +126,7 @@ Environment:
                                   stderr, the one `listening on http://ip:port` line to stdout";
 
 /// `kv check`: exit 0 and a summary when the store is valid, 1 and what is wrong otherwise.
-pub fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+pub(crate) fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let path = dir.join(DB_FILE);
     if !path.exists() {
         eprintln!("kv check: {} does not exist (no store in {})", path.display(), dir.display());
@@ -145,7 +145,7 @@ pub fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     log_panics();
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;

@@ -15,12 +15,12 @@ use super::batch::{DATA, EXPIRY, META};
 use super::record::Record;
 
 /// The database file inside `--data`.
-pub const DB_FILE: &str = "kv.redb";
+pub(crate) const DB_FILE: &str = "kv.redb";
 
 /// redb's page cache by default (`--cache-mb`), its own default: pages read or written stay
 /// in memory up to this size, so damage to the file under them is only seen once they are
 /// read from the file again.
-pub const DEFAULT_CACHE_MB: usize = 1024;
+pub(crate) const DEFAULT_CACHE_MB: usize = 1024;
 
 /// redb's file signature (the first bytes of every redb file).
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
@@ -32,22 +32,22 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
      events may be forgotten, move it away and start again to create a new, empty store \
      (`stateful-tool kv check --data {dir}` re-checks it)"
 )]
-pub struct Damaged {
-    pub path: String,
-    pub dir: String,
-    pub why: String,
+pub(crate) struct Damaged {
+    pub(crate) path: String,
+    pub(crate) dir: String,
+    pub(crate) why: String,
 }
 
 /// What a check found in a valid store.
 #[derive(Debug, Clone, Copy)]
-pub struct Checked {
-    pub records: u64,
-    pub created: bool,
+pub(crate) struct Checked {
+    pub(crate) records: u64,
+    pub(crate) created: bool,
 }
 
 /// Opens `<dir>/kv.redb`, creating it only when the directory holds no data file; checks
 /// every page and record of an existing one first.
-pub fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, Checked)> {
+pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, Checked)> {
     use anyhow::Context;
     if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
         anyhow::bail!(
@@ -98,7 +98,7 @@ fn refuse_if_open_elsewhere(path: &Path) -> anyhow::Result<()> {
 }
 
 /// Checks an existing data file (server stopped); `Err` says what is wrong with it.
-pub fn check(path: &Path) -> Result<(Database, u64), String> {
+pub(crate) fn check(path: &Path) -> Result<(Database, u64), String> {
     check_cached(path, DEFAULT_CACHE_MB << 20)
 }
 
@@ -193,7 +193,7 @@ fn damaged(path: &Path, dir: &Path, why: String) -> anyhow::Error {
 }
 
 /// fsync of the directory holding `path`, after `path` was created or renamed into it.
-pub fn sync_parent(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn sync_parent(path: &Path) -> anyhow::Result<()> {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => sync_dir(p),
         _ => sync_dir(Path::new(".")),
@@ -201,7 +201,7 @@ pub fn sync_parent(path: &Path) -> anyhow::Result<()> {
 }
 
 /// fsync of a directory: makes the entries created or renamed in it durable.
-pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> anyhow::Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| anyhow::anyhow!("cannot fsync directory {}: {e}", dir.display()))
@@ -226,7 +226,7 @@ fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 
 /// The open database, swappable: after an I/O error redb refuses every later write until it
 /// is reopened, so the writer closes and reopens it once writes can succeed again.
-pub struct DbSlot {
+pub(crate) struct DbSlot {
     path: PathBuf,
     cache_bytes: usize,
     db: RwLock<Option<Arc<Database>>>,
@@ -236,18 +236,18 @@ pub struct DbSlot {
 const READERS_GRACE: Duration = Duration::from_secs(2);
 
 impl DbSlot {
-    pub fn new(path: PathBuf, db: Database, cache_bytes: usize) -> Self {
+    pub(crate) fn new(path: PathBuf, db: Database, cache_bytes: usize) -> Self {
         DbSlot { path, cache_bytes, db: RwLock::new(Some(Arc::new(db))) }
     }
 
     /// The current handle; `None` while a reopen is under way or failed.
-    pub fn get(&self) -> Option<Arc<Database>> {
+    pub(crate) fn get(&self) -> Option<Arc<Database>> {
         self.db.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Closes the database and opens it again (redb repairs it as after a crash: committed,
     /// fsync'd transactions survive). Readers in flight keep their handle until they finish.
-    pub fn reopen(&self) -> Result<(), String> {
+    pub(crate) fn reopen(&self) -> Result<(), String> {
         let old = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(mut old) = old {
             let deadline = Instant::now() + READERS_GRACE;

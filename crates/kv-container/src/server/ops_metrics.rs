@@ -26,17 +26,17 @@ struct StatusLabels {
 
 /// Record counts by status, as the census last found them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Census {
-    pub processing: u64,
-    pub completed: u64,
-    pub failed: u64,
+pub(crate) struct Census {
+    pub(crate) processing: u64,
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
     /// Values that are not event records.
-    pub other: u64,
+    pub(crate) other: u64,
     /// `processing` past their lease, or older than the stuck age with no lease.
-    pub stuck: u64,
+    pub(crate) stuck: u64,
 }
 
-pub struct OpsMetrics {
+pub(crate) struct OpsMetrics {
     claims: Family<OutcomeLabels, Counter>,
     write_seconds: Histogram,
     healthy: Gauge,
@@ -46,7 +46,7 @@ pub struct OpsMetrics {
     start_time: Gauge,
     last_backup: Gauge,
     /// The last 15 minutes, for `/ui`.
-    pub rates: Rates,
+    pub(crate) rates: Rates,
 }
 
 fn gauge(n: u64) -> i64 {
@@ -54,7 +54,7 @@ fn gauge(n: u64) -> i64 {
 }
 
 impl OpsMetrics {
-    pub fn register(registry: &mut Registry) -> OpsMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> OpsMetrics {
         let claims = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "claims",
@@ -111,21 +111,21 @@ impl OpsMetrics {
         }
     }
 
-    pub fn claim(&self, claim: Claim) {
+    pub(crate) fn claim(&self, claim: Claim) {
         self.claims.get_or_create(&OutcomeLabels { outcome: claim.as_str() }).inc();
         self.rates.claim_at(claim, system_now_ms());
     }
 
-    pub fn write_done(&self, took: Duration) {
+    pub(crate) fn write_done(&self, took: Duration) {
         self.write_seconds.observe(took.as_secs_f64());
         self.rates.write_at(took, system_now_ms());
     }
 
-    pub fn set_healthy(&self, ok: bool) {
+    pub(crate) fn set_healthy(&self, ok: bool) {
         self.healthy.set(i64::from(ok));
     }
 
-    pub fn set_census(&self, c: &Census) {
+    pub(crate) fn set_census(&self, c: &Census) {
         for (status, n) in
             [("processing", c.processing), ("completed", c.completed), ("failed", c.failed), ("other", c.other)]
         {
@@ -134,24 +134,24 @@ impl OpsMetrics {
         self.stuck.set(gauge(c.stuck));
     }
 
-    pub fn set_max_connections(&self, n: usize) {
+    pub(crate) fn set_max_connections(&self, n: usize) {
         self.max_connections.set(gauge(n as u64));
     }
 
-    pub fn max_connections(&self) -> i64 {
+    pub(crate) fn max_connections(&self) -> i64 {
         self.max_connections.get()
     }
 
-    pub fn started_s(&self) -> i64 {
+    pub(crate) fn started_s(&self) -> i64 {
         self.start_time.get()
     }
 
     /// An online backup streamed completely; `taken_ms` is its snapshot time.
-    pub fn backup_taken(&self, taken_ms: u64) {
+    pub(crate) fn backup_taken(&self, taken_ms: u64) {
         self.last_backup.set(gauge(taken_ms / 1000));
     }
 
-    pub fn last_backup_s(&self) -> i64 {
+    pub(crate) fn last_backup_s(&self) -> i64 {
         self.last_backup.get()
     }
 }

@@ -11,9 +11,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 /// Length of one slot.
-pub const SLOT_MS: u64 = 10_000;
+pub(crate) const SLOT_MS: u64 = 10_000;
 /// 90 × 10 s = the last 15 minutes.
-pub const SLOTS: usize = 90;
+pub(crate) const SLOTS: usize = 90;
 /// Upper bounds of the write-latency buckets, in seconds: 50 µs × 2^i, the same bounds as
 /// `kv_write_duration_seconds`, so the page's p99 and Prometheus's `histogram_quantile` agree.
 const BOUNDS: usize = 16;
@@ -24,7 +24,7 @@ fn bound(i: usize) -> f64 {
 
 /// What the container can tell about a conditional write (see `claims`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claim {
+pub(crate) enum Claim {
     /// `If-None-Match: *` answered 201: a new event claimed.
     Accepted,
     /// `If-Match` swap to a `processing` record: a failed or expired event claimed again.
@@ -38,9 +38,10 @@ pub enum Claim {
 }
 
 impl Claim {
-    pub const ALL: [Claim; 5] = [Claim::Accepted, Claim::Reclaimed, Claim::Duplicate, Claim::Conflict, Claim::Other];
+    pub(crate) const ALL: [Claim; 5] =
+        [Claim::Accepted, Claim::Reclaimed, Claim::Duplicate, Claim::Conflict, Claim::Other];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Claim::Accepted => "accepted",
             Claim::Reclaimed => "reclaimed",
@@ -63,22 +64,22 @@ struct Slot {
 
 /// One slot as served by `/ui/api/rates` (counts; per second = count / 10).
 #[derive(Debug, Serialize, PartialEq)]
-pub struct Point {
-    pub start_ms: u64,
-    pub accepted: u64,
-    pub reclaimed: u64,
-    pub duplicate: u64,
-    pub conflict: u64,
-    pub other: u64,
-    pub writes: u64,
+pub(crate) struct Point {
+    pub(crate) start_ms: u64,
+    pub(crate) accepted: u64,
+    pub(crate) reclaimed: u64,
+    pub(crate) duplicate: u64,
+    pub(crate) conflict: u64,
+    pub(crate) other: u64,
+    pub(crate) writes: u64,
     /// 99th percentile of the slot's write latency (linear within a bucket, as Prometheus's
     /// `histogram_quantile`); absent when the slot saw no writes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub write_p99_ms: Option<f64>,
+    pub(crate) write_p99_ms: Option<f64>,
 }
 
 /// The ring; one short lock per recorded write (no allocation, no I/O under it).
-pub struct Rates {
+pub(crate) struct Rates {
     slots: Mutex<[Slot; SLOTS]>,
 }
 
@@ -99,12 +100,12 @@ impl Rates {
         f(slot);
     }
 
-    pub fn claim_at(&self, claim: Claim, now_ms: u64) {
+    pub(crate) fn claim_at(&self, claim: Claim, now_ms: u64) {
         self.with_slot(now_ms, |s| s.claims[claim as usize] += 1);
     }
 
     /// One write request (`PUT`/`POST`/`DELETE /state/{key}`) answered after `took`.
-    pub fn write_at(&self, took: Duration, now_ms: u64) {
+    pub(crate) fn write_at(&self, took: Duration, now_ms: u64) {
         let secs = took.as_secs_f64();
         let bucket = (0..BOUNDS).find(|&i| secs <= bound(i)).unwrap_or(BOUNDS);
         self.with_slot(now_ms, |s| {
@@ -115,7 +116,7 @@ impl Rates {
 
     /// The window ending with the slot that holds `now_ms`, oldest first; slots nothing
     /// happened in are zeros.
-    pub fn window(&self, now_ms: u64) -> Vec<Point> {
+    pub(crate) fn window(&self, now_ms: u64) -> Vec<Point> {
         let current = now_ms - now_ms % SLOT_MS;
         let slots = *self.slots.lock().unwrap_or_else(|p| p.into_inner());
         (0..SLOTS as u64)

@@ -19,28 +19,28 @@ const HEADER_LEN_V2: usize = HEADER_LEN + 4;
 
 /// One stored value with its metadata, as read back from the data table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// The exact JSON bytes the client sent.
-    pub value: Bytes,
+    pub(crate) value: Bytes,
     /// Server-wide revision of the write that produced this value (the ETag).
-    pub rev: u64,
+    pub(crate) rev: u64,
     /// Server clock (unix ms) when the value was written.
-    pub modified_ms: u64,
+    pub(crate) modified_ms: u64,
     /// Unix ms at which the value stops existing; 0 = never.
-    pub expires_ms: u64,
+    pub(crate) expires_ms: u64,
 }
 
 /// The stored bytes are not a record as we write them; treated as damage to the store.
 #[derive(Debug, thiserror::Error)]
 #[error("stored record is corrupt ({why}, {len} bytes)")]
-pub struct CorruptRecord {
-    pub len: usize,
-    pub why: &'static str,
+pub(crate) struct CorruptRecord {
+    pub(crate) len: usize,
+    pub(crate) why: &'static str,
 }
 
 impl Record {
     /// Serialises metadata and value into one blob, so a read needs a single B-tree lookup.
-    pub fn encode(value: &[u8], rev: u64, modified_ms: u64, expires_ms: u64) -> Vec<u8> {
+    pub(crate) fn encode(value: &[u8], rev: u64, modified_ms: u64, expires_ms: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN_V2 + value.len());
         out.push(FORMAT_V2);
         out.extend_from_slice(&rev.to_le_bytes());
@@ -53,7 +53,7 @@ impl Record {
 
     /// Parses a blob written by [`Record::encode`] (or by a V1 store); never panics on short
     /// or foreign input.
-    pub fn decode(raw: &[u8]) -> Result<Record, CorruptRecord> {
+    pub(crate) fn decode(raw: &[u8]) -> Result<Record, CorruptRecord> {
         let corrupt = |why| CorruptRecord { len: raw.len(), why };
         let (header, value) = match raw.first() {
             Some(&FORMAT_V1) => raw.split_at_checked(HEADER_LEN).ok_or(corrupt("shorter than its header"))?,
@@ -76,7 +76,7 @@ impl Record {
     }
 
     /// Expired records read as absent everywhere, even before the purge deletes them.
-    pub fn is_live(&self, now_ms: u64) -> bool {
+    pub(crate) fn is_live(&self, now_ms: u64) -> bool {
         self.expires_ms == 0 || self.expires_ms > now_ms
     }
 }
@@ -92,24 +92,24 @@ fn checksum(header: &[u8], value: &[u8]) -> u32 {
 /// The server's notion of "now" in unix milliseconds. Tests can pin it so TTL behaviour is
 /// checked without sleeping.
 #[derive(Clone, Default)]
-pub struct Clock {
+pub(crate) struct Clock {
     manual: Option<Arc<AtomicU64>>,
 }
 
 impl Clock {
     /// The wall clock.
-    pub fn system() -> Clock {
+    pub(crate) fn system() -> Clock {
         Clock { manual: None }
     }
 
     /// A clock that only moves when the returned handle is written to.
     #[cfg(test)]
-    pub fn manual(start_ms: u64) -> (Clock, Arc<AtomicU64>) {
+    pub(crate) fn manual(start_ms: u64) -> (Clock, Arc<AtomicU64>) {
         let handle = Arc::new(AtomicU64::new(start_ms));
         (Clock { manual: Some(handle.clone()) }, handle)
     }
 
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         match &self.manual {
             Some(t) => t.load(Ordering::SeqCst),
             None => system_now_ms(),
@@ -118,7 +118,7 @@ impl Clock {
 }
 
 /// Unix time in ms; a clock set before 1970 reads as 0 rather than failing a request.
-pub fn system_now_ms() -> u64 {
+pub(crate) fn system_now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 

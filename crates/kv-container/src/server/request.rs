@@ -6,21 +6,21 @@ use super::batch::Precondition;
 use super::error::ApiError;
 
 /// Longest accepted key, in bytes.
-pub const MAX_KEY_LEN: usize = 1024;
+pub(crate) const MAX_KEY_LEN: usize = 1024;
 /// Largest accepted value, in bytes (1 MiB).
-pub const MAX_VALUE_LEN: usize = 1_048_576;
+pub(crate) const MAX_VALUE_LEN: usize = 1_048_576;
 /// Longest accepted TTL (100 years); keeps `now + ttl` far from overflow.
 const MAX_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
-pub const TTL_MS: &str = "kv-ttl-ms";
-pub const TTL_SECONDS: &str = "kv-ttl-seconds";
+pub(crate) const TTL_MS: &str = "kv-ttl-ms";
+pub(crate) const TTL_SECONDS: &str = "kv-ttl-seconds";
 /// A write's deadline in this container's clock (unix ms): applied later, it is refused.
-pub const DEADLINE_MS: &str = "kv-deadline-ms";
+pub(crate) const DEADLINE_MS: &str = "kv-deadline-ms";
 
 /// Checks the raw (still percent-encoded) path segment after `/state/`. Rejecting `%`
 /// outright means no decoded form (`%2F`, `%00`, `%20`, …) can ever reach the store, and
 /// the key a client sees is byte-for-byte the key on disk.
-pub fn validate_key(raw: &str) -> Result<&str, ApiError> {
+pub(crate) fn validate_key(raw: &str) -> Result<&str, ApiError> {
     let bad = |why: &str| Err(ApiError::bad_key(why));
     if raw.is_empty() {
         return bad("key is empty");
@@ -57,7 +57,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Api
 
 /// Reads `If-Match` / `If-None-Match`. `allow_if_none_match` is false for DELETE, where
 /// "delete only if absent" means nothing.
-pub fn precondition(headers: &HeaderMap, allow_if_none_match: bool) -> Result<Precondition, ApiError> {
+pub(crate) fn precondition(headers: &HeaderMap, allow_if_none_match: bool) -> Result<Precondition, ApiError> {
     let if_match = header(headers, "if-match")?;
     let if_none_match = header(headers, "if-none-match")?;
     let bad = |msg: &str| Err(ApiError::bad_request("bad_precondition", msg));
@@ -75,7 +75,7 @@ pub fn precondition(headers: &HeaderMap, allow_if_none_match: bool) -> Result<Pr
 }
 
 /// `"123"` or `123` → 123. Our ETags are always decimal revision numbers.
-pub fn parse_etag(tag: &str) -> Option<u64> {
+pub(crate) fn parse_etag(tag: &str) -> Option<u64> {
     let inner = match tag.strip_prefix('"') {
         Some(rest) => rest.strip_suffix('"')?,
         None => tag,
@@ -87,7 +87,7 @@ pub fn parse_etag(tag: &str) -> Option<u64> {
 }
 
 /// `KV-TTL-Ms` or `KV-TTL-Seconds` → milliseconds; absent → no expiry.
-pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+pub(crate) fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     let ms = header(headers, TTL_MS)?;
     let secs = header(headers, TTL_SECONDS)?;
     let number = |s: &str| -> Result<u64, ApiError> {
@@ -109,7 +109,7 @@ pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 }
 
 /// `KV-Deadline-Ms` → the unix ms after which the write must be refused; absent → none.
-pub fn deadline(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+pub(crate) fn deadline(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     let Some(v) = header(headers, DEADLINE_MS)? else { return Ok(None) };
     let n = v.parse::<u64>().ok().filter(|_| v.bytes().all(|b| b.is_ascii_digit()));
     n.map(Some).ok_or_else(|| ApiError::bad_request("bad_deadline", "KV-Deadline-Ms must be unix milliseconds"))
@@ -117,7 +117,7 @@ pub fn deadline(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// The body must be one JSON value in UTF-8; checked without building it (no allocation per
 /// node). UTF-8 is checked first: skipping over a string, serde_json does not validate it.
-pub fn validate_json(body: &[u8]) -> Result<(), ApiError> {
+pub(crate) fn validate_json(body: &[u8]) -> Result<(), ApiError> {
     let text = std::str::from_utf8(body).map_err(|e| {
         ApiError::bad_request("invalid_json", format!("body is not valid UTF-8 (byte {})", e.valid_up_to()))
     })?;

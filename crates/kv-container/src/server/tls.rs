@@ -12,10 +12,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
 /// The TLS files of `kv serve`.
-pub struct TlsFiles<'a> {
-    pub cert: &'a Path,
-    pub key: &'a Path,
-    pub client_ca: Option<&'a Path>,
+pub(crate) struct TlsFiles<'a> {
+    pub(crate) cert: &'a Path,
+    pub(crate) key: &'a Path,
+    pub(crate) client_ca: Option<&'a Path>,
 }
 
 fn certs(path: &Path, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
@@ -27,7 +27,7 @@ fn certs(path: &Path, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>
 }
 
 /// The acceptor for `files`; every problem names the file and the flag it came from.
-pub fn acceptor(files: &TlsFiles<'_>) -> anyhow::Result<TlsAcceptor> {
+pub(crate) fn acceptor(files: &TlsFiles<'_>) -> anyhow::Result<TlsAcceptor> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = certs(files.cert, "--tls-cert")?;
     let key = PrivateKeyDer::from_pem_file(files.key)
@@ -56,7 +56,7 @@ pub fn acceptor(files: &TlsFiles<'_>) -> anyhow::Result<TlsAcceptor> {
 }
 
 /// The refusal reason (a fixed name for metrics) and a description of a failed handshake.
-pub fn handshake_failure(e: &std::io::Error) -> (&'static str, String) {
+pub(crate) fn handshake_failure(e: &std::io::Error) -> (&'static str, String) {
     let rustls_error = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
     match rustls_error {
         Some(rustls::Error::NoCertificatesPresented) => ("no_client_certificate", "no client certificate".into()),
@@ -70,7 +70,7 @@ pub fn handshake_failure(e: &std::io::Error) -> (&'static str, String) {
 
 /// What the accept loop needs to serve HTTPS: the acceptor, and where refusals are counted.
 #[derive(Clone)]
-pub struct Tls {
-    pub acceptor: TlsAcceptor,
-    pub refusals: Arc<super::auth::Refusals>,
+pub(crate) struct Tls {
+    pub(crate) acceptor: TlsAcceptor,
+    pub(crate) refusals: Arc<super::auth::Refusals>,
 }

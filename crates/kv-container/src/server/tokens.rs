@@ -14,7 +14,7 @@ use event_store::key::{validate_namespace, MAX_NAMESPACE_BYTES};
 
 /// What a token may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// `*`: every key and the operator routes.
     All,
     /// Keys of these namespaces only (`evt_<ns>~…`).
@@ -23,7 +23,7 @@ pub enum Scope {
 
 impl Scope {
     /// True when `key` lies inside the scope: `evt_<ns>~` starts it for one of its namespaces.
-    pub fn covers_key(&self, key: &str) -> bool {
+    pub(crate) fn covers_key(&self, key: &str) -> bool {
         match self {
             Scope::All => true,
             Scope::Namespaces(list) => list.iter().any(|ns| key_in_namespace(key, ns)),
@@ -32,24 +32,24 @@ impl Scope {
 }
 
 /// `evt_<ns>~…`: `~` never occurs in a namespace, so the first `~` ends it unambiguously.
-pub fn key_in_namespace(key: &str, ns: &str) -> bool {
+pub(crate) fn key_in_namespace(key: &str, ns: &str) -> bool {
     key.strip_prefix("evt_").and_then(|rest| rest.strip_prefix(ns)).is_some_and(|rest| rest.starts_with('~'))
 }
 
 /// The key prefix of namespace `ns`.
-pub fn namespace_prefix(ns: &str) -> String {
+pub(crate) fn namespace_prefix(ns: &str) -> String {
     format!("evt_{ns}~")
 }
 
 /// The valid tokens, as digests with the namespace each one opens.
 #[derive(Debug, Clone, Default)]
-pub struct Table {
+pub(crate) struct Table {
     entries: Vec<([u8; 32], Option<String>)>,
 }
 
 impl Table {
     /// One token meaning `*` (`--token`, `--token-file`, `KV_TOKEN`).
-    pub fn single(token: &str) -> anyhow::Result<Table> {
+    pub(crate) fn single(token: &str) -> anyhow::Result<Table> {
         // An empty KV_TOKEN is far more likely a deployment mistake than a wish for no
         // auth; refusing to start beats silently serving an open store.
         anyhow::ensure!(!token.is_empty(), "the KV token must not be empty");
@@ -57,7 +57,7 @@ impl Table {
     }
 
     /// Parses a tokens file; an error names the line and what is wrong with it.
-    pub fn parse(text: &str) -> Result<Table, String> {
+    pub(crate) fn parse(text: &str) -> Result<Table, String> {
         let mut entries = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -72,14 +72,14 @@ impl Table {
         Ok(Table { entries })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// The scope of `token`, or `None` when no line holds it. Every entry is compared (in
     /// constant time, on fixed-size digests), whichever matches: timing tells neither which
     /// line matched nor how much of a token was right.
-    pub fn scope_of(&self, token: &str) -> Option<Scope> {
+    pub(crate) fn scope_of(&self, token: &str) -> Option<Scope> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut all = false;
         let mut found = false;

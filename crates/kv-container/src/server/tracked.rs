@@ -13,42 +13,42 @@ use tokio::sync::Notify;
 
 /// Milliseconds on a clock shared by every connection of one server.
 #[derive(Clone, Copy)]
-pub struct Epoch(Instant);
+pub(crate) struct Epoch(Instant);
 
 impl Epoch {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Epoch(Instant::now())
     }
 
     /// Never 0, so 0 can mean "not set".
-    pub fn now_ms(self) -> u64 {
+    pub(crate) fn now_ms(self) -> u64 {
         self.0.elapsed().as_millis() as u64 + 1
     }
 }
 
 /// What the accept loop, the sweeper and the request service know about one connection.
-pub struct ConnState {
-    pub epoch: Epoch,
-    pub opened_ms: u64,
+pub(crate) struct ConnState {
+    pub(crate) epoch: Epoch,
+    pub(crate) opened_ms: u64,
     /// Last time a byte was read or written.
-    pub last_io_ms: AtomicU64,
+    pub(crate) last_io_ms: AtomicU64,
     /// When the first byte of a request head arrived that has not been answered yet (0: none).
-    pub head_started_ms: AtomicU64,
+    pub(crate) head_started_ms: AtomicU64,
     /// Requests in service (HTTP/2 serves several at once).
-    pub in_flight: AtomicU32,
+    pub(crate) in_flight: AtomicU32,
     /// Requests whose service has finished.
-    pub completed: AtomicU64,
-    pub started: AtomicU64,
-    pub h2: AtomicBool,
+    pub(crate) completed: AtomicU64,
+    pub(crate) started: AtomicU64,
+    pub(crate) h2: AtomicBool,
     /// The last HTTP/1 head carried both `Content-Length` and `Transfer-Encoding`.
-    pub bad_framing: AtomicBool,
+    pub(crate) bad_framing: AtomicBool,
     /// Set once the connection was told to close; it is then never picked again.
-    pub closing: AtomicBool,
-    pub close: Notify,
+    pub(crate) closing: AtomicBool,
+    pub(crate) close: Notify,
 }
 
 impl ConnState {
-    pub fn new(epoch: Epoch) -> Self {
+    pub(crate) fn new(epoch: Epoch) -> Self {
         let now = epoch.now_ms();
         ConnState {
             epoch,
@@ -66,7 +66,7 @@ impl ConnState {
     }
 
     /// Closes the connection; false if it was already told to.
-    pub fn request_close(&self) -> bool {
+    pub(crate) fn request_close(&self) -> bool {
         if self.closing.swap(true, Relaxed) {
             return false;
         }
@@ -75,7 +75,7 @@ impl ConnState {
     }
 
     /// Marks a request as in service until the guard is dropped.
-    pub fn begin_request(self: &std::sync::Arc<Self>) -> InService {
+    pub(crate) fn begin_request(self: &std::sync::Arc<Self>) -> InService {
         self.in_flight.fetch_add(1, Relaxed);
         self.started.fetch_add(1, Relaxed);
         self.head_started_ms.store(0, Relaxed);
@@ -84,10 +84,10 @@ impl ConnState {
 }
 
 /// Held while a request is in service.
-pub struct InService(std::sync::Arc<ConnState>);
+pub(crate) struct InService(std::sync::Arc<ConnState>);
 
 impl InService {
-    pub fn take_bad_framing(&self) -> bool {
+    pub(crate) fn take_bad_framing(&self) -> bool {
         self.0.bad_framing.swap(false, Relaxed)
     }
 }
@@ -101,7 +101,7 @@ impl Drop for InService {
 }
 
 /// A socket that reports its traffic to a [`ConnState`].
-pub struct Tracked<T> {
+pub(crate) struct Tracked<T> {
     io: T,
     state: std::sync::Arc<ConnState>,
     scan: HeadScan,
@@ -109,7 +109,7 @@ pub struct Tracked<T> {
 }
 
 impl<T> Tracked<T> {
-    pub fn new(io: T, state: std::sync::Arc<ConnState>) -> Self {
+    pub(crate) fn new(io: T, state: std::sync::Arc<ConnState>) -> Self {
         Tracked { io, state, scan: HeadScan::default(), first_read: true }
     }
 

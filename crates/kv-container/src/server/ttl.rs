@@ -8,12 +8,12 @@ use super::engine::Engine;
 
 /// Most keys deleted per purge transaction, so a mass expiry never stalls client writes
 /// queued behind it for long.
-pub const PURGE_BATCH: usize = 1000;
+pub(crate) const PURGE_BATCH: usize = 1000;
 /// Upper bound on back-to-back purge batches per tick; the rest waits for the next tick.
 const MAX_BATCHES_PER_TICK: usize = 10;
 
 /// Runs until the task is aborted (at shutdown).
-pub async fn purge_loop(engine: Engine, every: Duration) {
+pub(crate) async fn purge_loop(engine: Engine, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

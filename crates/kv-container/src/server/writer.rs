@@ -16,11 +16,11 @@ use super::open::DbSlot;
 use super::record::Clock;
 
 /// Most writes applied in one transaction; bounds commit latency and memory per batch.
-pub const MAX_BATCH: usize = 1024;
+pub(crate) const MAX_BATCH: usize = 1024;
 
 /// `--durability`: whether an acknowledged write has been fsync'd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DurabilityMode {
+pub(crate) enum DurabilityMode {
     /// Every acknowledged write is on disk (fsync'd) before its response is sent.
     Immediate,
     /// No fsync per commit; for measuring what fsync costs. A crash can lose ~1–2 s of writes.
@@ -28,7 +28,7 @@ pub enum DurabilityMode {
 }
 
 impl DurabilityMode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DurabilityMode::Immediate => "immediate",
             DurabilityMode::None => "none",
@@ -38,7 +38,7 @@ impl DurabilityMode {
 
 /// Why a request could not be served by the store. Never turned into a success.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum EngineError {
+pub(crate) enum EngineError {
     #[error("storage error: {0}")]
     Storage(String),
     #[error("the storage writer is not running")]
@@ -62,14 +62,14 @@ storage_error_from!(
 
 /// Counters for tests and the shutdown log line.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Transactions committed by the writer.
-    pub commits: AtomicU64,
+    pub(crate) commits: AtomicU64,
     /// Write requests answered (committed or refused by a precondition).
-    pub ops: AtomicU64,
+    pub(crate) ops: AtomicU64,
     /// Test hook: make the next batch fail as if the commit had failed.
     #[cfg(test)]
-    pub fail_next_batch: std::sync::atomic::AtomicBool,
+    pub(crate) fail_next_batch: std::sync::atomic::AtomicBool,
 }
 
 /// In `none` mode, how often a commit is still made durable so redb can reuse freed pages
@@ -84,30 +84,30 @@ pub(super) type Reply = oneshot::Sender<Result<Outcome, EngineError>>;
 
 /// One queued write and where its answer goes.
 pub(super) struct Job {
-    pub op: WriteOp,
-    pub reply: Reply,
+    pub(crate) op: WriteOp,
+    pub(crate) reply: Reply,
 }
 
 pub(super) struct Writer {
-    pub slot: Arc<DbSlot>,
-    pub health: Arc<Health>,
+    pub(crate) slot: Arc<DbSlot>,
+    pub(crate) health: Arc<Health>,
     /// Set after a failed commit: (when the database was last (re)opened, why writes fail).
-    pub broken: Option<(Instant, String)>,
-    pub rx: mpsc::Receiver<Job>,
-    pub durability: DurabilityMode,
-    pub clock: Clock,
-    pub stats: Arc<Stats>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) broken: Option<(Instant, String)>,
+    pub(crate) rx: mpsc::Receiver<Job>,
+    pub(crate) durability: DurabilityMode,
+    pub(crate) clock: Clock,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) metrics: Arc<Metrics>,
     /// The store time a batch being applied started at ([`IDLE`] between batches): a read
     /// never reports a time at or past it, since that batch's writes are not visible yet.
-    pub busy_since: Arc<AtomicU64>,
+    pub(crate) busy_since: Arc<AtomicU64>,
 }
 
 /// `busy_since` between batches.
-pub const IDLE: u64 = u64::MAX;
+pub(crate) const IDLE: u64 = u64::MAX;
 
 impl Writer {
-    pub fn run(mut self) {
+    pub(crate) fn run(mut self) {
         let mut ops = Vec::with_capacity(MAX_BATCH);
         let mut replies = Vec::with_capacity(MAX_BATCH);
         let mut last_sync = Instant::now();

@@ -23,7 +23,7 @@ use crate::server::state::{health_problem, AppState};
 
 type App = State<Arc<AppState>>;
 
-pub fn routes() -> Router<Arc<AppState>> {
+pub(crate) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/ui/api/now", get(now))
         .route("/ui/api/rates", get(rates))

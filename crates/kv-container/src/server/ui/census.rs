@@ -24,7 +24,7 @@ use crate::server::record::{system_now_ms, Record};
 /// How long a read waits for a scan in progress before taking the previous result.
 const FRESH_WAIT: Duration = Duration::from_millis(1000);
 /// Length of each list.
-pub const LIST_LEN: usize = 50;
+pub(crate) const LIST_LEN: usize = 50;
 /// A `result` longer than this is cut in lists (the record view shows it whole).
 const RESULT_CHARS: usize = 200;
 
@@ -47,30 +47,30 @@ struct Fields<'a> {
 
 /// One record as a list row. Non-event values have status `other` and no event fields.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Brief {
-    pub key: String,
-    pub status: &'static str,
+pub(crate) struct Brief {
+    pub(crate) key: String,
+    pub(crate) status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<String>,
+    pub(crate) event_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub event_type: Option<String>,
+    pub(crate) event_type: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<u32>,
+    pub(crate) attempt: Option<u32>,
     /// Server time of the last write to the record (unix ms): its age is `now_ms - modified_ms`.
-    pub modified_ms: u64,
+    pub(crate) modified_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub lease_until_ms: Option<i64>,
+    pub(crate) lease_until_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<String>,
+    pub(crate) result: Option<String>,
     /// Why it counts as stuck: `lease_expired` or `no_lease` (processing for the stuck age).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stuck: Option<&'static str>,
-    pub size: usize,
+    pub(crate) stuck: Option<&'static str>,
+    pub(crate) size: usize,
 }
 
 impl Brief {
     /// Judges one live record at `now_ms`.
-    pub fn of(key: &str, rec: &Record, now_ms: u64, stuck_after_ms: u64) -> Brief {
+    pub(crate) fn of(key: &str, rec: &Record, now_ms: u64, stuck_after_ms: u64) -> Brief {
         let mut b = Brief {
             key: key.to_owned(),
             status: "other",
@@ -116,17 +116,17 @@ fn stuck(status: &str, lease: Option<i64>, modified_ms: u64, now_ms: u64, stuck_
 
 /// One census result.
 #[derive(Debug, Serialize)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Server time the scan's snapshot was taken (unix ms).
-    pub as_of_ms: u64,
-    pub scan_ms: u64,
+    pub(crate) as_of_ms: u64,
+    pub(crate) scan_ms: u64,
     /// Live keys.
-    pub keys: u64,
-    pub counts: ops_metrics::Census,
-    pub stuck_after_s: u64,
+    pub(crate) keys: u64,
+    pub(crate) counts: ops_metrics::Census,
+    pub(crate) stuck_after_s: u64,
     /// Most recently written first.
-    pub failed: Vec<Brief>,
-    pub stuck: Vec<Brief>,
+    pub(crate) failed: Vec<Brief>,
+    pub(crate) stuck: Vec<Brief>,
 }
 
 /// The newest `LIST_LEN` rows by `modified_ms`, kept while scanning in O(n log k).
@@ -187,7 +187,7 @@ struct State {
 }
 
 /// The cache in front of [`scan`]; at most one scan runs at a time.
-pub struct Census {
+pub(crate) struct Census {
     state: Mutex<State>,
     done: tokio::sync::Notify,
     stuck_after_ms: u64,
@@ -195,12 +195,12 @@ pub struct Census {
 }
 
 impl Census {
-    pub fn new(stuck_after_ms: u64, interval: Duration) -> Census {
+    pub(crate) fn new(stuck_after_ms: u64, interval: Duration) -> Census {
         Census { state: Mutex::default(), done: tokio::sync::Notify::new(), stuck_after_ms, interval }
     }
 
     /// `--stuck-after-seconds`, in ms.
-    pub fn stuck_after_ms(&self) -> u64 {
+    pub(crate) fn stuck_after_ms(&self) -> u64 {
         self.stuck_after_ms
     }
 
@@ -211,7 +211,7 @@ impl Census {
     /// The latest census, starting a new scan when it is due. While one runs, waits for it
     /// up to [`FRESH_WAIT`] (small stores answer fresh), then answers with the previous one
     /// (large stores answer at once); only the very first read waits for a whole scan.
-    pub async fn current(self: &Arc<Self>, engine: &Engine) -> Result<Arc<Snapshot>, String> {
+    pub(crate) async fn current(self: &Arc<Self>, engine: &Engine) -> Result<Arc<Snapshot>, String> {
         let mut waited = false;
         loop {
             let notified = self.done.notified();

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-pub use settings::{UiArgs, UiState};
+pub(crate) use settings::{UiArgs, UiState};
 
 use super::state::AppState;
 
@@ -34,13 +34,13 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
                    base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The token-protected JSON API (merged inside the auth layer).
-pub fn api_routes() -> Router<Arc<AppState>> {
+pub(crate) fn api_routes() -> Router<Arc<AppState>> {
     api::routes()
 }
 
 /// The static page (merged outside the auth layer). `/ui` redirects to `/ui/` so the page's
 /// relative links (`app.js`, `api/now`) also resolve behind a proxy that adds a path prefix.
-pub fn asset_routes() -> Router {
+pub(crate) fn asset_routes() -> Router {
     Router::new()
         .route("/ui", get(|| async { (StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, "ui/")]) }))
         .route("/ui/", get(|| async { asset(INDEX, "text/html; charset=utf-8") }))

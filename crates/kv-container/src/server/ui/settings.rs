@@ -7,24 +7,24 @@ use super::census::Census;
 
 /// `kv serve` flags of the status page.
 #[derive(clap::Args, Debug, Clone)]
-pub struct UiArgs {
+pub(crate) struct UiArgs {
     /// A `processing` record without a lease counts as stuck once it is this old (default:
     /// Dify's default workflow time limit). One with a lease is stuck once the lease ran out.
     #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(u64).range(1..))]
-    pub stuck_after_seconds: u64,
+    pub(crate) stuck_after_seconds: u64,
     /// Least time between two census scans (the status counts); a scan that took longer
     /// raises it to 20× the scan's own duration.
     #[arg(long, default_value_t = 5000, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
-    pub census_interval_ms: u64,
+    pub(crate) census_interval_ms: u64,
 }
 
 /// What the status page keeps between requests.
-pub struct UiState {
-    pub census: Arc<Census>,
+pub(crate) struct UiState {
+    pub(crate) census: Arc<Census>,
 }
 
 impl UiState {
-    pub fn new(args: &UiArgs) -> UiState {
+    pub(crate) fn new(args: &UiArgs) -> UiState {
         let census = Census::new(args.stuck_after_seconds * 1000, Duration::from_millis(args.census_interval_ms));
         UiState { census: Arc::new(census) }
     }

@@ -1,5 +1,10 @@
 //! `stateful-tool-bench --quick` on debug builds completes and writes every section (no timings checked).
+//!
+//! The bench finds the plugin next to itself, as under `make bench`. `stateful-tool` is the
+//! root package's binary: `cargo test --workspace` (what `make test` runs) builds it in the
+//! same run; with `-p stateful-tool-bench` alone, build it first (`cargo build --bin stateful-tool`).
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -10,8 +15,15 @@ fn quick_bench_completes_and_writes_every_section() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("summary.json");
     let log = dir.path().join("bench.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stateful-tool-bench"))
-        .args(["--quick", "--plugin", env!("CARGO_BIN_EXE_stateful-tool"), "--out"])
+    let bench = Path::new(env!("CARGO_BIN_EXE_stateful-tool-bench"));
+    let plugin = bench.with_file_name("stateful-tool");
+    assert!(
+        plugin.is_file(),
+        "no {} beside the bench: `cargo build --bin stateful-tool` first, or run `cargo test --workspace`",
+        plugin.display()
+    );
+    let mut child = Command::new(bench)
+        .args(["--quick", "--out"])
         .arg(&out)
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(dir.path().join("bench.err")).unwrap())

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use stateful_tool::store::postgres::sql::Sql;
-use stateful_tool::store::postgres::PostgresStore;
-use stateful_tool::store::Clock;
+use event_store::postgres::sql::Sql;
+use event_store::postgres::PostgresStore;
+use event_store::Clock;
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};

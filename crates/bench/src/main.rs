@@ -1,10 +1,26 @@
 //! `stateful-tool-bench`: the plugin over real pipes vs the raw stores, and the KV container alone.
 //
-// A separate binary so the shipped plugin does not carry it. It spawns the real release
+// A crate of its own so the shipped plugin does not carry it. It spawns the real release
 // `stateful-tool` (plugin and KV container) and `redis-server` on ephemeral loopback ports
 // with temporary data directories, and kills all of them before it exits.
-
-mod bench;
+//
+// The building blocks: processes, wire clients, load loops, report.
+mod burst;
+mod cluster;
+mod config;
+mod instructions;
+mod measure;
+mod plugin;
+mod postgres;
+mod procs;
+mod raw;
+mod report;
+mod results;
+mod stages;
+mod started;
+mod suite;
+mod wire;
+mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,9 +30,9 @@ use anyhow::Context;
 use clap::Parser;
 use serde_json::json;
 
-use bench::config::Config;
-use bench::procs::{load1, machine, TempDir};
-use bench::raw::Store;
+use config::Config;
+use procs::{load1, machine, TempDir};
+use raw::Store;
 
 #[derive(Parser)]
 #[command(name = "stateful-tool-bench", about = "Benchmarks: plugin vs raw store, KV container durability")]
@@ -110,7 +126,7 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         }),
         stage_calls: if args.quick { 1_000 } else { 50_000 },
         stage_creates: if args.quick { 50 } else { 2_000 },
-        burst_sessions: if args.quick { bench::burst::QUICK_SESSIONS } else { bench::burst::SESSIONS },
+        burst_sessions: if args.quick { burst::QUICK_SESSIONS } else { burst::SESSIONS },
         callgrind_dir: args.out.parent().unwrap_or(std::path::Path::new(".")).join("callgrind"),
     })
 }
@@ -129,13 +145,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // A hard bound on the whole run; children die with their guards on every exit path.
     let budget = Duration::from_secs(if args.quick { 120 } else { 1800 });
     let results = tokio::select! {
-        r = tokio::time::timeout(budget, bench::suite::run(&cfg, &tmp, bench::report::progress)) => {
+        r = tokio::time::timeout(budget, suite::run(&cfg, &tmp, report::progress)) => {
             r.map_err(|_| anyhow::anyhow!("the benchmark exceeded its {budget:?} budget"))??
         }
         _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
     };
-    let targets = bench::report::targets(&results);
-    println!("{}", bench::report::table(&results, &targets));
+    let targets = report::targets(&results);
+    println!("{}", report::table(&results, &targets));
     let load_after = load1();
     let all_runs = results.plugin.iter().chain(&results.raw).chain(&results.kv);
     let foreign = all_runs.clone().map(|r| r.m.foreign_cpu_cores).fold(0.0, f64::max);

@@ -11,13 +11,13 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use anyhow::Context;
+use dify_plugin::protocol::outbound::write_answer_end_lines;
+use dify_plugin::protocol::Inbound;
+use event_store::key::storage_key;
+use event_store::record::fingerprint;
+use event_store::{Clock, Created, EventStore, StoreCache};
 use serde::Serialize;
 use serde_json::{json, Value};
-use stateful_tool::protocol::outbound::write_answer_end_lines;
-use stateful_tool::protocol::Inbound;
-use stateful_tool::store::key::storage_key;
-use stateful_tool::store::record::fingerprint;
-use stateful_tool::store::{Clock, Created, EventStore, StoreCache};
 use stateful_tool::tools::event_ingest::IngestRequest;
 use stateful_tool::tools::{Answer, Params, Settings};
 
@@ -101,7 +101,7 @@ pub async fn measure(
     });
     let record = |i: usize| {
         let (req, now) = (&reqs[i], 1_780_000_000_000i64 + i as i64);
-        req.first_claim(now, stateful_tool::store::record::new_claim_id())
+        req.first_claim(now, event_store::record::new_claim_id())
     };
     let encode_us = per_call(n, rounds, |i| {
         let rec = record(i);
@@ -123,9 +123,9 @@ pub async fn measure(
         black_box(&out);
     }) - record_only;
 
-    let cache = StoreCache::new(Clock::system(), stateful_tool::store::StoreOptions::default());
+    let cache = StoreCache::new(Clock::system(), event_store::StoreOptions::default());
     let client = cache
-        .get(&stateful_tool::store::StoreConfig { url: url.to_owned(), token: None, min_replicas: 0 })
+        .get(&event_store::StoreConfig { url: url.to_owned(), token: None, min_replicas: 0 })
         .await
         .map_err(|e| anyhow::anyhow!("store client for {url}: {e}"))?;
     let value = record(0).to_bytes();

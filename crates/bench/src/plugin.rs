@@ -236,13 +236,13 @@ fn string_at(s: &[u8]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dify_plugin::protocol::message::session_line as make;
     use serde_json::json;
-    use stateful_tool::protocol::message::session_line as make;
 
     #[test]
     fn reads_the_plugins_own_session_lines() {
         let answer = stateful_tool::tools::Answer::new("accepted").field("accepted", json!(true));
-        let lines = stateful_tool::protocol::outbound::answer_end_lines("s1", &answer, false);
+        let lines = dify_plugin::protocol::outbound::answer_end_lines("s1", &answer, false);
         let parsed: Vec<_> = lines.split_inclusive(|&b| b == b'\n').map(|l| session_line(l).unwrap()).collect();
         let kinds: Vec<&[u8]> = parsed.iter().map(|(_, kind, _)| *kind).collect();
         assert_eq!(kinds, [&b"stream"[..], b"stream", b"end"]);

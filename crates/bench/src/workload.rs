@@ -1,9 +1,9 @@
 //! What the benchmark sends: event ids, webhook-like payloads, daemon request lines, records.
 
+use event_store::key::storage_key;
+use event_store::record::{fingerprint, format_time, new_claim_id, Record, Status};
 use serde_json::{json, Value};
 use stateful_tool::call::{request_line, request_line_from};
-use stateful_tool::store::key::storage_key;
-use stateful_tool::store::record::{fingerprint, format_time, new_claim_id, Record, Status};
 
 /// Store-side TTL both the plugin (default `retention` credential, 7 days) and the raw
 /// clients send, so raw claims do exactly the store work a plugin claim does.
