@@ -1,13 +1,16 @@
-//! Canonical text of a JSON payload for fingerprints, read into a tree that borrows from the payload.
+//! Canonical text of a JSON payload for fingerprints, written as the payload is parsed (no tree).
 //
-// Canonical = sorted keys, no insignificant whitespace, numbers kept verbatim. It accepts exactly
-// what `serde_json::from_str::<Value>` accepts (same parser, same limits) and writes exactly what
-// serialising that `Value` with sorted keys writes: fingerprints are stored, so this must never
-// drift. `serde_json::Value` would do, but its ordered maps hash and copy every key, which was a
-// large share of the CPU of an ingest.
+// Canonical = sorted keys, no insignificant whitespace, numbers as serde_json writes them. It
+// accepts exactly what `serde_json::from_str::<Value>` accepts (same parser, same limits) and
+// writes exactly what serialising that `Value` with sorted keys writes: fingerprints are
+// stored, so this must never drift (canonical_tests.rs holds the `Value`-based form as the
+// reference). Each value is written where it stands; an object's members are then put in
+// order by moving their bytes, so no tree is built: a tree (and before it `Value`'s ordered
+// maps) cost an allocation per object, array and number.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -17,15 +20,6 @@ use serde_json::Number;
 /// key. `Value` treats any object whose first key is this one as a number, and so do we.
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
-enum Node<'a> {
-    Null,
-    Bool(bool),
-    Number(Number),
-    Str(Cow<'a, str>),
-    Array(Vec<Node<'a>>),
-    Object(Vec<(Cow<'a, str>, Node<'a>)>),
-}
-
 /// The canonical text of `payload`, or None when it is not JSON (then it is hashed as text).
 pub fn canonical_json(payload: &str) -> Option<Vec<u8>> {
     canonical_json_or_error(payload).ok()
@@ -33,10 +27,50 @@ pub fn canonical_json(payload: &str) -> Option<Vec<u8>> {
 
 /// [`canonical_json`], with the parser's error when `payload` is not JSON.
 pub fn canonical_json_or_error(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
-    let node: Node = serde_json::from_str(payload)?;
-    let mut out = Vec::with_capacity(payload.len());
-    write(&node, &mut out);
-    Ok(out)
+    let mut writer = Writer { out: Vec::with_capacity(payload.len()), members: Vec::new(), moved: Vec::new() };
+    let mut de = serde_json::Deserializer::from_str(payload);
+    Value(&mut writer).deserialize(&mut de)?;
+    de.end()?;
+    Ok(writer.out)
+}
+
+/// The output, and what objects need while their members are put in order: every open
+/// object's members (name, and where its value's text stands in `out`) on one stack, and
+/// one buffer to move an object's text through.
+struct Writer<'de> {
+    out: Vec<u8>,
+    members: Vec<(Cow<'de, str>, Range<usize>)>,
+    moved: Vec<u8>,
+}
+
+impl<'de> Writer<'de> {
+    /// Rewrites the object whose text starts at `start` (its values written one after the
+    /// other) and whose members are `members[first..]`: sorted by name, a repeated name
+    /// keeping its last value (as a `Value` map insert does; the stable sort leaves repeats
+    /// in input order, so the last of each run is the one).
+    fn close_object(&mut self, start: usize, first: usize) {
+        let members = &mut self.members[first..];
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        self.moved.clear();
+        self.moved.extend_from_slice(&self.out[start..]);
+        self.out.truncate(start);
+        self.out.push(b'{');
+        let mut written = false;
+        for (i, (name, value)) in members.iter().enumerate() {
+            if members.get(i + 1).is_some_and(|next| next.0 == *name) {
+                continue;
+            }
+            if written {
+                self.out.push(b',');
+            }
+            written = true;
+            put_str(&mut self.out, name);
+            self.out.push(b':');
+            self.out.extend_from_slice(&self.moved[value.start - start..value.end - start]);
+        }
+        self.out.push(b'}');
+        self.members.truncate(first);
+    }
 }
 
 /// A string or number exactly as `serde_json::to_writer` writes it.
@@ -57,46 +91,6 @@ fn put_str(out: &mut Vec<u8>, s: &Cow<str>) {
             out.push(b'"');
         }
         Cow::Owned(text) => put(out, text.as_str()),
-    }
-}
-
-fn write(node: &Node, out: &mut Vec<u8>) {
-    match node {
-        Node::Null => out.extend_from_slice(b"null"),
-        Node::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Node::Number(n) => put(out, n),
-        Node::Str(s) => put_str(out, s),
-        Node::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write(item, out);
-            }
-            out.push(b']');
-        }
-        Node::Object(entries) => {
-            // A repeated key keeps its last value (as a `Value` map insert does); the stable
-            // sort leaves repeats in input order, so the last of each run is the one.
-            let mut sorted: Vec<&(Cow<str>, Node)> = entries.iter().collect();
-            sorted.sort_by(|a, b| a.0.cmp(&b.0));
-            out.push(b'{');
-            let mut first = true;
-            for (i, (key, value)) in sorted.iter().map(|e| (&e.0, &e.1)).enumerate() {
-                if sorted.get(i + 1).is_some_and(|next| next.0 == *key) {
-                    continue;
-                }
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                put_str(out, key);
-                out.push(b':');
-                write(value, out);
-            }
-            out.push(b'}');
-        }
     }
 }
 
@@ -126,78 +120,108 @@ impl<'de> Visitor<'de> for CowStr {
     }
 }
 
-impl<'de> Deserialize<'de> for Node<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(NodeVisitor)
+/// One value, written canonically at the end of the writer's output. Mirrors serde_json's
+/// own `Value` visitor case by case.
+struct Value<'w, 'de>(&'w mut Writer<'de>);
+
+impl<'de> DeserializeSeed<'de> for Value<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
     }
 }
 
-/// Mirrors serde_json's own `Value` visitor case by case.
-struct NodeVisitor;
-
-impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Node<'de>;
+impl<'de> Visitor<'de> for Value<'_, 'de> {
+    type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any valid JSON value")
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Node<'de>, E> {
-        Ok(Node::Bool(v))
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        self.0.out.extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(())
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Node<'de>, E> {
-        Ok(Node::Number(v.into()))
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        put(&mut self.0.out, &Number::from(v));
+        Ok(())
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Node<'de>, E> {
-        Ok(Node::Number(v.into()))
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        put(&mut self.0.out, &Number::from(v));
+        Ok(())
     }
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Node<'de>, E> {
-        Number::deserialize(de::value::I128Deserializer::new(v)).map(Node::Number)
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<(), E> {
+        put(&mut self.0.out, &Number::deserialize(de::value::I128Deserializer::new(v))?);
+        Ok(())
     }
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node<'de>, E> {
-        Number::deserialize(de::value::U128Deserializer::new(v)).map(Node::Number)
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<(), E> {
+        put(&mut self.0.out, &Number::deserialize(de::value::U128Deserializer::new(v))?);
+        Ok(())
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Node<'de>, E> {
-        Ok(Number::from_f64(v).map_or(Node::Null, Node::Number))
-    }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Node<'de>, E> {
-        Ok(Node::Str(Cow::Borrowed(v)))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Node<'de>, E> {
-        Ok(Node::Str(Cow::Owned(v.to_owned())))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Node<'de>, E> {
-        Ok(Node::Str(Cow::Owned(v)))
-    }
-    fn visit_none<E>(self) -> Result<Node<'de>, E> {
-        Ok(Node::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node<'de>, D::Error> {
-        Node::deserialize(d)
-    }
-    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
-        Ok(Node::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        match Number::from_f64(v) {
+            Some(n) => put(&mut self.0.out, &n),
+            None => self.0.out.extend_from_slice(b"null"),
         }
-        Ok(Node::Array(items))
+        Ok(())
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
-        match map.next_key_seed(CowStr)? {
-            Some(key) if key == NUMBER_TOKEN => {
-                let text = map.next_value_seed(CowStr)?;
-                text.parse::<Number>().map(Node::Number).map_err(de::Error::custom)
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<(), E> {
+        put_str(&mut self.0.out, &Cow::Borrowed(v));
+        Ok(())
+    }
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        put(&mut self.0.out, v);
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.0.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        self.deserialize(d)
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let w = self.0;
+        w.out.push(b'[');
+        let mut first = true;
+        loop {
+            let mark = w.out.len();
+            if !first {
+                w.out.push(b',');
             }
-            Some(key) => {
-                let mut entries = vec![(key, map.next_value()?)];
-                while let Some(key) = map.next_key_seed(CowStr)? {
-                    entries.push((key, map.next_value()?));
-                }
-                Ok(Node::Object(entries))
+            if seq.next_element_seed(Value(&mut *w))?.is_none() {
+                w.out.truncate(mark);
+                break;
             }
-            None => Ok(Node::Object(Vec::new())),
+            first = false;
         }
+        w.out.push(b']');
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let w = self.0;
+        let Some(key) = map.next_key_seed(CowStr)? else {
+            w.out.extend_from_slice(b"{}");
+            return Ok(());
+        };
+        if key == NUMBER_TOKEN {
+            let text = map.next_value_seed(CowStr)?;
+            put(&mut w.out, &text.parse::<Number>().map_err(de::Error::custom)?);
+            return Ok(());
+        }
+        let (start, first) = (w.out.len(), w.members.len());
+        let mut key = Some(key);
+        while let Some(name) = key {
+            let at = w.out.len();
+            map.next_value_seed(Value(&mut *w))?;
+            let end = w.out.len();
+            w.members.push((name, at..end));
+            key = map.next_key_seed(CowStr)?;
+        }
+        w.close_object(start, first);
+        Ok(())
     }
 }
 
