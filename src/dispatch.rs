@@ -4,12 +4,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use dify_plugin::protocol::{Fields, RequestData};
+use dify_plugin::protocol::RequestData;
 use dify_plugin::{ErrorMessage, Handler, Session};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::error::{SessionError, ToolError};
+use crate::request::{Data, Slot};
 use crate::store::{Clock, EventStore, StoreCache, StoreOptions};
 use crate::tools::{self, Params, Settings, Tool};
 
@@ -120,33 +121,33 @@ enum Request<'a> {
 
 impl<'a> Request<'a> {
     /// Reads `data`: its `type` and `action`, and for tool actions the provider (ours), the
-    /// tool, its parameters and the credentials. A member of the wrong type reads as absent.
-    /// A credential check's refusal is reported the way Dify shows it on the provider form.
-    fn parse(data: &Fields<'a>) -> Result<Request<'a>, SessionError> {
-        let kind = data.str("type").unwrap_or_default();
-        let action = data.str("action").unwrap_or_default();
+    /// tool, its parameters and the credentials. A credential check's refusal is reported the
+    /// way Dify shows it on the provider form.
+    fn parse(data: Data<'a>) -> Result<Request<'a>, SessionError> {
+        let kind = data.kind.unwrap_or_default();
+        let action = data.action.unwrap_or_default();
         // Absent credentials read like an empty object: every look-up finds nothing.
-        let credentials = data.get("credentials");
-        let tool = || Tool::from_name(&data.str("tool").unwrap_or_default());
+        let credentials = data.credentials;
+        let provider = data.provider;
+        let tool = data.tool;
+        let tool = || Tool::from_name(tool.as_deref().unwrap_or_default());
         match (&*kind, &*action) {
             ("tool", "invoke_tool") => {
-                check_provider(data)?;
+                check_provider(provider.as_deref())?;
                 let tool = tool()?;
-                let params = match data.get("tool_parameters").map(RawValue::get) {
-                    None | Some("null") => Params::default(),
-                    Some(text) if text.starts_with('{') => {
-                        Params::parse(text).map_err(|e| ToolError::param(format!("tool_parameters: {e}")))?
-                    }
-                    Some(_) => return Err(ToolError::param("tool_parameters must be an object").into()),
+                let params = match data.tool_parameters {
+                    Slot::Absent => Params::default(),
+                    Slot::Object(params) => params,
+                    Slot::NotObject => return Err(ToolError::param("tool_parameters must be an object").into()),
                 };
                 Ok(Request::InvokeTool { tool, params, credentials })
             }
             ("tool", "validate_tool_credentials") => {
-                check_provider(data).map_err(|e| SessionError::CredentialValidation(e.message))?;
+                check_provider(provider.as_deref()).map_err(|e| SessionError::CredentialValidation(e.message))?;
                 Ok(Request::ValidateCredentials { credentials })
             }
             ("tool", "get_tool_runtime_parameters") => {
-                check_provider(data)?;
+                check_provider(provider.as_deref())?;
                 Ok(Request::RuntimeParameters { tool: tool()? })
             }
             ("trigger", _) => Ok(Request::Trigger { action }),
@@ -161,15 +162,16 @@ impl<'a> Request<'a> {
 
 /// Handles one `request` and ends its session.
 async fn handle_request(app: &App, session: Session, data: RequestData) {
-    let outcome = match data.fields() {
-        Ok(fields) => answer(app, &fields, &data).await,
+    let outcome = match data.parse::<Data>() {
+        Ok(read) => answer(app, read, &data).await,
+        // Valid JSON nested deeper than serde_json reads (the text itself was only scanned).
         Err(e) => Err(ToolError::param(format!("malformed input: {e}")).into()),
     };
     respond(session, outcome).await
 }
 
-async fn answer(app: &App, fields: &Fields<'_>, data: &RequestData) -> Result<Reply, SessionError> {
-    match Request::parse(fields)? {
+async fn answer(app: &App, read: Data<'_>, data: &RequestData) -> Result<Reply, SessionError> {
+    match Request::parse(read)? {
         Request::InvokeTool { tool, params, credentials } => {
             Ok(Reply::Answer(invoke_tool(app, tool, &params, credentials).await?))
         }
@@ -183,8 +185,8 @@ async fn answer(app: &App, fields: &Fields<'_>, data: &RequestData) -> Result<Re
     }
 }
 
-fn check_provider(data: &Fields) -> Result<(), ToolError> {
-    match data.str("provider").as_deref() {
+fn check_provider(provider: Option<&str>) -> Result<(), ToolError> {
+    match provider {
         Some(PROVIDER) => Ok(()),
         // The daemon sends the short name; accept the long `author/plugin/provider` form too.
         Some(p) if p.rsplit('/').next() == Some(PROVIDER) => Ok(()),

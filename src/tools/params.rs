@@ -1,36 +1,160 @@
 //! Reading tool parameters the way workflow nodes and LLM agents actually send them.
 
 use std::borrow::Cow;
+use std::fmt;
 
-use dify_plugin::protocol::{raw_str, Fields};
-use serde_json::value::RawValue;
-use serde_json::Value;
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::error::ToolError;
 
-/// A call's `tool_parameters`: each member's JSON text, borrowed from the request.
-pub type Params<'a> = Fields<'a>;
+/// What serde_json (`arbitrary_precision`) reports a number as: a one-entry map under this key.
+pub(crate) const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
-/// What a parameter holds, read from its text without building a tree.
-enum Param<'a> {
-    /// Absent or `null`.
-    Absent,
+/// A call's `tool_parameters`, read in the same pass as the rest of the request: each
+/// member's value, its strings borrowed from the request's text where they had no escapes.
+/// A repeated name reads as its last value, as a JSON map would keep it.
+#[derive(Debug, Default, Clone)]
+pub struct Params<'a>(Vec<(Cow<'a, str>, Param<'a>)>);
+
+/// What a parameter holds.
+#[derive(Debug, Clone)]
+pub enum Param<'a> {
+    /// `null` (an absent parameter reads the same).
+    Null,
     Bool,
     Str(Cow<'a, str>),
-    /// A number, as it was written.
-    Number(&'a str),
-    /// An object or an array.
-    Composite(&'a RawValue),
+    /// A number, as serde_json keeps it (every digit as written).
+    Number(String),
+    /// An object or an array (rare: an agent passing a JSON payload as an object).
+    Composite(Value),
 }
 
-fn param<'a>(params: &Params<'a>, name: &str) -> Param<'a> {
-    let Some(raw) = params.get(name) else { return Param::Absent };
-    match raw.get().as_bytes().first() {
-        Some(b'n') => Param::Absent,
-        Some(b't' | b'f') => Param::Bool,
-        Some(b'"') => raw_str(raw).map_or(Param::Absent, Param::Str),
-        Some(b'{' | b'[') => Param::Composite(raw),
-        _ => Param::Number(raw.get()),
+impl<'a> Params<'a> {
+    /// The parameters in `object`, the text of a JSON object (anything else is an error).
+    pub fn parse(object: &'a str) -> serde_json::Result<Params<'a>> {
+        serde_json::from_str(object)
+    }
+
+    fn get(&self, name: &str) -> &Param<'a> {
+        self.0.iter().rev().find(|(key, _)| key == name).map_or(&Param::Null, |(_, value)| value)
+    }
+}
+
+impl<'de> Deserialize<'de> for Params<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(ParamsVisitor)
+    }
+}
+
+/// Reads an object's members into [`Params`]; also what `tool_parameters` is read with.
+pub struct ParamsVisitor;
+
+impl<'de> Visitor<'de> for ParamsVisitor {
+    type Value = Params<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of tool parameters")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Params<'de>, A::Error> {
+        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(6));
+        while let Some(name) = map.next_key::<Name>()? {
+            members.push((name.0, map.next_value()?));
+        }
+        Ok(Params(members))
+    }
+}
+
+/// A member name, borrowed from the text when it has no escapes.
+pub struct Name<'a>(pub Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Param<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ParamVisitor)
+    }
+}
+
+/// Mirrors serde_json's `Value` visitor, keeping strings borrowed and numbers as text.
+struct ParamVisitor;
+
+impl<'de> Visitor<'de> for ParamVisitor {
+    type Value = Param<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Param<'de>, E> {
+        Ok(Param::Bool)
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Param<'de>, E> {
+        Ok(Param::Number(v.to_string()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Param<'de>, E> {
+        Ok(Param::Number(v.to_string()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Param<'de>, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Param::Null, |n| Param::Number(n.to_string())))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Param<'de>, E> {
+        Ok(Param::Str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Param<'de>, E> {
+        Ok(Param::Str(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Param<'de>, E> {
+        Ok(Param::Str(Cow::Owned(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Param<'de>, E> {
+        Ok(Param::Null)
+    }
+    fn visit_none<E>(self) -> Result<Param<'de>, E> {
+        Ok(Param::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Param<'de>, D::Error> {
+        Param::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Param<'de>, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Value>()? {
+            items.push(item);
+        }
+        Ok(Param::Composite(Value::Array(items)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Param<'de>, A::Error> {
+        let Some(Name(first)) = map.next_key()? else {
+            return Ok(Param::Composite(Value::Object(Map::new())));
+        };
+        if first == NUMBER_TOKEN {
+            return Ok(Param::Number(map.next_value::<String>()?));
+        }
+        // As `Value` builds a map: a repeated key keeps its first place and its last value.
+        let mut members = Map::new();
+        members.insert(first.into_owned(), map.next_value()?);
+        while let Some((key, value)) = map.next_entry::<String, Value>()? {
+            members.insert(key, value);
+        }
+        Ok(Param::Composite(Value::Object(members)))
     }
 }
 
@@ -38,7 +162,7 @@ fn param<'a>(params: &Params<'a>, name: &str) -> Param<'a> {
 /// numbers); anything else is a clear `param_invalid`. An empty string is reported as empty,
 /// not as missing: a workflow that maps an empty variable needs to hear that.
 pub fn required_str(params: &Params, name: &str) -> Result<String, ToolError> {
-    if matches!(param(params, name), Param::Str(s) if s.is_empty()) {
+    if matches!(params.get(name), Param::Str(s) if s.is_empty()) {
         return Err(ToolError::param(match name {
             "event_id" => "event_id is empty: pass the unique id the source system gave this event".to_owned(),
             _ => format!("{name} is empty: pass a value"),
@@ -50,15 +174,12 @@ pub fn required_str(params: &Params, name: &str) -> Result<String, ToolError> {
 /// An optional string; null and "" mean absent. Objects and arrays are accepted as their
 /// (compact) JSON text, so an agent passing a JSON payload object is understood.
 pub fn optional_str(params: &Params, name: &str) -> Result<Option<String>, ToolError> {
-    match param(params, name) {
-        Param::Absent => Ok(None),
+    match params.get(name) {
+        Param::Null => Ok(None),
         Param::Str(s) if s.is_empty() => Ok(None),
-        Param::Str(s) => Ok(Some(s.into_owned())),
-        Param::Number(n) => Ok(Some(n.to_owned())),
-        Param::Composite(raw) => match serde_json::from_str::<Value>(raw.get()) {
-            Ok(v) => Ok(Some(v.to_string())),
-            Err(e) => Err(ToolError::param(format!("{name} is not JSON this plugin can read: {e}"))),
-        },
+        Param::Str(s) => Ok(Some(s.clone().into_owned())),
+        Param::Number(n) => Ok(Some(n.clone())),
+        Param::Composite(v) => Ok(Some(v.to_string())),
         Param::Bool => Err(ToolError::param(format!("{name} must be text, not true/false"))),
     }
 }
@@ -77,8 +198,8 @@ pub fn optional_payload(params: &Params, name: &str) -> Result<Option<String>, T
 /// An optional whole number within `min..=max`; numeric strings are accepted.
 pub fn optional_int(params: &Params, name: &str, min: i64, max: i64) -> Result<Option<i64>, ToolError> {
     let bad = || ToolError::param(format!("{name} must be a whole number from {min} to {max}"));
-    let n = match param(params, name) {
-        Param::Absent => return Ok(None),
+    let n = match params.get(name) {
+        Param::Null => return Ok(None),
         Param::Str(s) if s.trim().is_empty() => return Ok(None),
         Param::Str(s) => s.trim().parse::<f64>().map_err(|_| bad())?,
         Param::Number(n) => n.parse::<f64>().map_err(|_| bad())?,
@@ -110,17 +231,22 @@ mod tests {
 
     #[test]
     fn text_of_every_shape() {
-        let m = Fields::parse(
-            r#"{"n": 1.50, "big": 12345678901234567890123, "o": {"b": 1, "a": [1, 2.0]}, "e": "a\"b\u00e9"}"#,
+        let m = Params::parse(
+            r#"{"n": 1.50, "big": 12345678901234567890123, "o": {"b": 1, "a": [1, 2.0], "b": 3}, "e": "a\"b\u00e9"}"#,
         )
         .unwrap();
         assert_eq!(optional_str(&m, "n").unwrap().as_deref(), Some("1.50"), "a number as it was written");
         assert_eq!(optional_str(&m, "big").unwrap().as_deref(), Some("12345678901234567890123"));
-        assert_eq!(optional_str(&m, "o").unwrap().as_deref(), Some(r#"{"b":1,"a":[1,2.0]}"#), "compact, in order");
+        assert_eq!(
+            optional_str(&m, "o").unwrap().as_deref(),
+            Some(r#"{"b":3,"a":[1,2.0]}"#),
+            "compact, as Value keeps it"
+        );
         assert_eq!(optional_str(&m, "e").unwrap().as_deref(), Some("a\"bé"));
         let deep = format!(r#"{{"d": {}{}}}"#, "[".repeat(200), "]".repeat(200));
-        let m = Fields::parse(&deep).unwrap();
-        assert_eq!(optional_str(&m, "d").unwrap_err().class, crate::error::ErrorClass::ParamInvalid);
+        assert!(Params::parse(&deep).unwrap_err().to_string().contains("recursion limit"));
+        let m = Params::parse(r#"{"a": "x", "a": null, "b": "y", "b": "z"}"#).unwrap();
+        assert_eq!((optional_str(&m, "a").unwrap(), optional_str(&m, "b").unwrap().as_deref()), (None, Some("z")));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use dify_plugin::protocol::outbound::write_answer_end_lines;
-use dify_plugin::protocol::Inbound;
+use dify_plugin::protocol::{Fields, Inbound};
 use event_store::key::storage_key;
 use event_store::record::fingerprint;
 use event_store::{Clock, Created, EventStore, StoreCache};
@@ -67,7 +67,7 @@ fn per_call(n: usize, rounds: usize, mut f: impl FnMut(usize)) -> f64 {
 /// A request line's credentials (as a tree) and its `tool_parameters` (their JSON text).
 fn request_parts(line: &[u8]) -> anyhow::Result<(Value, String)> {
     let data = Inbound::parse(line).map_err(|e| anyhow::anyhow!(e.message))?.data.context("no data")?;
-    let fields = Params::parse(data.get())?;
+    let fields = Fields::parse(data.get())?;
     let params = fields.get("tool_parameters").context("no tool_parameters")?.get().to_owned();
     Ok((serde_json::from_str(fields.get("credentials").map_or("null", |c| c.get()))?, params))
 }
