@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use super::batch::{DATA, EXPIRY, META, REV_KEY};
 use super::engine::DB_FILE;
 use super::open::{sync_dir, sync_parent};
-use super::record::{system_now_ms, Record};
+use super::record::{system_now_ms, StoredValue};
 
 const FORMAT: &str = "stateful-tool-kv-backup";
 const VERSION: u32 = 1;
@@ -66,7 +66,7 @@ pub(crate) fn write_snapshot(db: &Database, out: &mut impl Write) -> anyhow::Res
     let mut records = 0u64;
     for item in txn.open_table(DATA)?.iter()? {
         let (k, v) = item?;
-        let rec = Record::decode(v.value())?;
+        let rec = StoredValue::decode(v.value())?;
         if !rec.is_live(taken_ms) {
             continue;
         }
@@ -140,7 +140,7 @@ fn partial(path: &Path) -> PathBuf {
 /// Reads a snapshot, checking header, every line and the trailer; calls `each` per record.
 pub(crate) fn read_snapshot(
     file: &Path,
-    mut each: impl FnMut(&str, Record) -> anyhow::Result<()>,
+    mut each: impl FnMut(&str, StoredValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<Summary> {
     let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let mut lines = BufReader::new(f).lines();
@@ -166,7 +166,7 @@ pub(crate) fn read_snapshot(
         serde_json::from_str::<serde::de::IgnoredAny>(&rec.value)
             .with_context(|| format!("record {} is not JSON", rec.key))?;
         max_rev = max_rev.max(rec.rev);
-        let value = Record {
+        let value = StoredValue {
             value: rec.value.into_bytes().into(),
             rev: rec.rev,
             modified_ms: rec.modified_ms,
@@ -197,7 +197,7 @@ pub(crate) fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
         let summary = {
             let (mut data, mut expiry) = (txn.open_table(DATA)?, txn.open_table(EXPIRY)?);
             let summary = read_snapshot(file, |key, rec| {
-                data.insert(key, Record::encode(&rec.value, rec.rev, rec.modified_ms, rec.expires_ms).as_slice())?;
+                data.insert(key, StoredValue::encode(&rec.value, rec.rev, rec.modified_ms, rec.expires_ms).as_slice())?;
                 if rec.expires_ms != 0 {
                     expiry.insert((rec.expires_ms, key), ())?;
                 }

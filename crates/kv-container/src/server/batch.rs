@@ -3,9 +3,9 @@
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableTable, Table, TableDefinition};
 
-use super::record::{CorruptRecord, Record};
+use super::record::{CorruptRecord, StoredValue};
 
-/// key → encoded [`Record`].
+/// key → encoded [`StoredValue`].
 pub(crate) const DATA: TableDefinition<&str, &[u8]> = TableDefinition::new("kv_data_v1");
 /// (expires_ms, key) → (); lets the purge find expired keys in order without a full scan.
 pub(crate) const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("kv_expiry_v1");
@@ -66,7 +66,7 @@ pub(crate) enum Outcome {
     Deleted,
     NotFound,
     /// Precondition failed; carries the live value if there is one.
-    PreconditionFailed(Option<Record>),
+    PreconditionFailed(Option<StoredValue>),
     Purged(usize),
     /// Reached the writer after its deadline (at this store time): nothing was written.
     TooLate(u64),
@@ -148,9 +148,9 @@ impl Tables<'_> {
     }
 
     /// The stored record, expired or not (the purge index needs the raw expiry).
-    fn load(&self, key: &str) -> Result<Option<Record>, BatchError> {
+    fn load(&self, key: &str) -> Result<Option<StoredValue>, BatchError> {
         match self.data.get(key)? {
-            Some(guard) => Ok(Some(Record::decode(guard.value())?)),
+            Some(guard) => Ok(Some(StoredValue::decode(guard.value())?)),
             None => Ok(None),
         }
     }
@@ -172,7 +172,7 @@ impl Tables<'_> {
             modified_ms: self.now,
             expires_ms: ttl_ms.map_or(0, |ttl| self.now.saturating_add(ttl)),
         };
-        let blob = Record::encode(value, written.rev, written.modified_ms, written.expires_ms);
+        let blob = StoredValue::encode(value, written.rev, written.modified_ms, written.expires_ms);
         self.data.insert(key, blob.as_slice())?;
         if written.expires_ms != 0 {
             self.expiry.insert((written.expires_ms, key), ())?;
@@ -229,7 +229,7 @@ impl Tables<'_> {
     }
 }
 
-fn precondition_holds(pre: Precondition, live: Option<&Record>) -> bool {
+fn precondition_holds(pre: Precondition, live: Option<&StoredValue>) -> bool {
     match pre {
         Precondition::None => true,
         Precondition::IfAbsent => live.is_none(),

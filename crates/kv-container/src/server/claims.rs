@@ -73,7 +73,7 @@ mod tests {
 
     use super::*;
     use crate::server::batch::Written;
-    use crate::server::record::Record;
+    use crate::server::record::StoredValue;
 
     const NOW: u64 = 1_785_924_000_000;
 
@@ -88,7 +88,7 @@ mod tests {
 
     fn refused_by(stored: Vec<u8>) -> Outcome {
         let value = Bytes::from(stored);
-        Outcome::PreconditionFailed(Some(Record { value, rev: 1, modified_ms: NOW, expires_ms: 0 }))
+        Outcome::PreconditionFailed(Some(StoredValue { value, rev: 1, modified_ms: NOW, expires_ms: 0 }))
     }
 
     fn create(sent: &[u8], outcome: &Outcome) -> Option<Claim> {

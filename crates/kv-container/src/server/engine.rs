@@ -22,7 +22,7 @@ use super::batch::{Outcome, WriteOp, DATA};
 use super::health::Health;
 use super::metrics::Metrics;
 use super::open::DbSlot;
-use super::record::{Clock, Record};
+use super::record::{ServerClock, StoredValue};
 pub(crate) use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
 use super::writer::{Job, Writer, IDLE};
 
@@ -36,7 +36,7 @@ pub(crate) struct Engine {
     slot: Arc<DbSlot>,
     health: Arc<Health>,
     queue: mpsc::Sender<Job>,
-    clock: Clock,
+    clock: ServerClock,
     // Shared with the writer; only tests read it through the handle.
     #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<Stats>,
@@ -60,7 +60,11 @@ impl Engine {
     /// Opens `<dir>/kv.redb` (creating it only when the directory has no data file; refusing
     /// one that is not a complete, valid store) and starts the writer thread.
     #[cfg(test)]
-    pub(crate) fn open(dir: &Path, durability: DurabilityMode, clock: Clock) -> anyhow::Result<(Engine, WriterHandle)> {
+    pub(crate) fn open(
+        dir: &Path,
+        durability: DurabilityMode,
+        clock: ServerClock,
+    ) -> anyhow::Result<(Engine, WriterHandle)> {
         Self::open_cached(dir, durability, clock, super::open::DEFAULT_CACHE_MB << 20)
     }
 
@@ -68,7 +72,7 @@ impl Engine {
     pub(crate) fn open_cached(
         dir: &Path,
         durability: DurabilityMode,
-        clock: Clock,
+        clock: ServerClock,
         cache_bytes: usize,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
         Self::start(dir, durability, clock, cache_bytes, None)
@@ -80,7 +84,7 @@ impl Engine {
     pub(crate) fn open_gated(
         dir: &Path,
         durability: DurabilityMode,
-        clock: Clock,
+        clock: ServerClock,
         gate: Option<std::sync::mpsc::Receiver<()>>,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
         Self::start(dir, durability, clock, super::open::DEFAULT_CACHE_MB << 20, gate)
@@ -89,7 +93,7 @@ impl Engine {
     fn start(
         dir: &Path,
         durability: DurabilityMode,
-        clock: Clock,
+        clock: ServerClock,
         cache_bytes: usize,
         gate: Option<std::sync::mpsc::Receiver<()>>,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
@@ -129,7 +133,7 @@ impl Engine {
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
-    pub(crate) async fn get(&self, key: String) -> Result<Option<Record>, EngineError> {
+    pub(crate) async fn get(&self, key: String) -> Result<Option<StoredValue>, EngineError> {
         self.get_at(key).await.map(|(found, _)| found)
     }
 
@@ -137,7 +141,7 @@ impl Engine {
     /// is in the snapshot read: the read's own time, or just before the batch that was being
     /// applied when the read began (its writes commit later and would be missed). A client
     /// judging "no write with a deadline before T can appear any more" relies on it.
-    pub(crate) async fn get_at(&self, key: String) -> Result<(Option<Record>, u64), EngineError> {
+    pub(crate) async fn get_at(&self, key: String) -> Result<(Option<StoredValue>, u64), EngineError> {
         let db = self.db()?;
         let clock = self.clock.clone();
         let health = self.health.clone();
@@ -228,12 +232,12 @@ impl<E: Into<redb::Error>> From<E> for ReadError {
     }
 }
 
-fn read_live(db: &Database, key: &str, now: u64) -> Result<Option<Record>, ReadError> {
+fn read_live(db: &Database, key: &str, now: u64) -> Result<Option<StoredValue>, ReadError> {
     let txn = db.begin_read()?;
     let table = txn.open_table(DATA)?;
     let stored = match table.get(key)? {
         Some(guard) => Some(
-            Record::decode(guard.value())
+            StoredValue::decode(guard.value())
                 .map_err(|e| ReadError::Damaged(format!("the record under key {key:?}: {e}")))?,
         ),
         None => None,

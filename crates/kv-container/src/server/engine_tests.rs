@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::{DurabilityMode, Engine, EngineError, WriterHandle};
 use super::inspect::inventory;
-use super::record::Clock;
+use super::record::ServerClock;
 
 type Reply = Result<Outcome, EngineError>;
 
@@ -18,7 +18,7 @@ fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteO
     WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms, until_ms: None }
 }
 
-fn open(dir: &Path, clock: Clock) -> (Engine, WriterHandle) {
+fn open(dir: &Path, clock: ServerClock) -> (Engine, WriterHandle) {
     Engine::open(dir, DurabilityMode::Immediate, clock).expect("engine opens")
 }
 
@@ -62,7 +62,7 @@ async fn queued_concurrent_writes_commit_in_one_transaction() {
     let dir = tempfile::tempdir().unwrap();
     let (gate, gate_rx) = std::sync::mpsc::channel();
     let (engine, writer) =
-        Engine::open_gated(dir.path(), DurabilityMode::Immediate, Clock::system(), Some(gate_rx)).unwrap();
+        Engine::open_gated(dir.path(), DurabilityMode::Immediate, ServerClock::system(), Some(gate_rx)).unwrap();
     const N: usize = 200;
     let handles: Vec<_> = (0..N)
         .map(|i| {
@@ -84,7 +84,7 @@ async fn queued_concurrent_writes_commit_in_one_transaction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_concurrent_writers_need_fewer_commits_than_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, writer) = open(dir.path(), Clock::system());
+    let (engine, writer) = open(dir.path(), ServerClock::system());
     const WRITERS: usize = 32;
     const EACH: usize = 25;
     let handles: Vec<_> = (0..WRITERS)
@@ -111,7 +111,7 @@ async fn later_writes_in_a_batch_see_earlier_ones() {
     let dir = tempfile::tempdir().unwrap();
     let (gate, gate_rx) = std::sync::mpsc::channel();
     let (engine, writer) =
-        Engine::open_gated(dir.path(), DurabilityMode::Immediate, Clock::system(), Some(gate_rx)).unwrap();
+        Engine::open_gated(dir.path(), DurabilityMode::Immediate, ServerClock::system(), Some(gate_rx)).unwrap();
     let ops = vec![
         put("k", "\"a\"", Precondition::IfAbsent, None),
         put("k", "\"b\"", Precondition::IfAbsent, None),
@@ -142,7 +142,7 @@ async fn later_writes_in_a_batch_see_earlier_ones() {
 #[tokio::test]
 async fn compare_and_swap_and_conditional_delete() {
     let dir = tempfile::tempdir().unwrap();
-    let (e, writer) = open(dir.path(), Clock::system());
+    let (e, writer) = open(dir.path(), ServerClock::system());
     let w1 = created(e.write(put("k", "1", Precondition::None, None)).await);
     let w2 = match e.write(put("k", "2", Precondition::IfRev(w1.rev), None)).await {
         Ok(Outcome::Replaced(w)) => w,
@@ -171,7 +171,7 @@ async fn compare_and_swap_and_conditional_delete() {
 #[tokio::test]
 async fn expiry_hides_keys_and_purge_reclaims_them() {
     let dir = tempfile::tempdir().unwrap();
-    let (clock, now) = Clock::manual(1_000_000);
+    let (clock, now) = ServerClock::manual(1_000_000);
     let (e, writer) = open(dir.path(), clock);
     let w = created(e.write(put("k", "1", Precondition::None, Some(300))).await);
     assert_eq!(w.expires_ms, 1_000_300);
@@ -207,13 +207,13 @@ async fn expiry_hides_keys_and_purge_reclaims_them() {
 #[tokio::test]
 async fn revisions_keep_increasing_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
-    let (e, writer) = open(dir.path(), Clock::system());
+    let (e, writer) = open(dir.path(), ServerClock::system());
     created(e.write(put("a", "1", Precondition::None, None)).await);
     let last = created(e.write(put("b", "1", Precondition::None, None)).await).rev;
     drop(e);
     writer.join();
     assert_eq!(inventory(dir.path()).unwrap().last_rev, last);
-    let (e, writer) = open(dir.path(), Clock::system());
+    let (e, writer) = open(dir.path(), ServerClock::system());
     assert_eq!(e.get("a".into()).await.unwrap().map(|r| r.value), Some(Bytes::from_static(b"1")));
     let next = created(e.write(put("c", "1", Precondition::None, None)).await).rev;
     assert!(next > last, "ETags never repeat after a restart");
@@ -224,7 +224,7 @@ async fn revisions_keep_increasing_across_restarts() {
 #[tokio::test]
 async fn a_failed_batch_acknowledges_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (e, writer) = open(dir.path(), Clock::system());
+    let (e, writer) = open(dir.path(), ServerClock::system());
     e.stats().fail_next_batch.store(true, Ordering::SeqCst);
     let r = e.write(put("k", "1", Precondition::IfAbsent, None)).await;
     assert!(matches!(r, Err(EngineError::Storage(_))), "{r:?}");
@@ -237,7 +237,7 @@ async fn a_failed_batch_acknowledges_nothing() {
 #[tokio::test]
 async fn none_mode_still_keeps_writes_over_a_clean_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (e, writer) = Engine::open(dir.path(), DurabilityMode::None, Clock::system()).unwrap();
+    let (e, writer) = Engine::open(dir.path(), DurabilityMode::None, ServerClock::system()).unwrap();
     for i in 0..10 {
         created(e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None)).await);
     }
@@ -252,7 +252,7 @@ async fn none_mode_still_keeps_writes_over_a_clean_restart() {
 #[tokio::test]
 async fn deadlines_are_judged_at_the_batch_and_reads_never_claim_a_batch_in_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let (clock, now) = Clock::manual(1_000_000);
+    let (clock, now) = ServerClock::manual(1_000_000);
     let (e, writer) = open(dir.path(), clock);
     let by = |until_ms| WriteOp::Put {
         key: "k".into(),

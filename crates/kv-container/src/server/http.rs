@@ -13,9 +13,9 @@ use super::auth::{self, Auth};
 use super::batch::{Outcome, Precondition, WriteOp, Written};
 use super::engine::EngineError;
 use super::error::ApiError;
-use super::record::{system_now_ms, Record};
+use super::record::{system_now_ms, StoredValue};
 use super::request::{self, MAX_VALUE_LEN};
-use super::state::{health_problem, AppState};
+use super::state::{health_problem, AppState, Shared};
 use super::tokens::Scope;
 use super::{backup, claims, listing, metrics, ui};
 
@@ -23,8 +23,6 @@ const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
 const KV_EXPIRES_MS: HeaderName = HeaderName::from_static("kv-expires-ms");
 const CAPABILITIES: [&str; 5] = ["conditional-put", "ttl", "server-time", "cas", "deadline"];
-
-type App = State<Arc<AppState>>;
 
 /// The whole HTTP surface. Layers run outside-in: request metrics, time stamp, then auth
 /// (only when a token is configured), then the body limit, then the route — so a 401 is
@@ -65,7 +63,7 @@ pub(crate) fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
 }
 
 async fn list_keys(
-    State(app): App,
+    State(app): Shared,
     scope: Option<Extension<Scope>>,
     query: Result<axum::extract::Query<listing::ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -80,7 +78,7 @@ async fn list_keys(
     Ok(Json(listing::list(&app.engine, query).await?).into_response())
 }
 
-async fn backup_snapshot(State(app): App) -> Result<Response, ApiError> {
+async fn backup_snapshot(State(app): Shared) -> Result<Response, ApiError> {
     let mut resp = backup::stream(app.engine.db()?, app.engine.metrics().clone()).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
     Ok(resp)
@@ -88,7 +86,7 @@ async fn backup_snapshot(State(app): App) -> Result<Response, ApiError> {
 
 /// Served even when the store cannot be read (damage, writer stopped): then `kv_healthy`
 /// is 0 and the figures that need a read keep their last values.
-async fn metrics_text(State(app): App) -> Response {
+async fn metrics_text(State(app): Shared) -> Response {
     let keys = listing::key_count(&app.engine).await.ok();
     let bytes = std::fs::metadata(&app.data_file).map_or(0, |m| m.len());
     let ops = &app.engine.metrics().ops;
@@ -108,7 +106,7 @@ async fn stamp_server_time(mut resp: Response) -> Response {
     resp
 }
 
-async fn healthz(State(app): App) -> Response {
+async fn healthz(State(app): Shared) -> Response {
     let problem = health_problem(&app);
     let mut body = serde_json::json!({
         "status": problem.as_ref().map_or("ok", |p| p.status),
@@ -145,7 +143,7 @@ fn key_of(uri: &Uri) -> Result<String, ApiError> {
     request::validate_key(raw).map(str::to_owned)
 }
 
-async fn get_value(State(app): App, uri: Uri) -> Result<Response, ApiError> {
+async fn get_value(State(app): Shared, uri: Uri) -> Result<Response, ApiError> {
     let key = key_of(&uri)?;
     let (found, at) = app.engine.get_at(key).await?;
     let mut resp = match found {
@@ -156,14 +154,14 @@ async fn get_value(State(app): App, uri: Uri) -> Result<Response, ApiError> {
     Ok(resp)
 }
 
-async fn put_value(State(app): App, req: Request) -> Result<Response, ApiError> {
+async fn put_value(State(app): Shared, req: Request) -> Result<Response, ApiError> {
     let pre = request::precondition(req.headers(), true)?;
     write_value(&app, req, pre).await
 }
 
 /// Legacy unconditional write. A precondition here would be silently ignored, turning a
 /// client's compare-and-swap into an overwrite, so it is refused instead.
-async fn post_value(State(app): App, req: Request) -> Result<Response, ApiError> {
+async fn post_value(State(app): Shared, req: Request) -> Result<Response, ApiError> {
     if request::precondition(req.headers(), true)? != Precondition::None {
         return Err(ApiError::bad_request(
             "bad_precondition",
@@ -194,7 +192,7 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
     }
 }
 
-async fn delete_value(State(app): App, req: Request) -> Result<Response, ApiError> {
+async fn delete_value(State(app): Shared, req: Request) -> Result<Response, ApiError> {
     let key = key_of(req.uri())?;
     let pre = request::precondition(req.headers(), false)?;
     let until_ms = request::deadline(req.headers())?;
@@ -235,7 +233,7 @@ fn set_meta(headers: &mut HeaderMap, rev: u64, modified_ms: u64, expires_ms: u64
     }
 }
 
-fn value_response(status: StatusCode, record: &Record) -> Response {
+fn value_response(status: StatusCode, record: &StoredValue) -> Response {
     let mut resp = (status, record.value.clone()).into_response();
     let headers = resp.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -251,7 +249,7 @@ fn written_response(status: StatusCode, w: Written) -> Response {
 
 /// 412 carries the current value and its ETag, so a duplicate create costs one round trip;
 /// with no live value the body is empty and there is no ETag.
-fn precondition_failed(current: Option<Record>) -> Response {
+fn precondition_failed(current: Option<StoredValue>) -> Response {
     match current {
         Some(record) => value_response(StatusCode::PRECONDITION_FAILED, &record),
         None => StatusCode::PRECONDITION_FAILED.into_response(),

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::batch::DATA;
 use super::engine::{Engine, EngineError};
 use super::error::ApiError;
-use super::record::{system_now_ms, Record};
+use super::record::{system_now_ms, StoredValue};
 use super::request::validate_key;
 
 /// Most keys one list request returns.
@@ -85,7 +85,7 @@ fn read_page(
         if after == Some(key) {
             continue;
         }
-        let rec = Record::decode(v.value()).map_err(|e| EngineError::Storage(e.to_string()))?;
+        let rec = StoredValue::decode(v.value()).map_err(|e| EngineError::Storage(e.to_string()))?;
         if !rec.is_live(now) {
             continue;
         }

@@ -168,7 +168,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (engine, writer) = engine::Engine::open_cached(
         &args.data,
         args.durability,
-        record::Clock::system(),
+        record::ServerClock::system(),
         (args.cache_mb as usize) << 20,
     )?;
     tracing::info!(

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableTable};
 
 use super::batch::{DATA, EXPIRY, META};
-use super::record::Record;
+use super::record::StoredValue;
 
 /// The database file inside `--data`.
 pub(crate) const DB_FILE: &str = "kv.redb";
@@ -167,7 +167,7 @@ fn scan(db: &Database) -> Result<u64, String> {
         Ok(table) => {
             for entry in table.iter().map_err(|e| bad(&e))? {
                 let (key, value) = entry.map_err(|e| bad(&e))?;
-                Record::decode(value.value())
+                StoredValue::decode(value.value())
                     .map_err(|e| format!("the record under key {:?} is damaged: {e}", key.value()))?;
                 records += 1;
             }

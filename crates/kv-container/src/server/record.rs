@@ -1,4 +1,4 @@
-//! On-disk record layout (value + revision + timestamps) and the server clock.
+//! The stored value's on-disk layout (value + revision + timestamps) and the server clock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ const HEADER_LEN_V2: usize = HEADER_LEN + 4;
 
 /// One stored value with its metadata, as read back from the data table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Record {
+pub(crate) struct StoredValue {
     /// The exact JSON bytes the client sent.
     pub(crate) value: Bytes,
     /// Server-wide revision of the write that produced this value (the ETag).
@@ -38,7 +38,7 @@ pub(crate) struct CorruptRecord {
     pub(crate) why: &'static str,
 }
 
-impl Record {
+impl StoredValue {
     /// Serialises metadata and value into one blob, so a read needs a single B-tree lookup.
     pub(crate) fn encode(value: &[u8], rev: u64, modified_ms: u64, expires_ms: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN_V2 + value.len());
@@ -51,9 +51,9 @@ impl Record {
         out
     }
 
-    /// Parses a blob written by [`Record::encode`] (or by a V1 store); never panics on short
+    /// Parses a blob written by [`StoredValue::encode`] (or by a V1 store); never panics on short
     /// or foreign input.
-    pub(crate) fn decode(raw: &[u8]) -> Result<Record, CorruptRecord> {
+    pub(crate) fn decode(raw: &[u8]) -> Result<StoredValue, CorruptRecord> {
         let corrupt = |why| CorruptRecord { len: raw.len(), why };
         let (header, value) = match raw.first() {
             Some(&FORMAT_V1) => raw.split_at_checked(HEADER_LEN).ok_or(corrupt("shorter than its header"))?,
@@ -72,7 +72,12 @@ impl Record {
             bytes.copy_from_slice(&header[at..at + 8]);
             u64::from_le_bytes(bytes)
         };
-        Ok(Record { rev: word(1), modified_ms: word(9), expires_ms: word(17), value: Bytes::copy_from_slice(value) })
+        Ok(StoredValue {
+            rev: word(1),
+            modified_ms: word(9),
+            expires_ms: word(17),
+            value: Bytes::copy_from_slice(value),
+        })
     }
 
     /// Expired records read as absent everywhere, even before the purge deletes them.
@@ -92,21 +97,21 @@ fn checksum(header: &[u8], value: &[u8]) -> u32 {
 /// The server's notion of "now" in unix milliseconds. Tests can pin it so TTL behaviour is
 /// checked without sleeping.
 #[derive(Clone, Default)]
-pub(crate) struct Clock {
+pub(crate) struct ServerClock {
     manual: Option<Arc<AtomicU64>>,
 }
 
-impl Clock {
+impl ServerClock {
     /// The wall clock.
-    pub(crate) fn system() -> Clock {
-        Clock { manual: None }
+    pub(crate) fn system() -> ServerClock {
+        ServerClock { manual: None }
     }
 
     /// A clock that only moves when the returned handle is written to.
     #[cfg(test)]
-    pub(crate) fn manual(start_ms: u64) -> (Clock, Arc<AtomicU64>) {
+    pub(crate) fn manual(start_ms: u64) -> (ServerClock, Arc<AtomicU64>) {
         let handle = Arc::new(AtomicU64::new(start_ms));
-        (Clock { manual: Some(handle.clone()) }, handle)
+        (ServerClock { manual: Some(handle.clone()) }, handle)
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
@@ -128,35 +133,35 @@ mod tests {
 
     #[test]
     fn roundtrip_keeps_value_and_metadata() {
-        let raw = Record::encode(br#"{"a":1}"#, 42, 1_700_000_000_000, 7);
-        let rec = Record::decode(&raw).expect("decodes");
+        let raw = StoredValue::encode(br#"{"a":1}"#, 42, 1_700_000_000_000, 7);
+        let rec = StoredValue::decode(&raw).expect("decodes");
         assert_eq!(&rec.value[..], br#"{"a":1}"#);
         assert_eq!((rec.rev, rec.modified_ms, rec.expires_ms), (42, 1_700_000_000_000, 7));
     }
 
     #[test]
     fn short_or_foreign_blobs_are_errors_not_panics() {
-        assert!(Record::decode(b"").is_err());
-        assert!(Record::decode(&[1u8; HEADER_LEN - 1]).is_err());
-        assert!(Record::decode(&[2u8; HEADER_LEN_V2 - 1]).is_err());
-        let mut raw = Record::encode(b"1", 1, 1, 0);
+        assert!(StoredValue::decode(b"").is_err());
+        assert!(StoredValue::decode(&[1u8; HEADER_LEN - 1]).is_err());
+        assert!(StoredValue::decode(&[2u8; HEADER_LEN_V2 - 1]).is_err());
+        let mut raw = StoredValue::encode(b"1", 1, 1, 0);
         raw[0] = 9;
-        assert!(Record::decode(&raw).is_err());
+        assert!(StoredValue::decode(&raw).is_err());
     }
 
     #[test]
     fn any_damaged_byte_is_refused_not_served() {
-        let raw = Record::encode(br#"{"status":"done","n":12345}"#, 42, 1_700_000_000_000, 7);
+        let raw = StoredValue::encode(br#"{"status":"done","n":12345}"#, 42, 1_700_000_000_000, 7);
         for at in 0..raw.len() {
             for bit in [0x01u8, 0x80] {
                 let mut bad = raw.clone();
                 bad[at] ^= bit;
-                assert!(Record::decode(&bad).is_err(), "byte {at} ^ {bit:#x} decoded");
+                assert!(StoredValue::decode(&bad).is_err(), "byte {at} ^ {bit:#x} decoded");
             }
         }
         let mut cut = raw.clone();
         cut.pop();
-        assert!(Record::decode(&cut).unwrap_err().to_string().contains("checksum"));
+        assert!(StoredValue::decode(&cut).unwrap_err().to_string().contains("checksum"));
     }
 
     #[test]
@@ -166,16 +171,16 @@ mod tests {
             v1.extend_from_slice(&word.to_le_bytes());
         }
         v1.extend_from_slice(b"{}");
-        let rec = Record::decode(&v1).unwrap();
+        let rec = StoredValue::decode(&v1).unwrap();
         assert_eq!((rec.rev, rec.modified_ms, rec.expires_ms, &rec.value[..]), (42, 1_700_000_000_000, 7, &b"{}"[..]));
     }
 
     #[test]
     fn expiry_is_inclusive_of_the_deadline() {
-        let rec = Record::decode(&Record::encode(b"1", 1, 1, 100)).unwrap();
+        let rec = StoredValue::decode(&StoredValue::encode(b"1", 1, 1, 100)).unwrap();
         assert!(rec.is_live(99));
         assert!(!rec.is_live(100));
-        let forever = Record::decode(&Record::encode(b"1", 1, 1, 0)).unwrap();
+        let forever = StoredValue::decode(&StoredValue::encode(b"1", 1, 1, 0)).unwrap();
         assert!(forever.is_live(u64::MAX));
     }
 }

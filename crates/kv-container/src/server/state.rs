@@ -4,6 +4,9 @@ use super::engine::{DurabilityMode, Engine};
 use super::health::Problem;
 use super::ui::settings::UiState;
 
+/// What a handler extracts to reach the [`AppState`].
+pub(crate) type Shared = axum::extract::State<std::sync::Arc<AppState>>;
+
 /// What every handler needs.
 pub(crate) struct AppState {
     pub(crate) engine: Engine,

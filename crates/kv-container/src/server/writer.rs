@@ -13,7 +13,7 @@ use super::gather::Gather;
 use super::health::Health;
 use super::metrics::Metrics;
 use super::open::DbSlot;
-use super::record::Clock;
+use super::record::ServerClock;
 
 /// Most writes applied in one transaction; bounds commit latency and memory per batch.
 pub(crate) const MAX_BATCH: usize = 1024;
@@ -95,7 +95,7 @@ pub(super) struct Writer {
     pub(crate) broken: Option<(Instant, String)>,
     pub(crate) rx: mpsc::Receiver<Job>,
     pub(crate) durability: DurabilityMode,
-    pub(crate) clock: Clock,
+    pub(crate) clock: ServerClock,
     pub(crate) stats: Arc<Stats>,
     pub(crate) metrics: Arc<Metrics>,
     /// The store time a batch being applied started at ([`IDLE`] between batches): a read

@@ -19,9 +19,7 @@ use crate::server::listing::{self, ListQuery};
 use crate::server::rates::{SLOTS, SLOT_MS};
 use crate::server::record::system_now_ms;
 use crate::server::request::validate_key;
-use crate::server::state::{health_problem, AppState};
-
-type App = State<Arc<AppState>>;
+use crate::server::state::{health_problem, AppState, Shared};
 
 pub(crate) fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -45,7 +43,7 @@ async fn census(app: &AppState) -> Result<Arc<Snapshot>, String> {
     app.ui.census.current(&app.engine).await
 }
 
-async fn now(State(app): App) -> Response {
+async fn now(State(app): Shared) -> Response {
     let ops = &app.engine.metrics().ops;
     let problem = health_problem(&app);
     let mut health = json!({"status": problem.as_ref().map_or("ok", |p| p.status)});
@@ -91,7 +89,7 @@ fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
     Some((st.f_bavail as u64 * block, st.f_blocks as u64 * block))
 }
 
-async fn rates(State(app): App) -> Response {
+async fn rates(State(app): Shared) -> Response {
     let now_ms = system_now_ms();
     let points = app.engine.metrics().ops.rates.window(now_ms);
     answer(
@@ -99,7 +97,7 @@ async fn rates(State(app): App) -> Response {
     )
 }
 
-async fn lists(State(app): App) -> Result<Response, ApiError> {
+async fn lists(State(app): Shared) -> Result<Response, ApiError> {
     let c = census(&app).await.map_err(storage)?;
     Ok(answer(json!({"now_ms": system_now_ms(), "as_of_ms": c.as_of_ms, "stuck_after_s": c.stuck_after_s,
         "failed": c.failed, "stuck": c.stuck})))
@@ -112,7 +110,7 @@ fn storage(why: String) -> ApiError {
 /// One page of keys, exactly as `GET /state` pages them, each read and judged like a
 /// census row (the stuck age applies; `kv ls` does the same two steps).
 async fn keys(
-    State(app): App,
+    State(app): Shared,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(mut query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
@@ -130,7 +128,7 @@ async fn keys(
 }
 
 /// One record whole: its stored JSON, revision, times and TTL, judged like a list row.
-async fn record(State(app): App, uri: Uri) -> Result<Response, ApiError> {
+async fn record(State(app): Shared, uri: Uri) -> Result<Response, ApiError> {
     let key = validate_key(uri.path().strip_prefix("/ui/api/record/").unwrap_or_default())?.to_owned();
     let Some(rec) = app.engine.get(key.clone()).await? else {
         return Err(ApiError::not_found("no live record under this key"));

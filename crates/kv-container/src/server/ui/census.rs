@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::server::batch::DATA;
 use crate::server::engine::{Engine, ReadError};
 use crate::server::ops_metrics;
-use crate::server::record::{system_now_ms, Record};
+use crate::server::record::{system_now_ms, StoredValue};
 
 /// How long a read waits for a scan in progress before taking the previous result.
 const FRESH_WAIT: Duration = Duration::from_millis(1000);
@@ -70,7 +70,7 @@ pub(crate) struct Brief {
 
 impl Brief {
     /// Judges one live record at `now_ms`.
-    pub(crate) fn of(key: &str, rec: &Record, now_ms: u64, stuck_after_ms: u64) -> Brief {
+    pub(crate) fn of(key: &str, rec: &StoredValue, now_ms: u64, stuck_after_ms: u64) -> Brief {
         let mut b = Brief {
             key: key.to_owned(),
             status: "other",
@@ -151,7 +151,7 @@ fn scan(db: &redb::Database, now_ms: u64, stuck_after_ms: u64) -> Result<Snapsho
     let (mut failed, mut stuck) = (Vec::new(), Vec::new());
     for item in table.iter()? {
         let (k, v) = item?;
-        let rec = Record::decode(v.value())
+        let rec = StoredValue::decode(v.value())
             .map_err(|e| ReadError::Damaged(format!("the record under key {:?}: {e}", k.value())))?;
         if !rec.is_live(now_ms) {
             continue;

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::*;
 use crate::server::batch::{Precondition, WriteOp};
 use crate::server::engine::{DurabilityMode, Engine, WriterHandle};
-use crate::server::record::Clock;
+use crate::server::record::ServerClock;
 
 const T0: u64 = 1_785_924_000_000;
 
@@ -33,7 +33,7 @@ async fn put(engine: &Engine, key: &str, value: String, ttl_ms: Option<u64>) {
 }
 
 fn open(dir: &std::path::Path) -> (Engine, WriterHandle, Arc<std::sync::atomic::AtomicU64>) {
-    let (clock, now) = Clock::manual(T0);
+    let (clock, now) = ServerClock::manual(T0);
     let (engine, writer) = Engine::open(dir, DurabilityMode::None, clock).unwrap();
     (engine, writer, now)
 }
