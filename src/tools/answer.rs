@@ -1,13 +1,14 @@
-//! A tool's answer: a JSON object in a fixed field order, serialised straight from its record.
+//! A tool's answer: a JSON object in a fixed field order, written straight from its record.
 //
 // Building a `serde_json::Map` for each answer cost an allocation per key and per value plus
-// hashing, more than the rest of the answer; only `to_value` (for tests) builds one.
+// hashing, more than the rest of the answer; only `to_value` (for tests) builds one. Strings go
+// through the store's word-at-a-time escaper (serde_json's own looks at every byte).
 
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
 
 use super::Tool;
 use crate::protocol::outbound::ToolAnswer;
+use crate::store::json_text::write_str;
 use crate::store::record::{format_time, short_fingerprint, Record};
 
 /// Fields before the record's, the record (with its storage key), and fields after it.
@@ -42,26 +43,37 @@ const RECORD_FIELDS: [&str; 11] = [
 pub const NOT_FOR_AGENTS: [&str; 7] =
     ["key", "payload_compared_as", "event_id", "accepted", "duplicate", "found", "updated_at"];
 
-/// Field `RECORD_FIELDS[index]` of a record, serialised directly (one place maps a field
-/// to its value, for the answer object and for the workflow outputs alike).
-struct RecordField<'a>(&'a Record, &'a str, usize);
+/// Writes field `RECORD_FIELDS[index]` of a record as JSON: the one place that maps a field
+/// to its value, for the answer object and for the workflow outputs alike.
+fn write_record_field(out: &mut Vec<u8>, rec: &Record, key: &str, index: usize) {
+    let text = |out: &mut Vec<u8>, t: Option<&str>| match t {
+        Some(t) => write_str(out, t),
+        None => out.extend_from_slice(b"null"),
+    };
+    match index {
+        0 => write_str(out, &rec.event_id),
+        1 => write_str(out, &rec.event_type),
+        2 => write_str(out, rec.status.as_str()),
+        3 => write_str(out, &rec.received_at),
+        4 => write_str(out, &rec.updated_at),
+        5 => write_value(out, &rec.attempt),
+        6 => write_str(out, &rec.fingerprint),
+        7 => text(out, rec.lease_until_ms.map(format_time).as_deref()),
+        8 => text(out, rec.completed_at.as_deref()),
+        9 => text(out, rec.result.as_deref()),
+        _ => write_str(out, key),
+    }
+}
 
-impl Serialize for RecordField<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let RecordField(rec, key, index) = *self;
-        match index {
-            0 => rec.event_id.serialize(s),
-            1 => rec.event_type.serialize(s),
-            2 => rec.status.as_str().serialize(s),
-            3 => rec.received_at.serialize(s),
-            4 => rec.updated_at.serialize(s),
-            5 => rec.attempt.serialize(s),
-            6 => rec.fingerprint.serialize(s),
-            7 => rec.lease_until_ms.map(format_time).serialize(s),
-            8 => rec.completed_at.serialize(s),
-            9 => rec.result.serialize(s),
-            _ => key.serialize(s),
-        }
+/// A field's value as JSON (strings through the fast escaper).
+fn write_value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    serde_json::to_writer(out, value).expect("serialising an answer field into memory cannot fail");
+}
+
+fn write_json_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::String(s) => write_str(out, s),
+        other => write_value(out, other),
     }
 }
 
@@ -123,53 +135,42 @@ impl Answer {
     /// (nothing written) when the answer has no such field.
     pub fn write_field(&self, name: &str, out: &mut Vec<u8>) -> bool {
         if let Some(v) = self.get(name) {
-            write(out, v);
+            write_json_value(out, v);
             return true;
         }
         let Some((rec, key)) = &self.record else { return false };
         match RECORD_FIELDS.iter().position(|f| *f == name) {
-            Some(index) => write(out, &RecordField(rec, key, index)),
+            Some(index) => write_record_field(out, rec, key, index),
             None => return false,
         }
         true
     }
 
-    /// The answer as a JSON value (what it serialises to).
+    /// The answer as a JSON value (what it is written as).
     pub fn to_value(&self) -> Value {
-        serde_json::to_value(self).expect("an answer serialises to JSON")
+        let mut out = Vec::new();
+        self.write_object(&mut out, false);
+        serde_json::from_slice(&out).expect("an answer is written as JSON")
     }
-}
 
-fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    serde_json::to_writer(out, value).expect("serialising an answer field into memory cannot fail");
-}
-
-impl Serialize for Answer {
-    /// The head fields, the record's (all but its payload) and storage key, the tail fields.
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.serialize_for(s, false)
-    }
-}
-
-/// The answer as an agent's model reads it: without [`NOT_FOR_AGENTS`], null fields and
-/// flags that are false (`retry`, `stuck`, …: the sentence says what matters), the
-/// fingerprint cut to a prefix (64 hex characters cost a model tokens and tell it
-/// nothing more).
-struct ForAgent<'a>(&'a Answer);
-
-impl Serialize for ForAgent<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize_for(s, true)
-    }
-}
-
-impl Answer {
-    fn serialize_for<S: Serializer>(&self, s: S, agent: bool) -> Result<S::Ok, S::Error> {
+    /// Appends the answer object: the head fields, the record's (all but its payload) and
+    /// storage key, the tail fields. For an agent's model (`agent`), without
+    /// [`NOT_FOR_AGENTS`], null fields and flags that are false (`retry`, `stuck`, …: the
+    /// sentence says what matters), and the fingerprint cut to a prefix (64 hex characters
+    /// cost a model tokens and tell it nothing more).
+    fn write_object(&self, out: &mut Vec<u8>, agent: bool) {
         let shown = |name: &str, null: bool| !agent || !(null || NOT_FOR_AGENTS.contains(&name));
         let empty = |v: &Value| v.is_null() || *v == Value::Bool(false);
-        let mut m = s.serialize_map(None)?;
+        let mut first = true;
+        let mut name_of = |out: &mut Vec<u8>, name: &str| {
+            out.push(if first { b'{' } else { b',' });
+            first = false;
+            write_str(out, name);
+            out.push(b':');
+        };
         for (k, v) in self.head.iter().filter(|(k, v)| shown(k, empty(v))) {
-            m.serialize_entry(k, v)?;
+            name_of(out, k);
+            write_json_value(out, v);
         }
         if let Some((rec, key)) = &self.record {
             let null = |index: usize| match index {
@@ -179,16 +180,21 @@ impl Answer {
                 _ => false,
             };
             for (index, name) in RECORD_FIELDS.iter().enumerate().filter(|(i, name)| shown(name, null(*i))) {
+                name_of(out, name);
                 match *name {
-                    "fingerprint" if agent => m.serialize_entry(name, short_fingerprint(&rec.fingerprint))?,
-                    _ => m.serialize_entry(name, &RecordField(rec, key, index))?,
+                    "fingerprint" if agent => write_str(out, short_fingerprint(&rec.fingerprint)),
+                    _ => write_record_field(out, rec, key, index),
                 }
             }
         }
         for (k, v) in self.tail.iter().filter(|(k, v)| shown(k, empty(v))) {
-            m.serialize_entry(k, v)?;
+            name_of(out, k);
+            write_json_value(out, v);
         }
-        m.end()
+        if first {
+            out.push(b'{');
+        }
+        out.push(b'}');
     }
 }
 
@@ -207,8 +213,12 @@ impl ToolAnswer for Answer {
         }
     }
 
+    fn write_json(&self, out: &mut Vec<u8>) {
+        self.write_object(out, false);
+    }
+
     fn write_agent_json(&self, out: &mut Vec<u8>) {
-        write(out, &ForAgent(self));
+        self.write_object(out, true);
     }
 }
 
@@ -246,6 +256,37 @@ mod tests {
         vec![base, done]
     }
 
+    /// The answer as serde_json writes it from a map built field by field (the reference the
+    /// hand-written form is held to).
+    fn reference(a: &Answer) -> String {
+        let mut m = serde_json::Map::new();
+        for (k, v) in &a.head {
+            m.insert((*k).into(), v.clone());
+        }
+        if let Some((rec, key)) = &a.record {
+            let values = [
+                json!(rec.event_id),
+                json!(rec.event_type),
+                json!(rec.status.as_str()),
+                json!(rec.received_at),
+                json!(rec.updated_at),
+                json!(rec.attempt),
+                json!(rec.fingerprint),
+                json!(rec.lease_until_ms.map(format_time)),
+                json!(rec.completed_at),
+                json!(rec.result),
+                json!(key),
+            ];
+            for (name, value) in RECORD_FIELDS.iter().zip(values) {
+                m.insert((*name).into(), value);
+            }
+        }
+        for (k, v) in &a.tail {
+            m.insert((*k).into(), v.clone());
+        }
+        Value::Object(m).to_string()
+    }
+
     #[test]
     fn serialises_exactly_as_its_value() {
         for rec in records() {
@@ -266,7 +307,9 @@ mod tests {
                     .field("key", json!("k")),
             ];
             for a in answers {
-                assert_eq!(serde_json::to_string(&a).unwrap(), a.to_value().to_string());
+                let mut written = Vec::new();
+                a.write_json(&mut written);
+                assert_eq!(String::from_utf8(written).unwrap(), reference(&a), "byte for byte serde_json's");
                 // Each field written alone is the value's field; an unknown one writes nothing.
                 for (name, value) in a.to_value().as_object().unwrap() {
                     let mut out = Vec::new();

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod canonical;
 pub mod clock;
 pub mod hosts;
+pub mod json_text;
 pub mod key;
 pub mod kv_client;
 pub mod kv_tls;

@@ -25,17 +25,19 @@ fn start_session_line(out: &mut Vec<u8>, session_id: &str, kind: &str) {
 }
 
 /// What the writer needs of a tool's answer, without this module knowing the tools.
-pub trait ToolAnswer: Serialize {
+pub trait ToolAnswer {
     /// Appends the `text` message's text (one plain sentence, UTF-8) to `out`.
     fn write_text(&self, out: &mut Vec<u8>);
     /// The names of the tool's declared outputs, one `variable` message each.
     fn output_names(&self) -> &'static [String];
     /// Appends the JSON value of output `name` to `out` (`null` when the answer has none).
     fn write_output(&self, name: &str, out: &mut Vec<u8>);
+    /// Appends the answer object (the `json` message's `json_object`), as JSON.
+    fn write_json(&self, out: &mut Vec<u8>);
     /// Appends the record an agent's model reads: by default the whole answer; a tool's
     /// answer leaves out what a model cannot use.
     fn write_agent_json(&self, out: &mut Vec<u8>) {
-        write_json(out, self);
+        self.write_json(out);
     }
 }
 
@@ -66,7 +68,7 @@ pub fn write_answer_end_lines<T: ToolAnswer + ?Sized>(
 ) {
     scratch.clear();
     if variables {
-        write_json(scratch, answer);
+        answer.write_json(scratch);
     } else {
         answer.write_agent_json(scratch);
     }
@@ -190,6 +192,9 @@ mod tests {
     }
 
     impl ToolAnswer for Fixed {
+        fn write_json(&self, out: &mut Vec<u8>) {
+            write_json(out, self);
+        }
         fn write_text(&self, out: &mut Vec<u8>) {
             out.extend_from_slice(self.1.as_bytes());
         }
