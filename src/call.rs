@@ -14,21 +14,21 @@ use crate::tools::settings::DEFAULT_KV_URL;
 pub struct CallArgs {
     /// Tool to invoke (event_ingest, event_status, event_complete), or `validate` to check the
     /// credentials, or `parameters:<tool>` for get_tool_runtime_parameters.
-    pub tool: String,
+    pub(crate) tool: String,
     /// A tool parameter, `name=value` (repeatable).
     #[arg(long = "param", short = 'p', value_name = "NAME=VALUE")]
-    pub params: Vec<String>,
+    pub(crate) params: Vec<String>,
     /// A provider credential, `name=value` (repeatable). kv_url defaults to $KV_URL or http://127.0.0.1:8123.
     #[arg(long = "credential", short = 'c', value_name = "NAME=VALUE")]
-    pub credentials: Vec<String>,
+    pub(crate) credentials: Vec<String>,
     /// Print every protocol line the plugin wrote, as received.
     #[arg(long)]
-    pub raw: bool,
+    pub(crate) raw: bool,
     /// Which Dify caller to play: `workflow` (a workflow tool node: also gets one variable
     /// message per declared output), `agent` (an agent app) or `backwards` (an Agent node
     /// strategy calling back through Dify).
     #[arg(long, default_value = "workflow", value_parser = ["workflow", "agent", "backwards"])]
-    pub caller: String,
+    pub(crate) caller: String,
 }
 
 fn pairs(items: &[String], what: &str) -> anyhow::Result<Map<String, Value>> {

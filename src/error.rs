@@ -34,26 +34,26 @@ pub struct ToolError {
     pub class: ErrorClass,
     pub message: String,
     /// Extra machine-readable details (at most a few keys; the daemon allows ≤ 10).
-    pub details: Option<Value>,
+    pub(crate) details: Option<Value>,
 }
 
 impl ToolError {
-    pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
+    pub(crate) fn new(class: ErrorClass, message: impl Into<String>) -> Self {
         ToolError { class, message: message.into(), details: None }
     }
-    pub fn param(message: impl Into<String>) -> Self {
+    pub(crate) fn param(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::ParamInvalid, message)
     }
-    pub fn upstream(message: impl Into<String>) -> Self {
+    pub(crate) fn upstream(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::UpstreamError, message)
     }
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::NotFound, message)
     }
-    pub fn conflict(message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::Conflict, message)
     }
-    pub fn with_details(mut self, details: Value) -> Self {
+    pub(crate) fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self
     }
@@ -62,7 +62,7 @@ impl ToolError {
 /// Every error a session can end with: a tool's (its class is the `error_type`), or a failed
 /// credential validation, which the daemon shows on the provider form under its own type.
 #[derive(Debug, Clone)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     Tool(ToolError),
     CredentialValidation(String),
 }
@@ -76,7 +76,7 @@ impl From<ToolError> for SessionError {
 impl SessionError {
     /// The session `error` message: `error_type` (the class), `message` (what a workflow
     /// author reads), and `args` (the details).
-    pub fn to_message(&self) -> ErrorMessage {
+    pub(crate) fn to_message(&self) -> ErrorMessage {
         match self {
             SessionError::Tool(e) => {
                 ErrorMessage::new(e.class.as_str(), e.message.as_str()).with_details(e.details.clone())
@@ -89,7 +89,7 @@ impl SessionError {
 
     /// The `data` of the session `error` message ([`ErrorMessage::to_wire`], the one place an
     /// error becomes protocol JSON).
-    pub fn to_wire(&self) -> Value {
+    pub(crate) fn to_wire(&self) -> Value {
         self.to_message().to_wire()
     }
 }

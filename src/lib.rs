@@ -8,7 +8,7 @@ pub mod call;
 pub mod declarations;
 pub mod dispatch;
 pub mod error;
-pub mod request;
+mod request;
 pub mod serve;
 /// The deterministic simulation of the claim protocol (a test): beside the tools it drives.
 #[cfg(test)]

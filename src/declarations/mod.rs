@@ -11,13 +11,13 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
-pub mod trigger;
+pub(crate) mod trigger;
 
 /// The locales every i18n object carries; missing ones are filled from `en_US` (as the SDK does).
-pub const LOCALES: [&str; 4] = ["en_US", "zh_Hans", "ja_JP", "pt_BR"];
+pub(crate) const LOCALES: [&str; 4] = ["en_US", "zh_Hans", "ja_JP", "pt_BR"];
 
 /// Path of the manifest inside the package.
-pub const MANIFEST_PATH: &str = "manifest.yaml";
+pub(crate) const MANIFEST_PATH: &str = "manifest.yaml";
 
 const MANIFEST_YAML: &str = include_str!("../../manifest.yaml");
 
@@ -37,7 +37,7 @@ static ASSETS: [(&str, &[u8]); 2] = [
 ];
 
 /// The plugin version, read from `manifest.yaml` at compile time.
-pub const PLUGIN_VERSION: &str = yaml_top_level_scalar(MANIFEST_YAML, "version");
+pub(crate) const PLUGIN_VERSION: &str = yaml_top_level_scalar(MANIFEST_YAML, "version");
 
 // The daemon identifies a package by the manifest version; the binary reports Cargo's.
 const _: () = assert!(

@@ -30,14 +30,14 @@ fn parse(path: &str) -> Value {
 }
 
 /// The trigger package's manifest, in the shape the tool's is registered in.
-pub fn manifest() -> &'static Value {
+pub(crate) fn manifest() -> &'static Value {
     static MANIFEST: OnceLock<Value> = OnceLock::new();
     MANIFEST.get_or_init(|| manifest_declaration(&parse("manifest.yaml")))
 }
 
 /// The provider as the daemon's `TriggerProviderDeclaration`: identity, `subscription_schema`
 /// as a list of `ProviderConfig`, no constructor (manual subscriptions), events inline.
-pub fn provider() -> &'static Value {
+pub(crate) fn provider() -> &'static Value {
     static PROVIDER: OnceLock<Value> = OnceLock::new();
     PROVIDER.get_or_init(|| {
         let path = manifest()["plugins"]["triggers"]

@@ -40,18 +40,18 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
 
 /// Everything the plugin reads from its environment, read once at start-up and passed down.
 #[derive(Debug, Clone)]
-pub struct RuntimeOptions {
-    pub serve: ServeOptions,
-    pub store: StoreOptions,
+pub(crate) struct RuntimeOptions {
+    pub(crate) serve: ServeOptions,
+    pub(crate) store: StoreOptions,
     /// The host clock the plugin stamps times with.
-    pub clock: Clock,
+    pub(crate) clock: Clock,
 }
 
 impl RuntimeOptions {
     /// From the environment (or `.env`): `STATEFUL_TOOL_STORE_TIMEOUT_MS`,
     /// `STATEFUL_TOOL_HEARTBEAT_MS` and `STATEFUL_TOOL_TRIGGER_TIMEOUT_MS` (positive numbers;
     /// anything else keeps the default).
-    pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> Self {
+    pub(crate) fn from_settings(get: impl Fn(&str) -> Option<String>) -> Self {
         let millis = |name: &str| {
             let value = get(name)?;
             let ms = value.parse::<u64>().ok().filter(|&ms| ms > 0);
@@ -74,10 +74,10 @@ impl RuntimeOptions {
 }
 
 /// Comma-separated store hosts (`host` or `host:port`) the plugin may dial; unset: any.
-pub const STORE_HOSTS_VAR: &str = "STATEFUL_TOOL_STORE_HOSTS";
+pub(crate) const STORE_HOSTS_VAR: &str = "STATEFUL_TOOL_STORE_HOSTS";
 
 /// The transports, by `INSTALL_METHOD` value.
-pub const INSTALL_METHODS: &str = "local (stdio, as the daemon starts plugins), remote (debugging over TCP), \
+pub(crate) const INSTALL_METHODS: &str = "local (stdio, as the daemon starts plugins), remote (debugging over TCP), \
                                    serverless and aws_lambda (HTTP)";
 
 /// `stateful-tool serve`: the one place the plugin reads its environment.

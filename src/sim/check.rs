@@ -10,30 +10,30 @@ use crate::tools::Answer;
 
 /// What a task was asked to do.
 #[derive(Debug, Clone)]
-pub enum Kind {
+pub(crate) enum Kind {
     Deliver,
     Complete { attempt: u32, target: Status },
 }
 
 /// One tool call of a schedule and what it did.
-pub struct Call {
-    pub kind: Kind,
+pub(crate) struct Call {
+    pub(crate) kind: Kind,
     /// The claim ids of the writes it sent (its own records).
-    pub writes: HashSet<String>,
+    pub(crate) writes: HashSet<String>,
     /// `accepted`, `duplicate`, `completed`, …, or `error:<class>` once it answered.
-    pub outcome: Option<String>,
+    pub(crate) outcome: Option<String>,
     /// The attempt its answer reported.
-    pub attempt: Option<u32>,
+    pub(crate) attempt: Option<u32>,
     /// It answered `upstream_error` saying its writes could not be checked before its deadline
     /// (the store did not answer even the read-back): the documented lease-bounded case.
-    pub unchecked: bool,
+    pub(crate) unchecked: bool,
 }
 
 /// Everything answered so far, for the invariants that span answers.
 #[derive(Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     /// (life of the id, attempt) → how many deliveries were told `accepted`.
-    pub accepted: HashMap<(u32, u32), usize>,
+    pub(crate) accepted: HashMap<(u32, u32), usize>,
 }
 
 fn record(world: &World, key: &str) -> Option<Record> {
@@ -41,7 +41,7 @@ fn record(world: &World, key: &str) -> Option<Record> {
 }
 
 /// Checks one answer against the store as it is when the answer is given.
-pub fn on_answer(
+pub(crate) fn on_answer(
     world: &World,
     key: &str,
     call: &mut Call,
@@ -118,7 +118,7 @@ pub fn on_answer(
 /// it is in the store, then or ever after (each write carried a deadline the store enforces,
 /// and the call read back once the deadline had passed). So the delivery after it finds the
 /// store as if this call had never run, and is `accepted` unless another run holds the event.
-pub fn nothing_after_upstream_errors(world: &World, key: &str, calls: &[&Call]) -> Result<(), String> {
+pub(crate) fn nothing_after_upstream_errors(world: &World, key: &str, calls: &[&Call]) -> Result<(), String> {
     let Some(rec) = record(world, key) else { return Ok(()) };
     let failed = |c: &&&Call| c.outcome.as_deref() == Some("error:upstream_error") && !c.unchecked;
     match calls.iter().find(|c| failed(c) && c.writes.contains(&rec.claim_id)) {
@@ -135,7 +135,7 @@ pub fn nothing_after_upstream_errors(world: &World, key: &str, calls: &[&Call]) 
 /// L1, at quiescence: a `processing` record was answered `accepted` to the delivery that
 /// wrote it, or that delivery answered `upstream_error` (its claim could not be rolled back),
 /// or its lease will expire.
-pub fn at_quiescence(world: &World, key: &str, calls: &[&Call]) -> Result<(), String> {
+pub(crate) fn at_quiescence(world: &World, key: &str, calls: &[&Call]) -> Result<(), String> {
     let Some(rec) = record(world, key) else { return Ok(()) };
     if rec.status != Status::Processing || rec.lease_until_ms.is_some() {
         return Ok(());
@@ -153,7 +153,7 @@ pub fn at_quiescence(world: &World, key: &str, calls: &[&Call]) -> Result<(), St
 
 /// What the final, fault-free delivery must answer once every run has ended or its lease
 /// has run out (L2).
-pub fn expected_final(world: &World, key: &str) -> &'static str {
+pub(crate) fn expected_final(world: &World, key: &str) -> &'static str {
     match record(world, key) {
         Some(r) if r.status == Status::Completed => "duplicate",
         Some(r) if r.status == Status::Processing && r.lease_until_ms.is_none() => "duplicate",
@@ -162,6 +162,6 @@ pub fn expected_final(world: &World, key: &str) -> &'static str {
 }
 
 /// The latest lease of the record (the clock is moved past it before the final delivery).
-pub fn lease_until(world: &World, key: &str) -> Option<i64> {
+pub(crate) fn lease_until(world: &World, key: &str) -> Option<i64> {
     record(world, key).and_then(|r| r.lease_until_ms)
 }

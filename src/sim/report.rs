@@ -4,24 +4,24 @@ use super::store::{Op, Reply};
 
 /// The faults the scheduler injects, counted over all schedules.
 #[derive(Debug, Default, Clone)]
-pub struct Faults {
-    pub late: u64,
-    pub lost_answer: u64,
-    pub failed_before: u64,
-    pub cut_before: u64,
-    pub duplicated: u64,
-    pub ghosts_delivered: u64,
+pub(crate) struct Faults {
+    pub(crate) late: u64,
+    pub(crate) lost_answer: u64,
+    pub(crate) failed_before: u64,
+    pub(crate) cut_before: u64,
+    pub(crate) duplicated: u64,
+    pub(crate) ghosts_delivered: u64,
     /// Requests delivered after their caller's deadline, which the store refused.
-    pub refused_late: u64,
-    pub reordered: u64,
-    pub restarts: u64,
-    pub ttl_expiries: u64,
-    pub clock_jumps: u64,
-    pub crashed_runs: u64,
-    pub answers: std::collections::BTreeMap<String, u64>,
+    pub(crate) refused_late: u64,
+    pub(crate) reordered: u64,
+    pub(crate) restarts: u64,
+    pub(crate) ttl_expiries: u64,
+    pub(crate) clock_jumps: u64,
+    pub(crate) crashed_runs: u64,
+    pub(crate) answers: std::collections::BTreeMap<String, u64>,
 }
 
-pub fn short(op: &Op) -> String {
+pub(crate) fn short(op: &Op) -> String {
     match op {
         Op::Create { .. } => format!("create {:?}", op.claim_id().unwrap_or_default().get(..6)),
         Op::Read { .. } => "read".into(),
@@ -32,7 +32,7 @@ pub fn short(op: &Op) -> String {
     }
 }
 
-pub fn short_reply(r: &Reply) -> String {
+pub(crate) fn short_reply(r: &Reply) -> String {
     match r {
         Reply::Created(c) => format!("{:?}", matches!(c, crate::store::Created::Created))
             .replace("true", "created")

@@ -47,7 +47,7 @@ struct Sim {
 
 /// Runs schedule `seed` against a store with `flaw` (`Flaw::None`: a sound one); `Err` names
 /// the invariant it broke. With `trace`, the schedule's trace goes to stderr.
-pub fn run(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> Result<(), String> {
+pub(crate) fn run(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> Result<(), String> {
     let (result, lines) = play(seed, trace, faults, flaw);
     for line in lines.unwrap_or_default() {
         eprintln!("{line}");
@@ -56,7 +56,7 @@ pub fn run(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> Result<()
 }
 
 /// Schedule `seed`'s outcome and its whole trace: one seed, one run, line for line.
-pub fn traced(seed: u64, flaw: Flaw) -> (Result<(), String>, Vec<String>) {
+pub(crate) fn traced(seed: u64, flaw: Flaw) -> (Result<(), String>, Vec<String>) {
     let (result, lines) = play(seed, true, &mut Faults::default(), flaw);
     (result, lines.unwrap_or_default())
 }

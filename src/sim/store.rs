@@ -16,7 +16,7 @@ use crate::store::{
 
 /// A request as the store would receive it.
 #[derive(Debug, Clone)]
-pub enum Op {
+pub(crate) enum Op {
     Create { key: String, value: Vec<u8>, ttl_ms: i64, until: Option<i64> },
     Read { key: String },
     Swap { key: String, expected: u64, value: Vec<u8>, ttl_ms: i64, until: Option<i64> },
@@ -25,7 +25,7 @@ pub enum Op {
 
 impl Op {
     /// The claim_id a write carries (a release carries the one it removes).
-    pub fn claim_id(&self) -> Option<String> {
+    pub(crate) fn claim_id(&self) -> Option<String> {
         match self {
             Op::Create { value, .. } | Op::Swap { value, .. } => Record::from_bytes(value).ok().map(|r| r.claim_id),
             Op::Release { claim_id, .. } => Some(claim_id.clone()),
@@ -36,7 +36,7 @@ impl Op {
 
 /// What the store answers to one request.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub(crate) enum Reply {
     Created(Created),
     /// The value and the store's time of the read.
     Read(Option<Current>, i64),
@@ -48,47 +48,47 @@ pub enum Reply {
 type Slot = Arc<Mutex<Option<Reply>>>;
 
 /// A request the scheduler has not decided about yet.
-pub struct Parked {
-    pub task: usize,
-    pub op: Op,
+pub(crate) struct Parked {
+    pub(crate) task: usize,
+    pub(crate) op: Op,
     /// When the caller's timeout for it fires (virtual ms): a `Timeout` answer comes no earlier.
-    pub gives_up_ms: i64,
+    pub(crate) gives_up_ms: i64,
     slot: Slot,
 }
 
 impl Parked {
-    pub fn answer(&self, reply: Reply) {
+    pub(crate) fn answer(&self, reply: Reply) {
         *self.slot.lock().unwrap() = Some(reply);
     }
 }
 
 #[derive(Debug, Clone)]
-pub struct Entry {
-    pub value: Vec<u8>,
-    pub rev: u64,
-    pub expires_ms: i64,
+pub(crate) struct Entry {
+    pub(crate) value: Vec<u8>,
+    pub(crate) rev: u64,
+    pub(crate) expires_ms: i64,
 }
 
 /// The store's state and the requests in flight.
 #[derive(Default)]
-pub struct World {
-    pub now_ms: i64,
-    pub data: HashMap<String, Entry>,
+pub(crate) struct World {
+    pub(crate) now_ms: i64,
+    pub(crate) data: HashMap<String, Entry>,
     /// Per key, the last state some answer revealed (a restart never loses it).
-    pub acked: HashMap<String, Option<Entry>>,
-    pub rev: u64,
-    pub parked: Vec<Parked>,
+    pub(crate) acked: HashMap<String, Option<Entry>>,
+    pub(crate) rev: u64,
+    pub(crate) parked: Vec<Parked>,
     /// Which task is issuing store calls right now (set by the executor before each poll).
-    pub current_task: usize,
+    pub(crate) current_task: usize,
     /// How many times each key expired (a new life of the id: attempts start over).
-    pub lives: HashMap<String, u32>,
+    pub(crate) lives: HashMap<String, u32>,
     /// A flaw played on purpose, to show the checks catch it.
-    pub flaw: Flaw,
+    pub(crate) flaw: Flaw,
 }
 
 /// A deliberately broken store: each flaw is a mistake the invariants must catch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Flaw {
+pub(crate) enum Flaw {
     /// A sound store.
     #[default]
     None,
@@ -101,12 +101,12 @@ pub enum Flaw {
 }
 
 impl World {
-    pub fn live(&self, key: &str) -> Option<&Entry> {
+    pub(crate) fn live(&self, key: &str) -> Option<&Entry> {
         self.data.get(key).filter(|e| e.expires_ms > self.now_ms)
     }
 
     /// Drops expired keys (counting a new life of each).
-    pub fn expire(&mut self) {
+    pub(crate) fn expire(&mut self) {
         let now = self.now_ms;
         let gone: Vec<String> = self.data.iter().filter(|(_, e)| e.expires_ms <= now).map(|(k, _)| k.clone()).collect();
         for k in gone {
@@ -135,7 +135,7 @@ impl World {
 
     /// Applies one request atomically and returns the answer the store would send. A write
     /// that arrives after its deadline (unless the store ignores deadlines) is refused.
-    pub fn apply(&mut self, op: &Op) -> Reply {
+    pub(crate) fn apply(&mut self, op: &Op) -> Reply {
         self.expire();
         let until = match op {
             Op::Create { until, .. } | Op::Swap { until, .. } | Op::Release { until, .. } => *until,
@@ -179,14 +179,14 @@ impl World {
     }
 
     /// An answer reached its caller: what it revealed about `key` can never be lost again.
-    pub fn reveal(&mut self, key: &str) {
+    pub(crate) fn reveal(&mut self, key: &str) {
         let cur = self.live(key).cloned();
         self.acked.insert(key.to_owned(), cur);
     }
 
     /// A restart: every key goes back to the last state an answer revealed; writes that were
     /// applied but whose answers never reached anyone may be lost.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         for (key, state) in self.acked.clone() {
             match state {
                 Some(e) => {
@@ -206,15 +206,15 @@ impl World {
 
 /// The store the tools see: every call parks a request in the shared world and waits.
 #[derive(Clone)]
-pub struct SimStore {
-    pub world: Arc<Mutex<World>>,
+pub(crate) struct SimStore {
+    pub(crate) world: Arc<Mutex<World>>,
     clock: StoreClock,
-    pub virtual_ms: Arc<AtomicI64>,
+    pub(crate) virtual_ms: Arc<AtomicI64>,
 }
 
 impl SimStore {
     /// A store with `flaw` (`Flaw::None`: a sound one).
-    pub fn new(start_ms: i64, flaw: Flaw) -> SimStore {
+    pub(crate) fn new(start_ms: i64, flaw: Flaw) -> SimStore {
         let virtual_ms = Arc::new(AtomicI64::new(start_ms));
         let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
         clock.observe(start_ms);
@@ -223,7 +223,7 @@ impl SimStore {
     }
 
     /// Moves the store's clock (and the plugin host's, which follows it here) forward.
-    pub fn advance(&self, ms: i64) {
+    pub(crate) fn advance(&self, ms: i64) {
         let mut w = self.world.lock().unwrap();
         w.now_ms += ms;
         self.virtual_ms.store(w.now_ms, Ordering::SeqCst);

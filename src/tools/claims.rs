@@ -24,7 +24,7 @@ const KEEP_FOR_READ: Duration = Duration::from_millis(100);
 const SETTLE_READS: usize = 4;
 const MIN_SETTLE_WAIT_MS: i64 = 10;
 
-pub struct Claims {
+pub(crate) struct Claims {
     /// Where the claim ids of this call's writes come from.
     ids: ClaimIds,
     /// The claim ids of every write this call sent.
@@ -46,18 +46,18 @@ enum Settled {
 }
 
 impl Claims {
-    pub fn new(ids: ClaimIds) -> Claims {
+    pub(crate) fn new(ids: ClaimIds) -> Claims {
         Claims { ids, sent: Vec::new(), unknown: Vec::new(), latest: None }
     }
 
     /// A claim id for this call's next write.
-    pub fn new_id(&self) -> String {
+    pub(crate) fn new_id(&self) -> String {
         self.ids.next()
     }
 
     /// Registers a write about to be sent with `timeout`; returns its deadline in the store's
     /// clock, which the store reaches no later than `timeout` expires here.
-    pub fn push(&mut self, clock: &StoreClock, claim_id: &str, timeout: Duration) -> Option<StoreDeadline> {
+    pub(crate) fn push(&mut self, clock: &StoreClock, claim_id: &str, timeout: Duration) -> Option<StoreDeadline> {
         if !self.owns(claim_id) {
             self.sent.push(claim_id.to_owned());
         }
@@ -67,14 +67,14 @@ impl Claims {
     }
 
     /// The answer to the write of `rec` was lost.
-    pub fn lost(&mut self, rec: &Record) {
+    pub(crate) fn lost(&mut self, rec: &Record) {
         if !self.unknown.iter().any(|r| r.claim_id == rec.claim_id) {
             self.unknown.push(rec.clone());
         }
     }
 
     /// True when `claim_id` is one of this call's writes.
-    pub fn owns(&self, claim_id: &str) -> bool {
+    pub(crate) fn owns(&self, claim_id: &str) -> bool {
         self.sent.iter().any(|c| c == claim_id)
     }
 
@@ -83,7 +83,7 @@ impl Claims {
     /// call's own record there → `Ok(record)`: the call succeeded after all. Absent → `err`,
     /// now final: nothing of this call is in the store, and nothing can land any more. Only
     /// when that read cannot be made in time are the writes rolled back as before.
-    pub async fn resolve<S: EventStore>(
+    pub(crate) async fn resolve<S: EventStore>(
         &self,
         store: &S,
         key: &str,

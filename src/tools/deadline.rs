@@ -16,14 +16,14 @@ const RESERVE: Duration = Duration::from_secs(1);
 /// When the call started and how long all of its store round trips may take together, on
 /// the host's monotonic clock (a simulation's virtual one).
 #[derive(Debug, Clone)]
-pub struct Deadline {
+pub(crate) struct Deadline {
     clock: Clock,
     started_ms: i64,
     budget: Duration,
 }
 
 impl Deadline {
-    pub fn start(clock: &Clock, budget: Duration) -> Deadline {
+    pub(crate) fn start(clock: &Clock, budget: Duration) -> Deadline {
         Deadline { clock: clock.clone(), started_ms: clock.mono_ms(), budget }
     }
 
@@ -37,7 +37,7 @@ impl Deadline {
 
     /// Waits up to `ms` of the call's clock, never past the point where `keep` is all that is
     /// left; false when the wait would not fit.
-    pub async fn wait(&self, ms: i64, keep: Duration) -> bool {
+    pub(crate) async fn wait(&self, ms: i64, keep: Duration) -> bool {
         if ms > 0 && Duration::from_millis(ms as u64) + keep > self.remaining() {
             return false;
         }
@@ -56,7 +56,7 @@ impl Deadline {
     /// whose lost answer is read back, a read-back whose failure leads to a roll-back): what
     /// is left before the final reserve, minus a reserve of half of it, at most [`RESERVE`],
     /// so the resolution always has time too.
-    pub fn share(&self) -> Result<Duration, StoreError> {
+    pub(crate) fn share(&self) -> Result<Duration, StoreError> {
         let left = self.remaining().saturating_sub(self.final_reserve());
         self.bounded(left - (left / 2).min(RESERVE))
     }
@@ -69,17 +69,17 @@ impl Deadline {
     }
 
     /// The timeout of a call's last round trip: all that is left.
-    pub fn rest(&self) -> Result<Duration, StoreError> {
+    pub(crate) fn rest(&self) -> Result<Duration, StoreError> {
         self.bounded(self.remaining())
     }
 
     /// Milliseconds since the call started.
-    pub fn waited_ms(&self) -> u64 {
+    pub(crate) fn waited_ms(&self) -> u64 {
         self.elapsed().as_millis() as u64
     }
 
     /// A store failure as the tool reports it; a timeout says how long the whole call waited.
-    pub fn error(&self, e: StoreError) -> ToolError {
+    pub(crate) fn error(&self, e: StoreError) -> ToolError {
         match e {
             StoreError::Timeout(_) => ToolError::upstream(format!(
                 "the store did not answer in time: this call waited {} ms in all; the store timeout \

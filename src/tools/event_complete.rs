@@ -9,9 +9,9 @@ use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{format_time, Record, Status};
 use crate::store::{EventStore, Swapped};
 
-pub const MAX_RESULT_BYTES: usize = 4096;
+pub(crate) const MAX_RESULT_BYTES: usize = 4096;
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
+pub(crate) async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let target = match params::optional_str(p, "status")?.as_deref().unwrap_or("completed") {

@@ -8,7 +8,7 @@ use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{parse_time, Record, Status};
 use crate::store::EventStore;
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
+pub(crate) async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let key = storage_key(settings.namespace.as_deref(), &event_id);

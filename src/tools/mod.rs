@@ -2,12 +2,12 @@
 
 pub mod answer;
 mod claims;
-pub mod deadline;
-pub mod event_complete;
+mod deadline;
+pub(crate) mod event_complete;
 pub mod event_ingest;
-pub mod event_status;
-pub mod params;
-pub mod pyrepr;
+mod event_status;
+pub(crate) mod params;
+mod pyrepr;
 mod sentence;
 pub mod settings;
 
@@ -16,7 +16,7 @@ use crate::store::record::Record;
 use crate::store::EventStore;
 pub use answer::Answer;
 use claims::Claims;
-pub use deadline::Deadline;
+pub(crate) use deadline::Deadline;
 pub use params::Params;
 pub use settings::Settings;
 
@@ -67,7 +67,7 @@ impl Tool {
 
     /// The names of the tool's declared outputs (`output_schema.properties` of its embedded
     /// YAML): what a workflow tool node offers as its output variables.
-    pub fn outputs(self) -> &'static [String] {
+    pub(crate) fn outputs(self) -> &'static [String] {
         static OUTPUTS: std::sync::OnceLock<Vec<Vec<String>>> = std::sync::OnceLock::new();
         let all = OUTPUTS.get_or_init(|| {
             Tool::ALL
@@ -86,7 +86,7 @@ impl Tool {
 
 /// Decodes a stored value, turning a foreign or corrupt value into an upstream error that
 /// names the key (nothing is overwritten).
-pub fn decode(bytes: &[u8], key: &str) -> Result<Record, ToolError> {
+pub(crate) fn decode(bytes: &[u8], key: &str) -> Result<Record, ToolError> {
     Record::from_bytes(bytes).map_err(|e| {
         ToolError::upstream(format!(
             "the store holds a value under {key} that is not an event record ({e}); it was left untouched"
@@ -96,7 +96,7 @@ pub fn decode(bytes: &[u8], key: &str) -> Result<Record, ToolError> {
 
 /// How many times a tool re-reads a record that another delivery keeps changing before
 /// giving up with `upstream_error` (each round means someone else made progress).
-pub const MAX_ROUNDS: usize = 16;
+pub(crate) const MAX_ROUNDS: usize = 16;
 
 #[cfg(test)]
 pub(crate) mod testing {
@@ -104,7 +104,7 @@ pub(crate) mod testing {
     use crate::store::memory::MemoryStore;
     use crate::store::{Clock, StoreConfig};
 
-    pub fn settings() -> Settings {
+    pub(crate) fn settings() -> Settings {
         Settings {
             store: StoreConfig { url: "memory://".into(), token: None, min_replicas: 0 },
             namespace: None,
@@ -116,12 +116,12 @@ pub(crate) mod testing {
         }
     }
 
-    pub fn store() -> MemoryStore {
+    pub(crate) fn store() -> MemoryStore {
         MemoryStore::new(Clock::system(), 0)
     }
 
     /// A call's parameters from a JSON object (its text is leaked: a test's few bytes).
-    pub fn params(v: serde_json::Value) -> Params<'static> {
+    pub(crate) fn params(v: serde_json::Value) -> Params<'static> {
         Params::parse(Box::leak(v.to_string().into_boxed_str())).expect("an object")
     }
 }

@@ -8,7 +8,7 @@
 
 /// The JSON text of `text` when `text` is exactly Python's `str()` of a dict or list made of
 /// JSON values; `None` otherwise.
-pub fn json_from_python_repr(text: &str) -> Option<String> {
+pub(crate) fn json_from_python_repr(text: &str) -> Option<String> {
     if !(text.starts_with('{') || text.starts_with('[')) {
         return None;
     }

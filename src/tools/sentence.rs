@@ -12,7 +12,7 @@ use super::{Answer, Tool};
 use crate::store::record::{format_time, Status};
 
 /// Appends `answer`'s sentence to `out` (plain UTF-8, no trailing newline).
-pub fn write(answer: &Answer, out: &mut Vec<u8>) {
+pub(crate) fn write(answer: &Answer, out: &mut Vec<u8>) {
     let rec = answer.shown_record();
     let id = match rec {
         Some(r) => r.event_id.as_str(),

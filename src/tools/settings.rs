@@ -10,21 +10,21 @@ use crate::store::key::validate_namespace;
 use crate::store::record::new_claim_id;
 use crate::store::StoreConfig;
 
-pub const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
-pub const DEFAULT_EVENT_TYPES: &str = "created,updated,closed";
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
+pub(crate) const DEFAULT_EVENT_TYPES: &str = "created,updated,closed";
+pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// More replicas than any sane deployment has: a typo, not a setting.
 const MAX_MIN_REPLICAS: u32 = 16;
 const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
 /// Dify's default workflow execution limit: a live run never loses its lease by default.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(1200);
-pub const MAX_LEASE_SECONDS: u64 = 86_400;
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(1200);
+pub(crate) const MAX_LEASE_SECONDS: u64 = 86_400;
 /// How much longer than its lease a `processing` record is kept at least: covers the
 /// difference between the plugin's estimate of the store clock and the store's own, and the
 /// time between stamping a lease and the write landing.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(60);
+pub(crate) const LEASE_MARGIN: Duration = Duration::from_secs(60);
 /// The deadline of one call's store round trips when the runtime passes none.
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where a call's claim ids come from: fresh random ones (the plugin), or a sequence a test
 /// injects (the simulation, so that one seed replays one run exactly).
@@ -36,7 +36,7 @@ impl ClaimIds {
         ClaimIds(Some(Arc::new(next)))
     }
 
-    pub fn next(&self) -> String {
+    pub(crate) fn next(&self) -> String {
         match &self.0 {
             Some(next) => next(),
             None => new_claim_id(),
@@ -52,17 +52,17 @@ impl std::fmt::Debug for ClaimIds {
 
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub store: StoreConfig,
-    pub namespace: Option<String>,
+    pub(crate) store: StoreConfig,
+    pub(crate) namespace: Option<String>,
     pub event_types: Vec<String>,
     /// Store-side TTL of every record; an expired id is a new event.
-    pub retention: Duration,
+    pub(crate) retention: Duration,
     /// The lease of a claim whose call gives no `lease_seconds`; zero = never expires.
-    pub default_lease: Duration,
+    pub(crate) default_lease: Duration,
     /// One deadline for all store round trips of one tool call (set by the runtime).
-    pub call_timeout: Duration,
+    pub(crate) call_timeout: Duration,
     /// The claim ids this call's writes carry.
-    pub claim_ids: ClaimIds,
+    pub(crate) claim_ids: ClaimIds,
 }
 
 /// A credential as a trimmed string; absent, null and empty all mean "not set".
@@ -133,7 +133,7 @@ impl Settings {
     /// so that a record never expires before its lease (plus [`LEASE_MARGIN`]). A record that
     /// vanished under a live lease would let the next delivery claim attempt 1 again while
     /// the first run is still working.
-    pub fn ttl_for(&self, lease_ms: Option<i64>) -> Duration {
+    pub(crate) fn ttl_for(&self, lease_ms: Option<i64>) -> Duration {
         match lease_ms {
             Some(ms) if ms > 0 => self.retention.max(Duration::from_millis(ms as u64) + LEASE_MARGIN),
             _ => self.retention,
@@ -142,7 +142,7 @@ impl Settings {
 
     /// Age after which a `processing` record without a lease is reported `stuck`: the
     /// default lease, or [`DEFAULT_LEASE`] when the default is "never".
-    pub fn stuck_after(&self) -> Duration {
+    pub(crate) fn stuck_after(&self) -> Duration {
         if self.default_lease.is_zero() {
             DEFAULT_LEASE
         } else {
@@ -152,7 +152,7 @@ impl Settings {
 }
 
 /// `7d`, `12h`, `30m`, `90s`, or a bare number of seconds; 1 s to 3650 days.
-pub fn parse_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (num, unit) = text.split_at(split);

@@ -8,14 +8,14 @@ use super::signature::Scheme;
 use crate::tools::settings::{parse_duration, DEFAULT_KV_URL, DEFAULT_LEASE, DEFAULT_RETENTION, MAX_LEASE_SECONDS};
 use crate::tools::Settings;
 
-pub const DEFAULT_ID_HEADER: &str = "X-GitHub-Delivery";
-pub const DEFAULT_DUPLICATE_STATUS: u16 = 200;
+pub(crate) const DEFAULT_ID_HEADER: &str = "X-GitHub-Delivery";
+pub(crate) const DEFAULT_DUPLICATE_STATUS: u16 = 200;
 /// Stripe's and Standard Webhooks' default tolerance for signature timestamps.
-pub const DEFAULT_TOLERANCE_S: i64 = 300;
+pub(crate) const DEFAULT_TOLERANCE_S: i64 = 300;
 
 /// Where the delivery id comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IdSource {
+pub(crate) enum IdSource {
     Header(String),
     /// An RFC 6901 pointer into the JSON body (`/id`).
     JsonPointer(String),
@@ -25,21 +25,21 @@ pub enum IdSource {
 
 /// Where the event type comes from (optional).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TypeSource {
+pub(crate) enum TypeSource {
     None,
     Header(String),
     JsonPointer(String),
 }
 
 #[derive(Debug, Clone)]
-pub struct Door {
-    pub id: IdSource,
-    pub event_type: TypeSource,
-    pub scheme: Scheme,
-    pub tolerance_s: i64,
-    pub duplicate_status: u16,
+pub(crate) struct Door {
+    pub(crate) id: IdSource,
+    pub(crate) event_type: TypeSource,
+    pub(crate) scheme: Scheme,
+    pub(crate) tolerance_s: i64,
+    pub(crate) duplicate_status: u16,
     /// The tool's settings for the claim (store, namespace, retention, lease).
-    pub settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 /// A property as trimmed text; absent, null and empty all mean "not set".
@@ -73,7 +73,7 @@ fn pointer(props: &Value, name: &str) -> Result<Option<String>, String> {
 
 impl Door {
     /// Reads the properties; the error names the property and what to write instead.
-    pub fn from_properties(props: &Value) -> Result<Door, String> {
+    pub(crate) fn from_properties(props: &Value) -> Result<Door, String> {
         let id = if prop(props, "id_body_sha256").as_deref() == Some("true") {
             IdSource::BodySha256
         } else if let Some(p) = pointer(props, "id_json_pointer")? {

@@ -15,32 +15,32 @@ use crate::store::EventStore;
 use crate::tools::event_ingest::{ingest, IngestRequest};
 
 /// Seconds a sender is asked to wait before retrying after a store failure.
-pub const RETRY_AFTER_S: u32 = 5;
+pub(crate) const RETRY_AFTER_S: u32 = 5;
 
 /// Bodies above this are refused with 413 before any claim: the request comes back to
 /// `invoke` hex-doubled in one line, next to the payload, and must fit the plugin's
 /// input-line cap there too (a claim whose invoke cannot be read would stall the delivery).
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// A delivery that passed every check that needs no store.
 #[derive(Debug)]
-pub struct Checked {
-    pub door: Door,
-    pub request: RawRequest,
-    pub delivery_id: String,
-    pub event_type: Option<String>,
-    pub body_json: Option<Value>,
+pub(crate) struct Checked {
+    pub(crate) door: Door,
+    pub(crate) request: RawRequest,
+    pub(crate) delivery_id: String,
+    pub(crate) event_type: Option<String>,
+    pub(crate) body_json: Option<Value>,
 }
 
 /// True while the subscription is still being built: its endpoint is the bare endpoint id,
 /// not a URL. Deliveries there are test pings; Dify starts nothing for them.
-pub fn is_builder(subscription: &Value) -> bool {
+pub(crate) fn is_builder(subscription: &Value) -> bool {
     let endpoint = subscription.get("endpoint").and_then(Value::as_str).unwrap_or("");
     !endpoint.contains('/')
 }
 
 /// Everything before the store: configuration, the raw request, signature, id.
-pub fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked, Box<Verdict>> {
+pub(crate) fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked, Box<Verdict>> {
     let props = subscription.get("properties").cloned().unwrap_or(Value::Null);
     let door = Door::from_properties(&props)
         .map_err(|e| refused(500, "misconfigured", format!("the trigger subscription is misconfigured: {e}")))?;
@@ -98,7 +98,7 @@ fn scalar(v: &Value) -> Option<String> {
 }
 
 /// Claims the delivery through the tool's own claim path and decides the answer.
-pub async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict {
+pub(crate) async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict {
     let Checked { door, request, delivery_id, event_type, body_json } = checked;
     let record_type = event_type.clone().unwrap_or_else(|| EVENT.to_owned());
     let lease_ms = (!door.settings.default_lease.is_zero()).then_some(door.settings.default_lease.as_millis() as i64);

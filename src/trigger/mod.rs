@@ -5,12 +5,12 @@
 //! in a session error (Dify would hand the sender a 400 with our error text).
 //! `invoke_trigger_event` is pure: it turns dispatch's payload into workflow variables.
 
-pub mod config;
-pub mod door;
-pub mod raw;
-pub mod reply;
-pub mod signature;
-pub mod verdict;
+mod config;
+mod door;
+mod raw;
+pub(crate) mod reply;
+pub(crate) mod signature;
+mod verdict;
 
 use serde_json::{json, Value};
 
@@ -22,14 +22,14 @@ use verdict::Verdict;
 pub const PROVIDER: &str = "stateful_trigger";
 
 /// The one event this provider declares.
-pub const EVENT: &str = "webhook_received";
+pub(crate) const EVENT: &str = "webhook_received";
 
 /// Data key of the synthetic request the session loop makes of a dispatch line too long to
 /// hold: answered with 413 instead of an error.
-pub use dify_plugin::runtime::session_loop::OVERSIZE_KEY;
+pub(crate) use dify_plugin::runtime::session_loop::OVERSIZE_KEY;
 
 /// Answers one trigger action with its stream chunks.
-pub async fn handle(stores: &StoreCache, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {
+pub(crate) async fn handle(stores: &StoreCache, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {
     match action {
         "dispatch_trigger_event" => Ok(vec![reply::dispatch_chunk(&dispatch(stores, data).await)]),
         "invoke_trigger_event" => {

@@ -10,17 +10,17 @@
 
 /// A decoded request. Header names keep their spelling; look them up with [`RawRequest::header`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RawRequest {
-    pub method: String,
+pub(crate) struct RawRequest {
+    pub(crate) method: String,
     /// Path and query, as sent (`/triggers/plugin/<endpoint>?x=1`).
-    pub target: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub(crate) target: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl RawRequest {
     /// Decodes the hex field (either case) and parses it; the error says what is wrong.
-    pub fn from_hex(hex_text: &str) -> Result<RawRequest, String> {
+    pub(crate) fn from_hex(hex_text: &str) -> Result<RawRequest, String> {
         let bytes = hex::decode(hex_text.trim())
             .map_err(|e| format!("raw_http_request is not a hex string ({e}); Dify sends the request hex-encoded"))?;
         Ok(RawRequest::parse(bytes))
@@ -28,7 +28,7 @@ impl RawRequest {
 
     /// Parses request bytes. Never fails: a request without a blank line is all head and no
     /// body, and lines that are not `Name: value` are skipped.
-    pub fn parse(mut bytes: Vec<u8>) -> RawRequest {
+    pub(crate) fn parse(mut bytes: Vec<u8>) -> RawRequest {
         let (head_end, body_start) = match memchr::memmem::find(&bytes, b"\r\n\r\n") {
             Some(i) => (i, i + 4),
             None => match memchr::memmem::find(&bytes, b"\n\n") {
@@ -54,7 +54,7 @@ impl RawRequest {
 
     /// The value of header `name`, matched case-insensitively; repeated lines are joined with
     /// `,` as WSGI joins them.
-    pub fn header(&self, name: &str) -> Option<String> {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
         let mut found = self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
         let first = found.next()?;
         let rest: Vec<&str> = found.collect();
@@ -62,7 +62,7 @@ impl RawRequest {
     }
 
     /// Every header with its name lower-cased (repeats joined), in first-seen order.
-    pub fn lower_headers(&self) -> serde_json::Map<String, serde_json::Value> {
+    pub(crate) fn lower_headers(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut out = serde_json::Map::new();
         for (name, value) in &self.headers {
             let lower = name.to_ascii_lowercase();
@@ -80,7 +80,7 @@ impl RawRequest {
     }
 
     /// The `Content-Type` header as sent ("" when absent).
-    pub fn content_type(&self) -> String {
+    pub(crate) fn content_type(&self) -> String {
         self.header("content-type").unwrap_or_default()
     }
 }

@@ -9,14 +9,14 @@ use super::verdict::Verdict;
 use super::EVENT;
 
 /// Most body text carried to the workflow (UTF-8, cut on a character boundary).
-pub const MAX_BODY_TEXT: usize = 1024 * 1024;
+pub(crate) const MAX_BODY_TEXT: usize = 1024 * 1024;
 
 /// Upper bound of a serialised payload / variables object: with the envelope around it, a
 /// reply line stays far below the daemon's 5 MiB limit (a longer one kills the plugin).
-pub const MAX_VARIABLES_JSON: usize = 3 * 1024 * 1024;
+pub(crate) const MAX_VARIABLES_JSON: usize = 3 * 1024 * 1024;
 
 /// The variables `invoke_trigger_event` returns, as declared in the event's `output_schema`.
-pub const VARIABLES: [&str; 11] = [
+pub(crate) const VARIABLES: [&str; 11] = [
     "delivery_id",
     "event_type",
     "attempt",
@@ -33,7 +33,7 @@ pub const VARIABLES: [&str; 11] = [
 /// Dispatch's payload: the claim's fields plus the request as the workflow sees it. Dify
 /// stores it and hands it back to invoke verbatim (invoke's own raw request may have lost
 /// the body: capture S4).
-pub fn payload(req: &RawRequest, body_json: Option<Value>, claim: Value) -> Map<String, Value> {
+pub(crate) fn payload(req: &RawRequest, body_json: Option<Value>, claim: Value) -> Map<String, Value> {
     let mut out = claim.as_object().cloned().unwrap_or_default();
     out.insert("headers".into(), Value::Object(req.lower_headers()));
     out.insert("content_type".into(), json!(req.content_type()));
@@ -64,7 +64,7 @@ fn floor_char_boundary(s: &str, max: usize) -> usize {
 
 /// Invoke's variables: every declared one, from the payload dispatch gave; a payload that is
 /// missing or from elsewhere still yields all of them (never `null`: Dify would drop the run).
-pub fn variables(payload: &Value, raw_hex: Option<&str>) -> Map<String, Value> {
+pub(crate) fn variables(payload: &Value, raw_hex: Option<&str>) -> Map<String, Value> {
     let mut source = payload.as_object().cloned().unwrap_or_default();
     if !source.contains_key("headers") {
         // No payload from our dispatch (e.g. a run Dify replayed): read what the request holds.
@@ -101,7 +101,7 @@ fn payload_of(req: &RawRequest, body_json: Option<Value>) -> Map<String, Value> 
 
 /// Raw HTTP/1.1 response bytes for the sender (Dify parses them back: status from the second
 /// token, headers, body after the blank line).
-pub fn http_response(v: &Verdict) -> Vec<u8> {
+pub(crate) fn http_response(v: &Verdict) -> Vec<u8> {
     let mut body = Map::new();
     body.insert("status".into(), json!(if v.status < 300 { "ok" } else { "error" }));
     body.insert("outcome".into(), json!(v.outcome));
@@ -138,7 +138,7 @@ fn reason(status: u16) -> &'static str {
 
 /// Dispatch's one stream chunk. `events` is always a list (never null: Dify answers 400),
 /// and empty unless the delivery was claimed here: a 503 with events would still start a run.
-pub fn dispatch_chunk(v: &Verdict) -> Value {
+pub(crate) fn dispatch_chunk(v: &Verdict) -> Value {
     let events: Vec<&str> = if v.start { vec![EVENT] } else { Vec::new() };
     json!({
         "user_id": "",

@@ -8,11 +8,11 @@ use ring::hmac;
 use super::raw::RawRequest;
 
 /// The `signature_scheme` values.
-pub const SCHEMES: [&str; 6] = ["none", "github", "stripe", "shopify", "standard_webhooks", "hmac_sha256"];
+pub(crate) const SCHEMES: [&str; 6] = ["none", "github", "stripe", "shopify", "standard_webhooks", "hmac_sha256"];
 
 /// How deliveries are signed, with everything needed to check them.
 #[derive(Clone)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     None,
     /// `X-Hub-Signature-256: sha256=<hex>` over the body.
     Github(hmac::Key),
@@ -39,7 +39,7 @@ impl std::fmt::Debug for Scheme {
 
 impl Scheme {
     /// Builds a scheme from its name and secret; the error is a configuration mistake.
-    pub fn new(name: &str, secret: Option<&str>, header: Option<&str>) -> Result<Scheme, String> {
+    pub(crate) fn new(name: &str, secret: Option<&str>, header: Option<&str>) -> Result<Scheme, String> {
         if name == "none" {
             return Ok(Scheme::None);
         }
@@ -64,7 +64,7 @@ impl Scheme {
         })
     }
 
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Scheme::None => "none",
             Scheme::Github(_) => "github",
@@ -77,7 +77,7 @@ impl Scheme {
 
     /// Checks `req` at unix time `now_s`; timestamps may differ from it by `tolerance_s`.
     /// The error says why (it goes to the plugin log, never the secret).
-    pub fn verify(&self, req: &RawRequest, now_s: i64, tolerance_s: i64) -> Result<(), String> {
+    pub(crate) fn verify(&self, req: &RawRequest, now_s: i64, tolerance_s: i64) -> Result<(), String> {
         let body = req.body.as_slice();
         let header = |name: &str| req.header(name).ok_or_else(|| format!("the {name} header is missing"));
         match self {

@@ -5,23 +5,23 @@ use serde_json::{Map, Value};
 
 /// What dispatch answers: the HTTP answer the sender gets and whether a workflow starts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    pub status: u16,
+pub(crate) struct Verdict {
+    pub(crate) status: u16,
     /// `accepted`, `duplicate`, `in_progress`, `conflict`, `unsigned`, `no_id`, `too_large`,
     /// `store_unavailable`, `misconfigured`, `bad_request`, `builder`.
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
     /// Short human-readable reason, sent in the JSON body.
-    pub message: String,
+    pub(crate) message: String,
     /// Only an accepted delivery starts workflows (then `payload` is what invoke gets).
-    pub start: bool,
-    pub retry_after: Option<u32>,
+    pub(crate) start: bool,
+    pub(crate) retry_after: Option<u32>,
     /// Extra fields for the body (delivery id, attempt, status) and, when `start`, the payload.
-    pub fields: Map<String, Value>,
-    pub payload: Map<String, Value>,
+    pub(crate) fields: Map<String, Value>,
+    pub(crate) payload: Map<String, Value>,
 }
 
 impl Verdict {
-    pub fn refuse(status: u16, outcome: &'static str, message: impl Into<String>) -> Verdict {
+    pub(crate) fn refuse(status: u16, outcome: &'static str, message: impl Into<String>) -> Verdict {
         Verdict {
             status,
             outcome,

@@ -17,14 +17,14 @@ impl Clock {
     pub fn system() -> Self {
         Clock { offset_ms: 0, manual: None }
     }
-    pub fn with_offset(offset_ms: i64) -> Self {
+    pub(crate) fn with_offset(offset_ms: i64) -> Self {
         Clock { offset_ms, manual: None }
     }
     /// A clock that reads `now_ms` and moves only when its owner changes it.
     pub fn manual(now_ms: Arc<AtomicI64>) -> Self {
         Clock { offset_ms: 0, manual: Some(now_ms) }
     }
-    pub fn now_ms(&self) -> i64 {
+    pub(crate) fn now_ms(&self) -> i64 {
         if let Some(t) = &self.manual {
             return t.load(Ordering::SeqCst) + self.offset_ms;
         }

@@ -28,7 +28,7 @@ impl AllowedHosts {
     /// True when a node at `host:port` may be dialled. Nodes a Redis deployment names after
     /// connecting (Cluster slot owners, redirect targets, the master a Sentinel reports) are
     /// checked with this, as written in the server's answer (usually an IP address).
-    pub fn permits(&self, host: &str, port: u16) -> bool {
+    pub(crate) fn permits(&self, host: &str, port: u16) -> bool {
         let Some(entries) = &self.0 else { return true };
         let bare = host.to_ascii_lowercase();
         let host = if bare.contains(':') && !bare.starts_with('[') { format!("[{bare}]") } else { bare.clone() };
@@ -38,7 +38,7 @@ impl AllowedHosts {
     }
 
     /// The list as configured, for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("STATEFUL_TOOL_STORE_HOSTS={}", self.0.as_deref().unwrap_or_default().join(","))
     }
 

@@ -9,7 +9,7 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
-pub const MAX_EVENT_ID_BYTES: usize = 255;
+pub(crate) const MAX_EVENT_ID_BYTES: usize = 255;
 pub const MAX_NAMESPACE_BYTES: usize = 64;
 
 fn is_plain_char(b: u8) -> bool {

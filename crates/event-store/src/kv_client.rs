@@ -17,10 +17,10 @@ use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadlin
 /// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
 /// free connection instead of opening their own: sockets and memory do not grow with the
 /// number of sessions in flight.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 /// Largest store answer read (records are at most 1 MiB); a larger one is an upstream error
 /// and is not buffered.
-pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+pub(crate) const MAX_ANSWER_BYTES: usize = 4 << 20;
 
 pub struct KvClientStore {
     client: reqwest::Client,
@@ -40,7 +40,7 @@ struct Answer {
 }
 
 impl KvClientStore {
-    pub fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
+    pub(crate) fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let (base, tls) = kv_tls::TlsParams::split(url)?;
         let client = tls
             .apply(reqwest::Client::builder())?
@@ -190,7 +190,7 @@ fn write_headers(
 }
 
 /// The request header that carries a write's deadline (protocol v1, capability `deadline`).
-pub const DEADLINE_HEADER: &str = "kv-deadline-ms";
+pub(crate) const DEADLINE_HEADER: &str = "kv-deadline-ms";
 
 /// The refusal of a write that reached the container after its `KV-Deadline-Ms`: 409 with
 /// this error code (never 412, which means the precondition failed).

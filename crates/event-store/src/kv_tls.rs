@@ -12,10 +12,10 @@ use super::StoreError;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct TlsParams {
     /// A PEM CA the container's certificate must chain to, instead of the public roots.
-    pub ca: Option<String>,
+    pub(crate) ca: Option<String>,
     /// A PEM client certificate and its key, offered to a container that asks for one.
-    pub cert: Option<String>,
-    pub key: Option<String>,
+    pub(crate) cert: Option<String>,
+    pub(crate) key: Option<String>,
 }
 
 fn bad(msg: String) -> StoreError {
@@ -89,7 +89,7 @@ fn read(path: &str, param: &str) -> Result<Vec<u8>, StoreError> {
 }
 
 /// The cause of a refused TLS handshake, when `e` is one.
-pub fn refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut cur = Some(e);
     while let Some(err) = cur {
         let rustls_error = err.downcast_ref::<rustls::Error>().or_else(|| {
@@ -160,7 +160,7 @@ fn describe(e: &rustls::Error) -> Option<String> {
 }
 
 /// A 403: the token is valid, but the container binds it to other namespaces.
-pub fn forbidden(path: &str) -> StoreError {
+pub(crate) fn forbidden(path: &str) -> StoreError {
     let msg = match path.strip_prefix("/state/").map(parse_storage_key) {
         Some(Some((Some(ns), _))) => format!(
             "kv_token does not cover namespace {ns:?}: the KV container binds this token to other namespaces; use \

@@ -4,19 +4,19 @@
 //! compare-and-swap (`swap`) against the version that was read, so two deliveries can never
 //! both win, and a late writer can never overwrite a newer state.
 
-pub mod any;
-pub mod cache;
+mod any;
+mod cache;
 pub mod canonical;
-pub mod clock;
+mod clock;
 pub mod hosts;
 pub mod json_text;
 pub mod key;
-pub mod kv_client;
+mod kv_client;
 pub mod kv_tls;
 pub mod memory;
 pub mod postgres;
 pub mod record;
-pub mod redis;
+mod redis;
 pub mod url;
 
 use std::future::Future;

@@ -4,7 +4,7 @@
 use super::StoreError;
 
 /// What a workflow author may write, for messages about a `kv_url` we cannot use.
-pub const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`stateful-tool kv serve`), \
+pub(crate) const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`stateful-tool kv serve`), \
                                     or for Redis ≥ 7 redis(s)://[:password@]host:port/db, \
                                     redis(s)+cluster://[:password@]host:port,host:port… or \
                                     redis(s)+sentinel://[:password@]host:port,host:port…/master[/db], \
@@ -12,7 +12,7 @@ pub const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`s
 
 /// A backend, by `kv_url` scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     KvContainer,
     Redis,
     Postgres,
@@ -22,7 +22,7 @@ pub enum Scheme {
 
 impl Scheme {
     /// The scheme of `url`; an unknown or missing one is the user's input error.
-    pub fn of(url: &str) -> Result<Scheme, StoreError> {
+    pub(crate) fn of(url: &str) -> Result<Scheme, StoreError> {
         match url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).as_deref() {
             Some("http" | "https") => Ok(Scheme::KvContainer),
             Some("redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel") => {
@@ -36,7 +36,7 @@ impl Scheme {
 }
 
 /// The error for a `kv_url` whose scheme we do not serve, listing the ones we do.
-pub fn unsupported(url: &str) -> StoreError {
+pub(crate) fn unsupported(url: &str) -> StoreError {
     StoreError::BadUrl(format!("kv_url {:?} has no supported scheme: use {ACCEPTED_SCHEMES}", redact(url)))
 }
 

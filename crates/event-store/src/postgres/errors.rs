@@ -9,7 +9,7 @@ use tokio_postgres::error::SqlState;
 use crate::StoreError;
 
 /// The server's own words when it sent an error, else the innermost cause.
-pub fn db_text(e: &tokio_postgres::Error) -> String {
+pub(crate) fn db_text(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!("{} (SQLSTATE {})", db.message(), db.code().code());
     }
@@ -23,7 +23,7 @@ pub fn db_text(e: &tokio_postgres::Error) -> String {
 }
 
 /// An error from opening a connection: nothing was sent, so nothing is ambiguous.
-pub fn connecting(at: &str, user: &str, e: &tokio_postgres::Error) -> StoreError {
+pub(crate) fn connecting(at: &str, user: &str, e: &tokio_postgres::Error) -> StoreError {
     let text = db_text(e);
     match e.code() {
         _ if text.contains("pg_hba.conf") && text.contains("no encryption") => StoreError::Unauthorized(format!(
@@ -65,7 +65,7 @@ pub fn connecting(at: &str, user: &str, e: &tokio_postgres::Error) -> StoreError
 }
 
 /// An error from a statement. Only a broken connection leaves the outcome unknown.
-pub fn running(timeout: Duration, e: &tokio_postgres::Error) -> StoreError {
+pub(crate) fn running(timeout: Duration, e: &tokio_postgres::Error) -> StoreError {
     match e.code() {
         Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => StoreError::Config(db_text(e)),
         // lock_timeout: a claim on the key is still committing (a synchronous standby has not
@@ -84,7 +84,7 @@ pub fn running(timeout: Duration, e: &tokio_postgres::Error) -> StoreError {
 }
 
 /// The rustls configuration: the CA file's certificates, or the public roots.
-pub fn tls(ca_path: Option<&str>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+pub(crate) fn tls(ca_path: Option<&str>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     match ca_path {

@@ -5,7 +5,7 @@ mod errors;
 mod probe;
 mod schema;
 pub mod sql;
-pub mod url;
+pub(crate) mod url;
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadlin
 
 /// Connections one plugin process keeps to one database at most. Sessions beyond it wait
 /// for a free one: a busy plugin never exhausts the server's `max_connections`.
-pub const MAX_CONNECTIONS: usize = 16;
+pub(crate) const MAX_CONNECTIONS: usize = 16;
 /// How often expired rows are purged (in batches of [`PURGE_BATCH`]); they are invisible
 /// from the moment they expire, so this only bounds the table's size.
 const PURGE_EVERY: Duration = Duration::from_secs(5);

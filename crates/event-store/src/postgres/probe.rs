@@ -8,13 +8,13 @@ use super::schema;
 use crate::StoreError;
 
 /// What validation found: a one-line description and what to warn about.
-pub struct Found {
-    pub summary: String,
-    pub warnings: Vec<String>,
+pub(crate) struct Found {
+    pub(crate) summary: String,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Inspects the server behind `client`. `Err` = claims cannot be made (or not as promised).
-pub async fn inspect(
+pub(crate) async fn inspect(
     client: &Client,
     schema: &str,
     user: &str,

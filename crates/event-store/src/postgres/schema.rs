@@ -8,7 +8,7 @@ use super::errors::db_text;
 use crate::StoreError;
 
 /// The layout this build writes. A later layout migrates forward from the recorded one.
-pub const SCHEMA_VERSION: i32 = 1;
+pub(crate) const SCHEMA_VERSION: i32 = 1;
 
 /// The statements that create layout 1 in `schema` (all idempotent).
 fn create_v1(schema: &str) -> String {
@@ -67,7 +67,7 @@ async fn recorded(
 
 /// Makes sure our tables exist in `schema` at [`SCHEMA_VERSION`]. Creating them needs the
 /// CREATE privilege; when it is lacking, the error says which one, on what.
-pub async fn ensure(client: &mut Client, schema: &str, user: &str) -> Result<(), StoreError> {
+pub(crate) async fn ensure(client: &mut Client, schema: &str, user: &str) -> Result<(), StoreError> {
     let fail = |e: tokio_postgres::Error| StoreError::Config(format!("preparing schema {schema}: {}", db_text(&e)));
     match recorded(client, schema, user).await.map_err(fail)?.map_err(StoreError::Config)? {
         Some(SCHEMA_VERSION) => return Ok(()),
@@ -127,7 +127,7 @@ async fn lacking_to_create(client: &Client, schema: &str, user: &str) -> Result<
 
 /// What `user` lacks to use the existing tables (each privilege checked on its own, so the
 /// message names exactly the missing one); None when every claim can be made.
-pub async fn lacking_to_use(
+pub(crate) async fn lacking_to_use(
     client: &Client,
     schema: &str,
     user: &str,

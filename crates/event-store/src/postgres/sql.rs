@@ -17,7 +17,7 @@ const MS: &str = "(extract(epoch FROM n.t) * 1000)::bigint";
 pub struct Sql {
     /// $1 key, $2 lock_timeout (text, e.g. '250ms') → takes the key's advisory lock for the
     /// rest of the transaction, waiting at most $2.
-    pub lock: String,
+    pub(crate) lock: String,
     /// $1 key, $2 value, $3 claim_id, $4 ttl ms, $5 deadline ms
     /// → created int, now_ms, late bool, value, version.
     pub create: String,
@@ -25,12 +25,12 @@ pub struct Sql {
     pub read: String,
     /// $1 key, $2 value, $3 claim_id, $4 ttl ms, $5 deadline ms, $6 expected version
     /// → swapped int, now_ms, late bool, value, version.
-    pub swap: String,
+    pub(crate) swap: String,
     /// $1 key, $2 claim_id, $3 restore (NULL = delete), $4 ttl ms, $5 deadline ms,
     /// $6 restore's claim_id → released int, now_ms, late bool. Runs after `lock`.
-    pub release: String,
+    pub(crate) release: String,
     /// Deletes one small batch of expired rows → deleted count.
-    pub purge: String,
+    pub(crate) purge: String,
 }
 
 /// The advisory lock of key $1 (one 64-bit lock space per database; a collision with another
@@ -38,7 +38,7 @@ pub struct Sql {
 const LOCK_ID: &str = "hashtextextended($1::text, 0)";
 
 /// Rows per purge statement: small, so a purge never holds many row locks at once.
-pub const PURGE_BATCH: i64 = 500;
+pub(crate) const PURGE_BATCH: i64 = 500;
 
 impl Sql {
     pub fn new(s: &str) -> Sql {

@@ -9,18 +9,18 @@ use super::super::url::redact;
 use super::super::StoreError;
 
 /// The schema our table lives in when kv_url names none.
-pub const DEFAULT_SCHEMA: &str = "stateful_tool";
+pub(crate) const DEFAULT_SCHEMA: &str = "stateful_tool";
 
 /// A parsed PostgreSQL kv_url.
 #[derive(Debug, Clone)]
-pub struct Parsed {
-    pub config: tokio_postgres::Config,
+pub(crate) struct Parsed {
+    pub(crate) config: tokio_postgres::Config,
     /// The schema holding our tables (an unquoted SQL identifier).
-    pub schema: String,
+    pub(crate) schema: String,
     /// The CA file TLS must chain to (`tls_ca=`, or libpq's `sslrootcert=`); None = public roots.
-    pub tls_ca: Option<String>,
+    pub(crate) tls_ca: Option<String>,
     /// `sslmode=disable`: no TLS at all.
-    pub tls_off: bool,
+    pub(crate) tls_off: bool,
 }
 
 fn bad(url: &str, why: impl std::fmt::Display) -> StoreError {
@@ -36,7 +36,7 @@ fn valid_schema(s: &str) -> bool {
 }
 
 impl Parsed {
-    pub fn parse(url: &str, timeout: Duration) -> Result<Parsed, StoreError> {
+    pub(crate) fn parse(url: &str, timeout: Duration) -> Result<Parsed, StoreError> {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let (mut schema, mut tls_ca, mut sslmode) = (DEFAULT_SCHEMA.to_owned(), None, None);
         let mut rest = vec![];
@@ -126,7 +126,7 @@ impl Parsed {
     }
 
     /// Every `host:port` kv_url names, in order (each one may be dialled).
-    pub fn hosts(&self) -> Vec<(String, u16)> {
+    pub(crate) fn hosts(&self) -> Vec<(String, u16)> {
         let ports = self.config.get_ports();
         self.config
             .get_hosts()
@@ -144,7 +144,7 @@ impl Parsed {
     }
 
     /// The hosts as messages show them: `a:5432,b:5432/database`.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let hosts: Vec<String> = self.hosts().iter().map(|(h, p)| format!("{h}:{p}")).collect();
         format!("{}/{}", hosts.join(","), self.config.get_dbname().unwrap_or_default())
     }

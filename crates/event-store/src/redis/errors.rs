@@ -9,7 +9,7 @@ use crate::StoreError;
 
 /// Words every refusal of a host carries, so the refusal is recognised however the client
 /// library wraps it.
-pub const NOT_ALLOWED: &str = "is not in the store hosts this plugin may use";
+pub(crate) const NOT_ALLOWED: &str = "is not in the store hosts this plugin may use";
 
 pub(crate) fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreError {
     let text = e.to_string();

@@ -14,7 +14,7 @@ use crate::StoreError;
 /// Resolves hosts for the Cluster client, refusing any host the allow-list does not permit.
 /// The client dials every node through its resolver (seeds, the owners in `CLUSTER SLOTS`,
 /// `MOVED`/`ASK` targets), so no node outside the list is ever connected to.
-pub struct Guarded(pub AllowedHosts);
+pub(crate) struct Guarded(pub(crate) AllowedHosts);
 
 impl AsyncDNSResolver for Guarded {
     fn resolve<'a, 'b: 'a>(
@@ -37,7 +37,7 @@ impl AsyncDNSResolver for Guarded {
 }
 
 /// `host:port`, an IPv6 host in brackets.
-pub fn host_port(host: &str, port: u16) -> String {
+pub(crate) fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
@@ -46,11 +46,11 @@ pub fn host_port(host: &str, port: u16) -> String {
 }
 
 /// The refusal of a node that `source` named (a Sentinel, `CLUSTER SLOTS`).
-pub fn refused_node(host: &str, port: u16, source: &str, allowed: &AllowedHosts) -> StoreError {
+pub(crate) fn refused_node(host: &str, port: u16, source: &str, allowed: &AllowedHosts) -> StoreError {
     StoreError::Config(refused_node_text(host, port, source, allowed))
 }
 
-pub fn refused_node_text(host: &str, port: u16, source: &str, allowed: &AllowedHosts) -> String {
+pub(crate) fn refused_node_text(host: &str, port: u16, source: &str, allowed: &AllowedHosts) -> String {
     format!(
         "{source} names the Redis node {}, which {NOT_ALLOWED} ({}); the plugin would be sent there, so it refuses \
          this store: add that host to the list, or have Redis announce an allowed name",
@@ -60,18 +60,18 @@ pub fn refused_node_text(host: &str, port: u16, source: &str, allowed: &AllowedH
 }
 
 /// One node, and how to talk about it and its password in messages.
-pub struct Who<'a> {
+pub(crate) struct Who<'a> {
     /// e.g. `the Sentinel at 10.0.0.1:26379`.
-    pub node: String,
+    pub(crate) node: String,
     /// e.g. `sentinel_password in kv_url`.
-    pub which: &'a str,
+    pub(crate) which: &'a str,
     /// What to write when the node needs a password and kv_url gives none.
-    pub missing: &'a str,
+    pub(crate) missing: &'a str,
     /// How kv_url looks without that password.
-    pub remove: &'a str,
+    pub(crate) remove: &'a str,
 }
 
-pub fn cluster_who(seed: &str) -> Who<'static> {
+pub(crate) fn cluster_who(seed: &str) -> Who<'static> {
     Who {
         node: format!("the Redis Cluster node at {seed}"),
         which: "the password in kv_url",
@@ -80,7 +80,7 @@ pub fn cluster_who(seed: &str) -> Who<'static> {
     }
 }
 
-pub fn sentinel_who(at: &str) -> Who<'static> {
+pub(crate) fn sentinel_who(at: &str) -> Who<'static> {
     Who {
         node: format!("the Sentinel at {at}"),
         which: "sentinel_password in kv_url",
@@ -90,7 +90,7 @@ pub fn sentinel_who(at: &str) -> Who<'static> {
     }
 }
 
-pub fn master_who(master: &str, addr: &str, via: &str) -> Who<'static> {
+pub(crate) fn master_who(master: &str, addr: &str, via: &str) -> Who<'static> {
     Who {
         node: format!("the master {master:?} at {addr} (named by the Sentinel at {via})"),
         which: "the master's password in kv_url (before the @; Dify's REDIS_PASSWORD)",
@@ -100,13 +100,13 @@ pub fn master_who(master: &str, addr: &str, via: &str) -> Who<'static> {
     }
 }
 
-pub fn is_refusal(e: &redis::RedisError) -> bool {
+pub(crate) fn is_refusal(e: &redis::RedisError) -> bool {
     is_auth_error(e) || e.code() == Some("NOAUTH")
 }
 
 /// Why `client` cannot talk to its node because of credentials: `None` when it can, or when
 /// the failure is something else. Makes its own short connection.
-pub async fn auth_problem(client: &redis::Client, who: &Who<'_>, t: Duration) -> Option<StoreError> {
+pub(crate) async fn auth_problem(client: &redis::Client, who: &Who<'_>, t: Duration) -> Option<StoreError> {
     let info = client.get_connection_info();
     let has_password = info.redis_settings().password().is_some();
     let tried = async {
@@ -125,7 +125,7 @@ pub async fn auth_problem(client: &redis::Client, who: &Who<'_>, t: Duration) ->
 /// The node refused the password it was given; the client library reports every refusal
 /// alike. One unauthenticated PING tells the two common mistakes apart: a server without a
 /// password answers it, a server with one answers NOAUTH.
-pub async fn refused_password(who: &Who<'_>, info: &redis::ConnectionInfo, timeout: Duration) -> StoreError {
+pub(crate) async fn refused_password(who: &Who<'_>, info: &redis::ConnectionInfo, timeout: Duration) -> StoreError {
     let bare = redis::RedisConnectionInfo::default().set_db(info.redis_settings().db());
     let bare = info.clone().set_redis_settings(bare);
     let ping = async {

@@ -20,7 +20,7 @@ use crate::StoreError;
 
 /// A live connection. Cheap to clone: clones share one multiplexed connection.
 #[derive(Clone)]
-pub enum Link {
+pub(crate) enum Link {
     Node(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -55,7 +55,7 @@ impl Link {
     /// Runs `pipe` on the master that owns `key`, on one connection and in order (what WAIT
     /// needs: it counts the replicas that have this connection's writes). Errors stay in the
     /// reply, one per command.
-    pub async fn on_key_owner(&mut self, key: &str, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+    pub(crate) async fn on_key_owner(&mut self, key: &str, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
         match self {
             Link::Node(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
             Link::Cluster(c) => {
@@ -67,7 +67,7 @@ impl Link {
 }
 
 /// Makes connections for one kv_url.
-pub enum Connector {
+pub(crate) enum Connector {
     Node {
         client: redis::Client,
         config: ConnectionManagerConfig,
@@ -142,7 +142,7 @@ async fn bounded<T>(
 impl Connector {
     /// The connector for `target`, and its first connection. A `redis://` URL that reaches a
     /// Cluster node becomes a Cluster connector seeded with that node.
-    pub async fn open(
+    pub(crate) async fn open(
         parsed: Parsed,
         t: Duration,
         allowed: AllowedHosts,
@@ -206,7 +206,7 @@ impl Connector {
     }
 
     /// A new connection, and where it goes (for messages).
-    pub async fn connect(&self, t: Duration) -> Result<(Link, String), StoreError> {
+    pub(crate) async fn connect(&self, t: Duration) -> Result<(Link, String), StoreError> {
         match self {
             Connector::Node { client, config, addr } => {
                 let conn = bounded(addr, t, client.get_connection_manager_with_config(config.clone())).await?;
@@ -303,7 +303,7 @@ impl Connector {
     }
 
     /// The topology, for messages.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Connector::Node { .. } => "standalone Redis",
             Connector::Cluster { .. } => "Redis Cluster",
@@ -312,7 +312,7 @@ impl Connector {
     }
 
     /// True when a failed command is a reason to ask Sentinel again (the master moved).
-    pub fn rediscovers(&self) -> bool {
+    pub(crate) fn rediscovers(&self) -> bool {
         matches!(self, Connector::Sentinel { .. })
     }
 }

@@ -8,7 +8,7 @@ mod link;
 mod probe;
 mod replicas;
 mod scripts;
-pub mod url;
+pub(crate) mod url;
 
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ pub struct RedisStore {
 impl RedisStore {
     /// Connects (bounded by the call timeout). One multiplexed connection (per node, on a
     /// Cluster) serves every session: Redis executes commands one at a time anyway.
-    pub async fn connect(
+    pub(crate) async fn connect(
         url: &str,
         min_replicas: u32,
         host: Clock,

@@ -9,9 +9,9 @@ use super::link::Link;
 use crate::hosts::AllowedHosts;
 
 /// What validation found: a one-line description and what to warn about.
-pub struct Found {
-    pub summary: String,
-    pub warnings: Vec<String>,
+pub(crate) struct Found {
+    pub(crate) summary: String,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// `cmd` on every master → (address, reply); an error reply stays in place.
@@ -76,7 +76,7 @@ fn config(v: &Value) -> Vec<(String, String)> {
 }
 
 /// What a master's persistence settings promise about acknowledged claims after a crash.
-pub fn persistence(appendonly: &str, appendfsync: &str, save: &str) -> (String, bool) {
+pub(crate) fn persistence(appendonly: &str, appendfsync: &str, save: &str) -> (String, bool) {
     match (appendonly, appendfsync) {
         ("yes", "always") => ("AOF with fsync on every write: an acknowledged claim survives a crash".into(), false),
         ("yes", "everysec") => {
@@ -95,7 +95,7 @@ pub fn persistence(appendonly: &str, appendfsync: &str, save: &str) -> (String, 
 }
 
 /// Inspects every master. `Err(text)` = this deployment cannot work (refused).
-pub async fn inspect(
+pub(crate) async fn inspect(
     link: &mut Link,
     kind: &str,
     here: &str,

@@ -72,15 +72,15 @@ return {t[1], t[2], 1}
 "
 );
 
-pub struct Scripts {
-    pub create: Script,
-    pub read: Script,
-    pub swap: Script,
-    pub release: Script,
+pub(crate) struct Scripts {
+    pub(crate) create: Script,
+    pub(crate) read: Script,
+    pub(crate) swap: Script,
+    pub(crate) release: Script,
 }
 
 impl Scripts {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Scripts {
             create: Script::new(CREATE),
             read: Script::new(READ),
@@ -92,7 +92,7 @@ impl Scripts {
     /// A claim without a deadline, or the read, as `TIME` followed by plain commands, for a
     /// single node (the same effect, one round trip, no script); `None` for the others. `TIME`
     /// comes first so that the time a read reports is never later than the read itself.
-    pub fn plain(&self, which: &Script, key: &str, args: &[&[u8]]) -> Option<redis::Pipeline> {
+    pub(crate) fn plain(&self, which: &Script, key: &str, args: &[&[u8]]) -> Option<redis::Pipeline> {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
         match (which.get_hash() == self.create.get_hash(), which.get_hash() == self.read.get_hash(), args) {
@@ -106,7 +106,12 @@ impl Scripts {
     }
 
     /// Runs a [`Scripts::plain`] pipeline; any error reply fails the whole call.
-    pub async fn run_plain(&self, link: &mut Link, key: &str, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+    pub(crate) async fn run_plain(
+        &self,
+        link: &mut Link,
+        key: &str,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<Vec<Value>> {
         link.on_key_owner(key, pipe).await?.into_iter().map(Value::extract_error).collect()
     }
 
@@ -121,7 +126,7 @@ impl Scripts {
 
     /// The script and `WAIT min_replicas timeout` in one pipeline on the key owner's
     /// connection → the script's reply and the number of replicas that acknowledged it.
-    pub async fn with_wait(
+    pub(crate) async fn with_wait(
         &self,
         link: &mut Link,
         which: &Script,

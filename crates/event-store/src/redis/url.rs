@@ -5,14 +5,14 @@ use super::super::StoreError;
 /// A parsed kv_url: the deployment, and the CA file (`?tls_ca=/path/ca.pem`) that TLS
 /// connections must chain to instead of the public roots.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Parsed {
-    pub target: Target,
-    pub tls_ca: Option<String>,
+pub(crate) struct Parsed {
+    pub(crate) target: Target,
+    pub(crate) tls_ca: Option<String>,
 }
 
 /// Where the Redis deployment is, parsed from kv_url (passwords still percent-encoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// `redis://` / `rediss://`: one node. Whether it is a Cluster node is learnt on connect.
     Node { url: String },
     /// `redis+cluster://` / `rediss+cluster://`: seed nodes of a Redis Cluster.
@@ -28,7 +28,7 @@ fn config(msg: impl Into<String>) -> StoreError {
 
 /// The `host:port` of every seed node or Sentinel a Cluster or Sentinel kv_url lists (each
 /// one is dialled, so each must pass the store-host allow-list); `None` for other forms.
-pub fn seed_hosts(url: &str) -> Result<Option<Vec<String>>, StoreError> {
+pub(crate) fn seed_hosts(url: &str) -> Result<Option<Vec<String>>, StoreError> {
     match Parsed::parse(url)?.target {
         Target::Node { .. } => Ok(None),
         Target::Cluster { nodes, .. } => Ok(Some(nodes)),
@@ -37,7 +37,7 @@ pub fn seed_hosts(url: &str) -> Result<Option<Vec<String>>, StoreError> {
 }
 
 impl Parsed {
-    pub fn parse(url: &str) -> Result<Parsed, StoreError> {
+    pub(crate) fn parse(url: &str) -> Result<Parsed, StoreError> {
         let (url, query) = url.split_once('?').unwrap_or((url, ""));
         let mut tls_ca = None;
         let mut rest = vec![];
@@ -53,7 +53,7 @@ impl Parsed {
 }
 
 impl Target {
-    pub fn parse(url: &str) -> Result<Target, StoreError> {
+    pub(crate) fn parse(url: &str) -> Result<Target, StoreError> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| config("kv_url has no scheme"))?;
         let scheme = scheme.to_ascii_lowercase();
         let (tls, kind) = match scheme.as_str() {
@@ -150,7 +150,7 @@ pub(crate) fn percent_decode(s: &str) -> String {
 }
 
 /// The URL of one node, with the deployment's credentials.
-pub fn node_url(tls: bool, userinfo: &str, host_port: &str, db: u32) -> String {
+pub(crate) fn node_url(tls: bool, userinfo: &str, host_port: &str, db: u32) -> String {
     let scheme = if tls { "rediss" } else { "redis" };
     let at = if userinfo.is_empty() { "" } else { "@" };
     format!("{scheme}://{userinfo}{at}{host_port}/{db}")
