@@ -94,6 +94,16 @@ fn put_str(out: &mut Vec<u8>, s: &Cow<str>) {
     }
 }
 
+/// `-?(0|[1-9][0-9]*)`: an integer as JSON spells it.
+fn is_json_integer(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text).as_bytes();
+    match digits {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
 /// A string that borrows from the input when it has no escapes.
 struct CowStr;
 
@@ -208,7 +218,12 @@ impl<'de> Visitor<'de> for Value<'_, 'de> {
         };
         if key == NUMBER_TOKEN {
             let text = map.next_value_seed(CowStr)?;
-            put(&mut w.out, &text.parse::<Number>().map_err(de::Error::custom)?);
+            if is_json_integer(&text) {
+                // What serde_json writes for it: the text itself (only exponents are respelled).
+                w.out.extend_from_slice(text.as_bytes());
+            } else {
+                put(&mut w.out, &text.parse::<Number>().map_err(de::Error::custom)?);
+            }
             return Ok(());
         }
         let (start, first) = (w.out.len(), w.members.len());

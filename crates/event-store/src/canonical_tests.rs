@@ -65,6 +65,9 @@ fn corpus() -> Vec<String> {
         r#"{"$serde_json::private::Number":"12","b":1}"#,
         r#"{"a":1,"$serde_json::private::Number":"12"}"#,
         r#"{"nested":{"$serde_json::private::Number":"007"}}"#,
+        r#"[{"$serde_json::private::Number":"-"},{"$serde_json::private::Number":"-007"}]"#,
+        r#"[{"$serde_json::private::Number":"-12"},{"$serde_json::private::Number":"-0"},{"$serde_json::private::Number":"0"}]"#,
+        r#"[{"$serde_json::private::Number":"1e5"},{"$serde_json::private::Number":" 1"},{"$serde_json::private::Number":""}]"#,
         // Not JSON: hashed as text by both.
         "",
         " ",
