@@ -13,7 +13,9 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::tools::params::{Name, Params, ParamsVisitor};
+use dify_plugin::protocol::Name;
+
+use crate::tools::params::{Params, ParamsVisitor};
 
 /// The members of a request's data that dispatch reads. A member of the wrong type reads as
 /// absent, and a repeated one as its last value, as a JSON map would keep it.

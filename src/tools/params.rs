@@ -7,6 +7,8 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use dify_plugin::protocol::Name;
+
 use crate::error::ToolError;
 
 /// What serde_json (`arbitrary_precision`) reports a number as: a one-entry map under this key.
@@ -62,31 +64,6 @@ impl<'de> Visitor<'de> for ParamsVisitor {
             members.push((name.0, map.next_value()?));
         }
         Ok(Params(members))
-    }
-}
-
-/// A member name, borrowed from the text when it has no escapes.
-pub struct Name<'a>(pub Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Name<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Name<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
-                Ok(Name(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
-                Ok(Name(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Name<'de>, E> {
-                Ok(Name(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
     }
 }
 

@@ -10,6 +10,6 @@ pub mod wire;
 
 pub use caller::Caller;
 pub use message::{Inbound, InboundError};
-pub use request::{raw_str, Fields, RequestData};
+pub use request::{raw_str, Fields, Name, RequestData};
 pub use session::{LogPort, Outbox, Session};
 pub use wire::{Line, LineReader};
