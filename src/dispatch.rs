@@ -75,7 +75,7 @@ impl Handler for App {
 /// What a request handler answers with, before it becomes session messages. It only lives
 /// between the handler and `respond`; boxing the answer would cost an allocation per call.
 #[allow(clippy::large_enum_variant)]
-enum Reply {
+enum Outgoing {
     /// A tool's answer: its `text`, `json` (and, for workflow nodes, `variable`) messages.
     Answer(tools::Answer),
     /// Other actions' `stream` chunks, as they go on the wire.
@@ -84,12 +84,12 @@ enum Reply {
 
 /// Writes an outcome as session messages and ends the session (exactly one `end`, after an
 /// optional `error`): the one place a handler's result or error meets the wire.
-async fn respond(session: Session, outcome: Result<Reply, SessionError>) {
+async fn respond(session: Session, outcome: Result<Outgoing, SessionError>) {
     match outcome {
         // Its text, json (and, for workflow nodes, variable) messages and the `end`, written
         // straight into one buffer.
-        Ok(Reply::Answer(answer)) => session.finish_with_answer(&answer).await,
-        Ok(Reply::Chunks(chunks)) => {
+        Ok(Outgoing::Answer(answer)) => session.finish_with_answer(&answer).await,
+        Ok(Outgoing::Chunks(chunks)) => {
             for chunk in &chunks {
                 session.stream(chunk).await;
             }
@@ -100,7 +100,7 @@ async fn respond(session: Session, outcome: Result<Reply, SessionError>) {
 }
 
 /// One request's `data`, read once from its text: what it asks, of which tool, with which
-/// credentials and parameters (borrowed from the text, each still JSON text).
+/// credentials (their JSON text) and parameters (strings borrowed from the text).
 enum Request<'a> {
     InvokeTool {
         tool: Tool,
@@ -124,18 +124,15 @@ impl<'a> Request<'a> {
     /// tool, its parameters and the credentials. A credential check's refusal is reported the
     /// way Dify shows it on the provider form.
     fn parse(data: Data<'a>) -> Result<Request<'a>, SessionError> {
-        let kind = data.kind.unwrap_or_default();
-        let action = data.action.unwrap_or_default();
         // Absent credentials read like an empty object: every look-up finds nothing.
-        let credentials = data.credentials;
-        let provider = data.provider;
-        let tool = data.tool;
+        let Data { kind, action, provider, tool, credentials, tool_parameters } = data;
+        let (kind, action) = (kind.unwrap_or_default(), action.unwrap_or_default());
         let tool = || Tool::from_name(tool.as_deref().unwrap_or_default());
         match (&*kind, &*action) {
             ("tool", "invoke_tool") => {
                 check_provider(provider.as_deref())?;
                 let tool = tool()?;
-                let params = match data.tool_parameters {
+                let params = match tool_parameters {
                     Slot::Absent => Params::default(),
                     Slot::Object(params) => params,
                     Slot::NotObject => return Err(ToolError::param("tool_parameters must be an object").into()),
@@ -170,17 +167,19 @@ async fn handle_request(app: &App, session: Session, data: RequestData) {
     respond(session, outcome).await
 }
 
-async fn answer(app: &App, read: Data<'_>, data: &RequestData) -> Result<Reply, SessionError> {
+async fn answer(app: &App, read: Data<'_>, data: &RequestData) -> Result<Outgoing, SessionError> {
     match Request::parse(read)? {
         Request::InvokeTool { tool, params, credentials } => {
-            Ok(Reply::Answer(invoke_tool(app, tool, &params, credentials).await?))
+            Ok(Outgoing::Answer(invoke_tool(app, tool, &params, credentials).await?))
         }
-        Request::ValidateCredentials { credentials } => validate_credentials(app, credentials).await.map(Reply::Chunks),
-        Request::RuntimeParameters { tool } => Ok(Reply::Chunks(runtime_parameters(tool))),
+        Request::ValidateCredentials { credentials } => {
+            validate_credentials(app, credentials).await.map(Outgoing::Chunks)
+        }
+        Request::RuntimeParameters { tool } => Ok(Outgoing::Chunks(runtime_parameters(tool))),
         Request::Trigger { action } => {
             // The trigger reads its request as a tree (its raw HTTP request and subscription).
             let data = data.to_value().map_err(|e| ToolError::param(format!("malformed input: {e}")))?;
-            crate::trigger::handle(&app.stores, &action, &data).await.map(Reply::Chunks)
+            crate::trigger::handle(&app.stores, &action, &data).await.map(Outgoing::Chunks)
         }
     }
 }

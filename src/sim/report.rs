@@ -1,6 +1,6 @@
 //! What the simulation counts and how its trace shows requests and answers.
 
-use super::store::{Op, Reply};
+use super::store::{Op, StoreReply};
 
 /// The faults the scheduler injects, counted over all schedules.
 #[derive(Debug, Default, Clone)]
@@ -32,14 +32,16 @@ pub(crate) fn short(op: &Op) -> String {
     }
 }
 
-pub(crate) fn short_reply(r: &Reply) -> String {
+pub(crate) fn short_reply(r: &StoreReply) -> String {
     match r {
-        Reply::Created(c) => format!("{:?}", matches!(c, crate::store::Created::Created))
+        StoreReply::Created(c) => format!("{:?}", matches!(c, crate::store::Created::Created))
             .replace("true", "created")
             .replace("false", "exists"),
-        Reply::Read(c, _) => if c.is_some() { "value" } else { "absent" }.into(),
-        Reply::Swapped(s) => if matches!(s, crate::store::Swapped::Swapped) { "swapped" } else { "changed" }.into(),
-        Reply::Released(b) => format!("released={b}"),
-        Reply::Failed(e) => format!("error {e}"),
+        StoreReply::Read(c, _) => if c.is_some() { "value" } else { "absent" }.into(),
+        StoreReply::Swapped(s) => {
+            if matches!(s, crate::store::Swapped::Swapped) { "swapped" } else { "changed" }.into()
+        }
+        StoreReply::Released(b) => format!("released={b}"),
+        StoreReply::Failed(e) => format!("error {e}"),
     }
 }

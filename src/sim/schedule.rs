@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::check::{self, Call, Kind, Ledger};
 use super::report::{short, short_reply, Faults};
 use super::rng::Rng;
-use super::store::{Flaw, Op, Reply, SimStore};
+use super::store::{Flaw, Op, SimStore, StoreReply};
 use crate::error::ToolError;
 use crate::store::record::Status;
 use crate::store::StoreError;
@@ -258,23 +258,23 @@ impl Sim {
                 if !read {
                     self.ghosts.push(parked.op.clone());
                 }
-                Reply::Failed(StoreError::Timeout(1000))
+                StoreReply::Failed(StoreError::Timeout(1000))
             }
             // Applied, and the answer is lost on the way back.
             2 => {
                 self.faults.lost_answer += 1;
                 w.apply(&parked.op);
-                Reply::Failed(StoreError::Interrupted("the answer was lost".into()))
+                StoreReply::Failed(StoreError::Interrupted("the answer was lost".into()))
             }
             // Refused before delivery: nothing happened, and the caller knows it.
             3 => {
                 self.faults.failed_before += 1;
-                Reply::Failed(StoreError::Unreachable("sim".into(), "connection refused".into()))
+                StoreReply::Failed(StoreError::Unreachable("sim".into(), "connection refused".into()))
             }
             // The connection broke before delivery: nothing happened, but the caller cannot know.
             4 => {
                 self.faults.cut_before += 1;
-                Reply::Failed(StoreError::Interrupted("the connection broke".into()))
+                StoreReply::Failed(StoreError::Interrupted("the connection broke".into()))
             }
             // Delivered twice: answered once, and a copy arrives later.
             5 => {
@@ -329,7 +329,7 @@ impl Sim {
         self.faults.ghosts_delivered += 1;
         let mut w = self.store.world.lock().unwrap();
         let r = w.apply(&op);
-        if matches!(r, Reply::Failed(StoreError::TooLate { .. })) {
+        if matches!(r, StoreReply::Failed(StoreError::TooLate { .. })) {
             self.faults.refused_late += 1;
         }
         if let Some(trace) = &mut self.trace {
@@ -346,7 +346,7 @@ impl Sim {
         let parked = std::mem::take(&mut w.parked);
         for p in parked {
             if self.rng.chance(50) {
-                p.answer(Reply::Failed(StoreError::Interrupted("the store restarted".into())));
+                p.answer(StoreReply::Failed(StoreError::Interrupted("the store restarted".into())));
             } else {
                 w.parked.push(p);
             }

@@ -36,7 +36,7 @@ impl Op {
 
 /// What the store answers to one request.
 #[derive(Debug, Clone)]
-pub(crate) enum Reply {
+pub(crate) enum StoreReply {
     Created(Created),
     /// The value and the store's time of the read.
     Read(Option<Current>, i64),
@@ -45,7 +45,7 @@ pub(crate) enum Reply {
     Failed(StoreError),
 }
 
-type Slot = Arc<Mutex<Option<Reply>>>;
+type Slot = Arc<Mutex<Option<StoreReply>>>;
 
 /// A request the scheduler has not decided about yet.
 pub(crate) struct Parked {
@@ -57,13 +57,13 @@ pub(crate) struct Parked {
 }
 
 impl Parked {
-    pub(crate) fn answer(&self, reply: Reply) {
+    pub(crate) fn answer(&self, reply: StoreReply) {
         *self.slot.lock().unwrap() = Some(reply);
     }
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct Entry {
+pub(crate) struct SimValue {
     pub(crate) value: Vec<u8>,
     pub(crate) rev: u64,
     pub(crate) expires_ms: i64,
@@ -73,9 +73,9 @@ pub(crate) struct Entry {
 #[derive(Default)]
 pub(crate) struct World {
     pub(crate) now_ms: i64,
-    pub(crate) data: HashMap<String, Entry>,
+    pub(crate) data: HashMap<String, SimValue>,
     /// Per key, the last state some answer revealed (a restart never loses it).
-    pub(crate) acked: HashMap<String, Option<Entry>>,
+    pub(crate) acked: HashMap<String, Option<SimValue>>,
     pub(crate) rev: u64,
     pub(crate) parked: Vec<Parked>,
     /// Which task is issuing store calls right now (set by the executor before each poll).
@@ -101,7 +101,7 @@ pub(crate) enum Flaw {
 }
 
 impl World {
-    pub(crate) fn live(&self, key: &str) -> Option<&Entry> {
+    pub(crate) fn live(&self, key: &str) -> Option<&SimValue> {
         self.data.get(key).filter(|e| e.expires_ms > self.now_ms)
     }
 
@@ -116,7 +116,7 @@ impl World {
         }
     }
 
-    fn current(&self, e: &Entry) -> Current {
+    fn current(&self, e: &SimValue) -> Current {
         let value = match self.flaw {
             Flaw::HidesClaimIds => match Record::from_bytes(&e.value) {
                 Ok(rec) => Record { claim_id: "hidden".to_owned(), ..rec }.to_bytes(),
@@ -129,36 +129,38 @@ impl World {
 
     fn put(&mut self, key: &str, value: &[u8], ttl_ms: i64) {
         self.rev += 1;
-        self.data
-            .insert(key.to_owned(), Entry { value: value.to_vec(), rev: self.rev, expires_ms: self.now_ms + ttl_ms });
+        self.data.insert(
+            key.to_owned(),
+            SimValue { value: value.to_vec(), rev: self.rev, expires_ms: self.now_ms + ttl_ms },
+        );
     }
 
     /// Applies one request atomically and returns the answer the store would send. A write
     /// that arrives after its deadline (unless the store ignores deadlines) is refused.
-    pub(crate) fn apply(&mut self, op: &Op) -> Reply {
+    pub(crate) fn apply(&mut self, op: &Op) -> StoreReply {
         self.expire();
         let until = match op {
             Op::Create { until, .. } | Op::Swap { until, .. } | Op::Release { until, .. } => *until,
             Op::Read { .. } => None,
         };
         if let Some(d) = until.filter(|d| self.flaw != Flaw::IgnoresDeadlines && self.now_ms > *d) {
-            return Reply::Failed(StoreError::TooLate { deadline_ms: d, store_now_ms: self.now_ms });
+            return StoreReply::Failed(StoreError::TooLate { deadline_ms: d, store_now_ms: self.now_ms });
         }
         match op {
             Op::Create { key, value, ttl_ms, .. } => match self.live(key) {
-                Some(e) => Reply::Created(Created::Exists(self.current(e))),
+                Some(e) => StoreReply::Created(Created::Exists(self.current(e))),
                 None => {
                     self.put(key, value, *ttl_ms);
-                    Reply::Created(Created::Created)
+                    StoreReply::Created(Created::Created)
                 }
             },
-            Op::Read { key } => Reply::Read(self.live(key).map(|e| self.current(e)), self.now_ms),
+            Op::Read { key } => StoreReply::Read(self.live(key).map(|e| self.current(e)), self.now_ms),
             Op::Swap { key, expected, value, ttl_ms, .. } => match self.live(key) {
                 Some(e) if e.rev == *expected => {
                     self.put(key, value, *ttl_ms);
-                    Reply::Swapped(Swapped::Swapped)
+                    StoreReply::Swapped(Swapped::Swapped)
                 }
-                other => Reply::Swapped(Swapped::Changed(other.map(|e| self.current(e)))),
+                other => StoreReply::Swapped(Swapped::Changed(other.map(|e| self.current(e)))),
             },
             Op::Release { key, claim_id, restore, ttl_ms, .. } => {
                 let ours = self
@@ -173,7 +175,7 @@ impl World {
                         }
                     }
                 }
-                Reply::Released(ours)
+                StoreReply::Released(ours)
             }
         }
     }
@@ -243,8 +245,8 @@ impl SimStore {
 struct Waiting(Slot);
 
 impl Future for Waiting {
-    type Output = Reply;
-    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Reply> {
+    type Output = StoreReply;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<StoreReply> {
         match self.0.lock().unwrap().take() {
             Some(r) => Poll::Ready(r),
             None => Poll::Pending,
@@ -256,7 +258,7 @@ fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
 }
 
-fn unexpected(r: Reply) -> StoreError {
+fn unexpected(r: StoreReply) -> StoreError {
     StoreError::Bad(format!("the simulation answered {r:?}"))
 }
 
@@ -271,16 +273,16 @@ impl EventStore for SimStore {
     ) -> Result<Created, StoreError> {
         let op = Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl), until: until.map(|d| d.0) };
         match self.park(op, timeout).await {
-            Reply::Created(c) => Ok(c),
-            Reply::Failed(e) => Err(e),
+            StoreReply::Created(c) => Ok(c),
+            StoreReply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
     }
 
     async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         match self.park(Op::Read { key: key.into() }, timeout).await {
-            Reply::Read(c, now) => Ok((c, now)),
-            Reply::Failed(e) => Err(e),
+            StoreReply::Read(c, now) => Ok((c, now)),
+            StoreReply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
     }
@@ -298,8 +300,8 @@ impl EventStore for SimStore {
         let (value, until) = (value.to_vec(), until.map(|d| d.0));
         let op = Op::Swap { key: key.into(), expected: *expected, value, ttl_ms: ms(ttl), until };
         match self.park(op, timeout).await {
-            Reply::Swapped(s) => Ok(s),
-            Reply::Failed(e) => Err(e),
+            StoreReply::Swapped(s) => Ok(s),
+            StoreReply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
     }
@@ -321,8 +323,8 @@ impl EventStore for SimStore {
             until: until.map(|d| d.0),
         };
         match self.park(op, timeout).await {
-            Reply::Released(b) => Ok(b),
-            Reply::Failed(e) => Err(e),
+            StoreReply::Released(b) => Ok(b),
+            StoreReply::Failed(e) => Err(e),
             r => Err(unexpected(r)),
         }
     }
