@@ -1,10 +1,10 @@
-//! A request's `data` as this plugin reads it: one pass over its text, nothing copied but
-//! strings with escapes.
+//! A request's `data` as this plugin reads it: one pass over its text, strings borrowed from it.
 //
 // The daemon's request object carries more members than the plugin reads (user_id,
 // credential_type, …); they are skipped as they are scanned. `tool_parameters` is read in the
-// same pass (each parameter's value as `Param`), so a webhook payload (a long string full of
-// escapes) is scanned once here instead of once per layer.
+// same pass (each parameter's value as `Param`; only strings with escapes, numbers and the
+// rare object or array are copied), so a webhook payload (a long string full of escapes) is
+// scanned once here instead of once per layer.
 
 use std::borrow::Cow;
 use std::fmt;
