@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 
 use dify_plugin::protocol::Name;
 
-use crate::tools::params::{Params, ParamsVisitor};
+use crate::tools::params::{Params, NUMBER_TOKEN};
 
 /// The members of a request's data that dispatch reads. A member of the wrong type reads as
 /// absent, and a repeated one as its last value, as a JSON map would keep it.
@@ -148,43 +148,18 @@ impl<'de> Deserialize<'de> for Slot<'de> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Slot::NotObject)
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Slot<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Slot<'de>, A::Error> {
                 // A number arrives as a map whose only key is serde_json's number token.
-                let mut peek = Peeked { first: None, map };
-                match peek.map.next_key::<Name>()? {
-                    Some(Name(key)) if key == crate::tools::params::NUMBER_TOKEN => {
-                        while peek.map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                match map.next_key::<Name>()? {
+                    Some(Name(key)) if key == NUMBER_TOKEN => {
+                        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                         Ok(Slot::NotObject)
                     }
-                    first => {
-                        peek.first = first.map(|n| n.0);
-                        ParamsVisitor.visit_map(peek).map(Slot::Object)
-                    }
+                    first => Params::read_members(first.map(|n| n.0), map).map(Slot::Object),
                 }
             }
         }
         d.deserialize_any(V)
-    }
-}
-
-/// A map whose first key was already read (to tell a number from an object): it hands that
-/// key out again first.
-struct Peeked<'de, A> {
-    first: Option<Cow<'de, str>>,
-    map: A,
-}
-
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for Peeked<'de, A> {
-    type Error = A::Error;
-    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        match self.first.take() {
-            Some(Cow::Borrowed(key)) => seed.deserialize(serde::de::value::BorrowedStrDeserializer::new(key)).map(Some),
-            Some(Cow::Owned(key)) => seed.deserialize(serde::de::value::StringDeserializer::new(key)).map(Some),
-            None => self.map.next_key_seed(seed),
-        }
-    }
-    fn next_value_seed<V: serde::de::DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.map.next_value_seed(seed)
     }
 }
 

@@ -50,18 +50,31 @@ impl<'de> Deserialize<'de> for Params<'de> {
     }
 }
 
-/// Reads an object's members into [`Params`]; also what `tool_parameters` is read with.
-pub struct ParamsVisitor;
+struct ParamsVisitor;
 
 impl<'de> Visitor<'de> for ParamsVisitor {
     type Value = Params<'de>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object of tool parameters")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Params<'de>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Params<'de>, A::Error> {
+        Params::read_members(None, map)
+    }
+}
+
+impl<'de> Params<'de> {
+    /// Reads an object's members: `first`, a name already read from `map` (the request reader
+    /// reads one to tell a number from an object), then the rest of `map`.
+    pub(crate) fn read_members<A: MapAccess<'de>>(
+        first: Option<Cow<'de, str>>,
+        mut map: A,
+    ) -> Result<Params<'de>, A::Error> {
         let mut members = Vec::with_capacity(map.size_hint().unwrap_or(6));
-        while let Some(name) = map.next_key::<Name>()? {
-            members.push((name.0, map.next_value()?));
+        if let Some(name) = first {
+            members.push((name, map.next_value()?));
+        }
+        while let Some(Name(name)) = map.next_key()? {
+            members.push((name, map.next_value()?));
         }
         Ok(Params(members))
     }
