@@ -65,11 +65,12 @@ fn write_record_field(out: &mut Vec<u8>, rec: &Record, key: &str, index: usize) 
     }
 }
 
-/// A field's value as JSON (strings through the fast escaper).
+/// A number, bool or tree as serde_json writes it.
 fn write_value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     serde_json::to_writer(out, value).expect("serialising an answer field into memory cannot fail");
 }
 
+/// A field's value as JSON, a string through the word-at-a-time escaper.
 fn write_json_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::String(s) => write_str(out, s),
