@@ -80,7 +80,7 @@ impl Plugin {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn stateful-tool serve");
         let stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let waiters: Waiters = Arc::default();
         let heartbeats = Arc::new(AtomicUsize::new(0));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -88,7 +88,13 @@ impl Plugin {
         let (w, hb, lg) = (waiters.clone(), heartbeats.clone(), logs.clone());
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut bytes = Vec::new();
+            while let Ok(1..) = stdout.read_until(b'\n', &mut bytes).await {
+                // A line the end of the stream cut short is a killed process's unfinished write,
+                // not output; every finished line must be JSON.
+                let Some(finished) = bytes.strip_suffix(b"\n") else { break };
+                let line = String::from_utf8_lossy(finished).into_owned();
+                bytes.clear();
                 let v: Value =
                     serde_json::from_str(&line).unwrap_or_else(|e| panic!("plugin wrote non-JSON {line:?}: {e}"));
                 match v["event"].as_str() {
