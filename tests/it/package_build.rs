@@ -173,11 +173,11 @@ fn duplicated_names_read_the_first_copy_like_the_daemon() {
     use stateful_tool::package::checksum::{checksum_of_hashes, checksum_of_zip};
     use stateful_tool::package::gofs::DaemonView;
     use stateful_tool::package::zipread::RawZip;
-    use stateful_tool::package::Entry;
+    use stateful_tool::package::PackageFile;
 
     // Two entries whose names have the same length; renaming the second in both its
     // local header and the central directory yields a zip with a duplicated name.
-    let zip = write_zip(&[Entry::new("one.txt", "AAAA"), Entry::new("two.txt", "BBBB")], b"").unwrap();
+    let zip = write_zip(&[PackageFile::new("one.txt", "AAAA"), PackageFile::new("two.txt", "BBBB")], b"").unwrap();
     let mut bytes = zip.clone();
     let mut renamed = 0;
     for i in 0..bytes.len() - 7 {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::support::package::*;
 use stateful_tool::package::pack::{build_package, plan_package};
-use stateful_tool::package::{validate_package_bytes, validate_plugin_dir, write_zip, Entry, Problem};
+use stateful_tool::package::{validate_package_bytes, validate_plugin_dir, write_zip, PackageFile, Problem};
 
 /// Problems from validating the source tree and from planning a package with binaries;
 /// both must agree that the tree is broken.
@@ -85,7 +85,7 @@ fn directory_entries_and_bad_names_in_a_package_are_rejected() {
     let tmp = tempfile::tempdir().unwrap();
     let built = build_package(&fixture(), &fake_bins(tmp.path())).unwrap();
     let mut entries = stateful_tool::package::read_package(built.bytes).unwrap().entries;
-    entries.push(Entry::new("tools/extra.yaml", "x: 1"));
+    entries.push(PackageFile::new("tools/extra.yaml", "x: 1"));
     let with_extra = write_zip(&entries, b"").unwrap();
     let problems = validate_package_bytes(with_extra).unwrap_err();
     assert!(has(&problems, "tools/extra.yaml", "", "not part of the package layout"), "{problems:#?}");

@@ -7,7 +7,7 @@ use stateful_tool::package::keys::{load_private_key, load_public_key, official_p
 use stateful_tool::package::sign::{sign_entries, sign_package, signed_data, Category};
 use stateful_tool::package::verify::{verify_bytes, CategoryInfo, Failure};
 use stateful_tool::package::zipread::RawZip;
-use stateful_tool::package::{read_package, Entry};
+use stateful_tool::package::{read_package, PackageFile};
 
 const T: i64 = 1_700_000_000;
 
@@ -112,7 +112,7 @@ fn entries_and_signed_data_match_expected_json() {
     }
 }
 
-fn entries_of(name: &str) -> Vec<Entry> {
+fn entries_of(name: &str) -> Vec<PackageFile> {
     read_package(vector_bytes(name)).unwrap().entries
 }
 

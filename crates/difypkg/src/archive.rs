@@ -34,14 +34,14 @@ pub(crate) fn check_entry_name(name: &str) -> Result<(), String> {
 
 /// One file of a package: its entry name and uncompressed bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct PackageFile {
     pub name: String,
     pub data: Vec<u8>,
 }
 
-impl Entry {
-    pub fn new(name: impl Into<String>, data: impl Into<Vec<u8>>) -> Entry {
-        Entry { name: name.into(), data: data.into() }
+impl PackageFile {
+    pub fn new(name: impl Into<String>, data: impl Into<Vec<u8>>) -> PackageFile {
+        PackageFile { name: name.into(), data: data.into() }
     }
 }
 
@@ -51,7 +51,7 @@ const DEFLATE_LEVEL: i64 = 6;
 /// Writes `entries` in the given order, file entries only, with a fixed timestamp
 /// (1980-01-01 00:00, the DOS epoch), fixed permissions and fixed compression, so the
 /// same input always gives the same bytes. `comment` becomes the EOCD comment.
-pub fn write_zip(entries: &[Entry], comment: &[u8]) -> Result<Vec<u8>, String> {
+pub fn write_zip(entries: &[PackageFile], comment: &[u8]) -> Result<Vec<u8>, String> {
     let mut writer = ZipWriter::new(Cursor::new(Vec::new()));
     let base = SimpleFileOptions::default()
         .compression_method(CompressionMethod::Deflated)
@@ -75,7 +75,7 @@ pub fn write_zip(entries: &[Entry], comment: &[u8]) -> Result<Vec<u8>, String> {
 
 /// An existing package whose entries all follow the producer rules.
 pub struct Package {
-    pub entries: Vec<Entry>,
+    pub entries: Vec<PackageFile>,
     pub comment: Vec<u8>,
 }
 
@@ -105,7 +105,7 @@ pub fn read_package(bytes: Vec<u8>) -> Result<Package, String> {
             continue;
         }
         match zip.content(i) {
-            Ok(data) => entries.push(Entry::new(name, data)),
+            Ok(data) => entries.push(PackageFile::new(name, data)),
             Err(e) => problems.push(format!("entry `{name}` cannot be read: {e}")),
         }
     }
@@ -122,7 +122,7 @@ mod tests {
 
     #[test]
     fn round_trip_keeps_order_content_and_comment() {
-        let entries = vec![Entry::new("b.txt", "second"), Entry::new("a/x.txt", vec![0u8; 1000])];
+        let entries = vec![PackageFile::new("b.txt", "second"), PackageFile::new("a/x.txt", vec![0u8; 1000])];
         let bytes = write_zip(&entries, b"{\"x\":1}").unwrap();
         let back = read_package(bytes.clone()).unwrap();
         assert_eq!(back.entries, entries);
@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn unsafe_names_are_refused() {
-        assert!(write_zip(&[Entry::new("../x", "")], b"").is_err());
-        assert!(write_zip(&[Entry::new("dir/", "")], b"").is_err());
+        assert!(write_zip(&[PackageFile::new("../x", "")], b"").is_err());
+        assert!(write_zip(&[PackageFile::new("dir/", "")], b"").is_err());
     }
 }

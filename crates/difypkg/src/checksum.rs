@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::archive::Entry;
+use super::archive::PackageFile;
 use super::gofs::DaemonView;
 use super::patterns;
 use super::zipread::RawZip;
@@ -23,7 +23,7 @@ pub fn checksum_of_hashes<'a>(hashes: impl IntoIterator<Item = (&'a str, [u8; 32
 }
 
 /// Checksum of entries we are about to write (names already validated and unique).
-pub(crate) fn checksum_of_entries(entries: &[Entry]) -> String {
+pub(crate) fn checksum_of_entries(entries: &[PackageFile]) -> String {
     let hashes: Vec<(&str, [u8; 32])> =
         entries.iter().map(|e| (e.name.as_str(), Sha256::digest(&e.data).into())).collect();
     checksum_of_hashes(hashes)

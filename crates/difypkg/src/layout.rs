@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::archive::{check_entry_name, Entry};
+use super::archive::{check_entry_name, PackageFile};
 
 /// Files every package carries at its root besides the declared YAML, icons and binaries.
 pub(crate) const FIXED_FILES: [&str; 5] = ["manifest.yaml", "README.md", "PRIVACY.md", "requirements.txt", "main.py"];
@@ -71,8 +71,8 @@ impl FileSet {
     }
 
     /// Every file with its bytes, in entry order.
-    pub(crate) fn to_entries(&self) -> Result<Vec<Entry>, String> {
-        self.names().map(|name| Ok(Entry::new(name, self.read(name)?))).collect()
+    pub(crate) fn to_entries(&self) -> Result<Vec<PackageFile>, String> {
+        self.names().map(|name| Ok(PackageFile::new(name, self.read(name)?))).collect()
     }
 }
 

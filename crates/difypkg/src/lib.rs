@@ -39,7 +39,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 pub use arch::Arch;
-pub use archive::{read_package, write_zip, Entry};
+pub use archive::{read_package, write_zip, PackageFile};
 use sign::Category;
 pub use validate::{validate_package_bytes, validate_package_dir, validate_plugin_dir, Problem, Report};
 

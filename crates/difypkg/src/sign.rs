@@ -4,7 +4,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::archive::{read_package, write_zip, Entry};
+use super::archive::{read_package, write_zip, PackageFile};
 use super::keys::PrivateKey;
 use super::layout::VERIFICATION_FILE;
 
@@ -49,17 +49,22 @@ pub(crate) fn comment_json(signature: &[u8], time: i64) -> String {
 /// Result of signing a list of entries.
 pub struct Signed {
     /// Original entries (any old verification file removed) plus the new one, last.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<PackageFile>,
     pub signature: Vec<u8>,
     pub comment: String,
 }
 
 /// Signs `entries` in their order. RSASSA-PKCS1-v1_5 with SHA-256 is deterministic, so
 /// the same key, entries, category and time always give the same comment.
-pub fn sign_entries(entries: Vec<Entry>, key: &PrivateKey, category: Category, time: i64) -> Result<Signed, String> {
+pub fn sign_entries(
+    entries: Vec<PackageFile>,
+    key: &PrivateKey,
+    category: Category,
+    time: i64,
+) -> Result<Signed, String> {
     // A second verification file would make the daemon read the first copy twice.
-    let mut entries: Vec<Entry> = entries.into_iter().filter(|e| e.name != VERIFICATION_FILE).collect();
-    entries.push(Entry::new(VERIFICATION_FILE, verification_json(category)));
+    let mut entries: Vec<PackageFile> = entries.into_iter().filter(|e| e.name != VERIFICATION_FILE).collect();
+    entries.push(PackageFile::new(VERIFICATION_FILE, verification_json(category)));
     let data = signed_data(entries.iter().map(|e| e.data.as_slice()), time);
     // Computed by `ring`, whose private-key operations are constant-time.
     let signature = key.sign_pkcs1_sha256(&data)?;

@@ -63,7 +63,7 @@ pub struct Verified {
 }
 
 /// Everything `verify` reports about a package.
-pub struct Outcome {
+pub struct Verification {
     pub checksum: Result<String, String>,
     pub identifier: Option<String>,
     pub result: Result<Verified, Failure>,
@@ -133,15 +133,15 @@ fn check_signature(zip: &RawZip, view: &DaemonView, keys: &[PublicKey]) -> Resul
 }
 
 /// Verifies package bytes against `keys` (tried in order) and computes its checksum.
-pub fn verify_bytes(bytes: Vec<u8>, keys: &[PublicKey]) -> Outcome {
+pub fn verify_bytes(bytes: Vec<u8>, keys: &[PublicKey]) -> Verification {
     let zip = match RawZip::parse(bytes) {
         Ok(zip) => zip,
-        Err(e) => return Outcome { checksum: Err(e.clone()), identifier: None, result: Err(Failure::Archive(e)) },
+        Err(e) => return Verification { checksum: Err(e.clone()), identifier: None, result: Err(Failure::Archive(e)) },
     };
     let view = DaemonView::new(&zip);
     let checksum = checksum_of_zip(&zip);
     let identifier = checksum.as_ref().ok().and_then(|c| identifier_of(&view, c));
-    Outcome { result: check_signature(&zip, &view, keys), checksum, identifier }
+    Verification { result: check_signature(&zip, &view, keys), checksum, identifier }
 }
 
 #[cfg(test)]

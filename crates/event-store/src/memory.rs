@@ -8,7 +8,7 @@ use super::record::Record;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
 
 #[derive(Default)]
-struct Entry {
+struct StoredValue {
     value: Vec<u8>,
     rev: u64,
     expires_ms: i64,
@@ -17,7 +17,7 @@ struct Entry {
 /// A mutex-guarded map with the same atomicity as the real backends. Its "store clock" is
 /// the real wall clock plus `store_skew_ms`, so tests can skew host and store apart.
 pub struct MemoryStore {
-    map: Mutex<(HashMap<String, Entry>, u64)>,
+    map: Mutex<(HashMap<String, StoredValue>, u64)>,
     clock: StoreClock,
     store_skew_ms: i64,
 }
@@ -42,11 +42,11 @@ impl MemoryStore {
         }
     }
 
-    fn live<'a>(map: &'a HashMap<String, Entry>, key: &str, now: i64) -> Option<&'a Entry> {
+    fn live<'a>(map: &'a HashMap<String, StoredValue>, key: &str, now: i64) -> Option<&'a StoredValue> {
         map.get(key).filter(|e| e.expires_ms == 0 || e.expires_ms > now)
     }
 
-    fn current(e: &Entry, now: i64) -> Current {
+    fn current(e: &StoredValue, now: i64) -> Current {
         Current { value: e.value.clone(), version: Version::Rev(e.rev), store_now_ms: now }
     }
 
@@ -79,7 +79,10 @@ impl EventStore for MemoryStore {
         }
         g.1 += 1;
         let rev = g.1;
-        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
+        g.0.insert(
+            key.to_owned(),
+            StoredValue { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 },
+        );
         Ok(Created::Created)
     }
 
@@ -107,7 +110,10 @@ impl EventStore for MemoryStore {
         }
         g.1 += 1;
         let rev = g.1;
-        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
+        g.0.insert(
+            key.to_owned(),
+            StoredValue { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 },
+        );
         Ok(Swapped::Swapped)
     }
 
@@ -132,7 +138,7 @@ impl EventStore for MemoryStore {
                     g.1 += 1;
                     let rev = g.1;
                     let expires_ms = now + ttl.as_millis() as i64;
-                    g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms });
+                    g.0.insert(key.to_owned(), StoredValue { value: value.to_vec(), rev, expires_ms });
                 }
                 None => {
                     g.0.remove(key);

@@ -123,7 +123,7 @@ pub fn parse_address(url: &str) -> Result<(String, u16), String> {
 }
 
 /// How one connection ended.
-enum Outcome {
+enum ConnectionEnd {
     Refused(String),
     /// Never reached the daemon.
     Unreachable(String),
@@ -148,21 +148,21 @@ pub async fn run_remote<H: Handler>(
     loop {
         let outcome = connect_once(&cfg, &registration, &app, &opts).await;
         let why = match outcome {
-            Outcome::Refused(text) => return Ok(fatal(explain_refusal(&text, &addr))),
-            Outcome::ClosedEarly(why) if !registered_before => {
+            ConnectionEnd::Refused(text) => return Ok(fatal(explain_refusal(&text, &addr))),
+            ConnectionEnd::ClosedEarly(why) if !registered_before => {
                 return Ok(fatal(format!(
                     "{why}; the daemon at {addr} gave no reason. Check that REMOTE_INSTALL_URL names the plugin \
                      daemon's remote-debugging port and that the key is current (Dify → Plugins → Debug)"
                 )))
             }
-            Outcome::Lost(why) => {
+            ConnectionEnd::Lost(why) => {
                 registered_before = true;
                 failures = 0;
                 tracing::warn!("lost the connection to the daemon at {addr}: {why}; reconnecting");
                 sleep(cfg.backoff(0)).await;
                 continue;
             }
-            Outcome::Unreachable(why) | Outcome::ClosedEarly(why) => why,
+            ConnectionEnd::Unreachable(why) | ConnectionEnd::ClosedEarly(why) => why,
         };
         failures += 1;
         if failures >= cfg.max_attempts.max(1) {
@@ -184,12 +184,12 @@ async fn connect_once<H: Handler>(
     plugin: &Registration,
     app: &Arc<H>,
     opts: &ServeOptions,
-) -> Outcome {
+) -> ConnectionEnd {
     let addr = cfg.addr();
     let stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect((cfg.host.as_str(), cfg.port))).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Outcome::Unreachable(format!("cannot connect to {addr}: {e}")),
-        Err(_) => return Outcome::Unreachable(format!("connecting to {addr} timed out")),
+        Ok(Err(e)) => return ConnectionEnd::Unreachable(format!("cannot connect to {addr}: {e}")),
+        Err(_) => return ConnectionEnd::Unreachable(format!("connecting to {addr} timed out")),
     };
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
@@ -206,8 +206,8 @@ async fn connect_once<H: Handler>(
         let _ = timeout(REFUSAL_WAIT, reader.read(&mut scratch)).await;
         let v = verdict.borrow().clone();
         return match v {
-            Verdict::Refused(text) => Outcome::Refused(text),
-            _ => Outcome::ClosedEarly(format!("sending the registration to {addr} failed ({e})")),
+            Verdict::Refused(text) => ConnectionEnd::Refused(text),
+            _ => ConnectionEnd::ClosedEarly(format!("sending the registration to {addr} failed ({e})")),
         };
     }
     tracing::info!("registration sent to the daemon at {addr}");
@@ -216,13 +216,14 @@ async fn connect_once<H: Handler>(
     let grace = sleep(ACCEPT_GRACE);
     tokio::pin!(grace);
     let (mut accepted, mut watching) = (false, true);
-    let ended = |accepted: bool, why: String| if accepted { Outcome::Lost(why) } else { Outcome::ClosedEarly(why) };
+    let ended =
+        |accepted: bool, why: String| if accepted { ConnectionEnd::Lost(why) } else { ConnectionEnd::ClosedEarly(why) };
     loop {
         tokio::select! {
             result = &mut serve => {
                 let v = verdict.borrow().clone();
                 return match (v, result) {
-                    (Verdict::Refused(text), _) => Outcome::Refused(text),
+                    (Verdict::Refused(text), _) => ConnectionEnd::Refused(text),
                     (_, Ok(())) => ended(accepted, "the daemon closed the connection".into()),
                     (_, Err(e)) => ended(accepted, format!("connection error: {e}")),
                 };
@@ -234,7 +235,7 @@ async fn connect_once<H: Handler>(
                 }
                 let v = verdict.borrow_and_update().clone();
                 match v {
-                    Verdict::Refused(text) => return Outcome::Refused(text),
+                    Verdict::Refused(text) => return ConnectionEnd::Refused(text),
                     // Dropping `serve` abandons the sessions of this connection: nobody can receive their answers.
                     Verdict::Closed => return ended(accepted, "the daemon closed the connection".into()),
                     Verdict::Speaking if !accepted => {

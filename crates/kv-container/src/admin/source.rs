@@ -30,12 +30,12 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Deserialize)]
 struct Page {
-    keys: Vec<Entry>,
+    keys: Vec<ListedKey>,
     next: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct Entry {
+struct ListedKey {
     key: String,
 }
 

@@ -60,7 +60,7 @@ pub(crate) struct Written {
 
 /// The answer to one [`WriteOp`], valid only once the batch has committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum WriteOutcome {
     Created(Written),
     Replaced(Written),
     Deleted,
@@ -112,7 +112,7 @@ pub(crate) fn apply(
     now: u64,
     durability: Durability,
     force_commit: bool,
-) -> Result<(Vec<Outcome>, bool), BatchError> {
+) -> Result<(Vec<WriteOutcome>, bool), BatchError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(durability);
     let (outcomes, dirty) = {
@@ -135,11 +135,11 @@ pub(crate) fn apply(
 }
 
 impl Tables<'_> {
-    fn apply_one(&mut self, op: &WriteOp) -> Result<Outcome, BatchError> {
+    fn apply_one(&mut self, op: &WriteOp) -> Result<WriteOutcome, BatchError> {
         match op {
             // The deadline is judged with the batch's time, the time the write is applied at.
             WriteOp::Put { until_ms: Some(d), .. } | WriteOp::Delete { until_ms: Some(d), .. } if self.now > *d => {
-                Ok(Outcome::TooLate(self.now))
+                Ok(WriteOutcome::TooLate(self.now))
             }
             WriteOp::Put { key, value, pre, ttl_ms, .. } => self.put(key, value, *pre, *ttl_ms),
             WriteOp::Delete { key, pre, .. } => self.delete(key, *pre),
@@ -155,11 +155,17 @@ impl Tables<'_> {
         }
     }
 
-    fn put(&mut self, key: &str, value: &Bytes, pre: Precondition, ttl_ms: Option<u64>) -> Result<Outcome, BatchError> {
+    fn put(
+        &mut self,
+        key: &str,
+        value: &Bytes,
+        pre: Precondition,
+        ttl_ms: Option<u64>,
+    ) -> Result<WriteOutcome, BatchError> {
         let stored = self.load(key)?;
         let live = stored.clone().filter(|r| r.is_live(self.now));
         if !precondition_holds(pre, live.as_ref()) {
-            return Ok(Outcome::PreconditionFailed(live));
+            return Ok(WriteOutcome::PreconditionFailed(live));
         }
         if let Some(old) = &stored {
             if old.expires_ms != 0 {
@@ -179,32 +185,32 @@ impl Tables<'_> {
         }
         self.dirty = true;
         Ok(match live {
-            Some(_) => Outcome::Replaced(written),
-            None => Outcome::Created(written),
+            Some(_) => WriteOutcome::Replaced(written),
+            None => WriteOutcome::Created(written),
         })
     }
 
-    fn delete(&mut self, key: &str, pre: Precondition) -> Result<Outcome, BatchError> {
+    fn delete(&mut self, key: &str, pre: Precondition) -> Result<WriteOutcome, BatchError> {
         let live = self.load(key)?.filter(|r| r.is_live(self.now));
         let Some(current) = live else {
             // An expired leftover is the purge's job; to clients the key is simply absent.
             return Ok(match pre {
-                Precondition::None => Outcome::NotFound,
-                _ => Outcome::PreconditionFailed(None),
+                Precondition::None => WriteOutcome::NotFound,
+                _ => WriteOutcome::PreconditionFailed(None),
             });
         };
         if !precondition_holds(pre, Some(&current)) {
-            return Ok(Outcome::PreconditionFailed(Some(current)));
+            return Ok(WriteOutcome::PreconditionFailed(Some(current)));
         }
         self.data.remove(key)?;
         if current.expires_ms != 0 {
             self.expiry.remove((current.expires_ms, key))?;
         }
         self.dirty = true;
-        Ok(Outcome::Deleted)
+        Ok(WriteOutcome::Deleted)
     }
 
-    fn purge(&mut self, limit: usize) -> Result<Outcome, BatchError> {
+    fn purge(&mut self, limit: usize) -> Result<WriteOutcome, BatchError> {
         // Everything strictly below (now + 1, "") has expires_ms <= now, i.e. is expired.
         let bound = self.now.saturating_add(1);
         let mut victims: Vec<(u64, String)> = Vec::new();
@@ -225,7 +231,7 @@ impl Tables<'_> {
             }
         }
         self.dirty |= !victims.is_empty();
-        Ok(Outcome::Purged(victims.len()))
+        Ok(WriteOutcome::Purged(victims.len()))
     }
 }
 

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::batch::{Outcome, Precondition};
+use super::batch::{Precondition, WriteOutcome};
 use super::rates::Claim;
 
 /// The few fields of an event record the judgement needs; the payload is skipped unread.
@@ -36,12 +36,14 @@ fn fields(value: &[u8]) -> Option<Fields<'_>> {
 
 /// The claim a conditional write answered, if it was one. `now_ms` is this server's clock,
 /// which is also the clock the plugin judges leases by.
-pub(crate) fn classify(pre: Precondition, sent: &[u8], outcome: &Outcome, now_ms: u64) -> Option<Claim> {
+pub(crate) fn classify(pre: Precondition, sent: &[u8], outcome: &WriteOutcome, now_ms: u64) -> Option<Claim> {
     match (pre, outcome) {
-        (Precondition::IfAbsent, Outcome::Created(_)) => Some(Claim::Accepted),
-        (Precondition::IfAbsent, Outcome::PreconditionFailed(Some(stored))) => refused(sent, &stored.value, now_ms),
-        (Precondition::IfAbsent, Outcome::PreconditionFailed(None)) => Some(Claim::Other),
-        (Precondition::IfRev(_), Outcome::Replaced(_)) => {
+        (Precondition::IfAbsent, WriteOutcome::Created(_)) => Some(Claim::Accepted),
+        (Precondition::IfAbsent, WriteOutcome::PreconditionFailed(Some(stored))) => {
+            refused(sent, &stored.value, now_ms)
+        }
+        (Precondition::IfAbsent, WriteOutcome::PreconditionFailed(None)) => Some(Claim::Other),
+        (Precondition::IfRev(_), WriteOutcome::Replaced(_)) => {
             fields(sent).filter(|f| f.status == "processing").map(|_| Claim::Reclaimed)
         }
         _ => None,
@@ -86,12 +88,12 @@ mod tests {
         serde_json::to_vec(&v).unwrap()
     }
 
-    fn refused_by(stored: Vec<u8>) -> Outcome {
+    fn refused_by(stored: Vec<u8>) -> WriteOutcome {
         let value = Bytes::from(stored);
-        Outcome::PreconditionFailed(Some(StoredValue { value, rev: 1, modified_ms: NOW, expires_ms: 0 }))
+        WriteOutcome::PreconditionFailed(Some(StoredValue { value, rev: 1, modified_ms: NOW, expires_ms: 0 }))
     }
 
-    fn create(sent: &[u8], outcome: &Outcome) -> Option<Claim> {
+    fn create(sent: &[u8], outcome: &WriteOutcome) -> Option<Claim> {
         classify(Precondition::IfAbsent, sent, outcome, NOW)
     }
 
@@ -99,7 +101,7 @@ mod tests {
     fn created_is_accepted_and_refusals_follow_the_plugins_rule() {
         let sent = rec("sha256:a", "processing", "c2", Some(NOW + 1000));
         let w = Written { rev: 1, modified_ms: NOW, expires_ms: 0 };
-        assert_eq!(create(&sent, &Outcome::Created(w)), Some(Claim::Accepted));
+        assert_eq!(create(&sent, &WriteOutcome::Created(w)), Some(Claim::Accepted));
         let live = |fp: &str, status: &str, lease| refused_by(rec(fp, status, "c1", lease));
         assert_eq!(create(&sent, &live("sha256:a", "processing", Some(NOW + 1))), Some(Claim::Duplicate));
         assert_eq!(create(&sent, &live("sha256:a", "completed", None)), Some(Claim::Duplicate));
@@ -117,8 +119,8 @@ mod tests {
         let sent = rec("sha256:a", "processing", "c2", None);
         assert_eq!(create(b"{\"n\":1}", &refused_by(rec("sha256:a", "completed", "c1", None))), Some(Claim::Other));
         assert_eq!(create(&sent, &refused_by(b"[1,2]".to_vec())), Some(Claim::Other));
-        assert_eq!(create(&sent, &Outcome::PreconditionFailed(None)), Some(Claim::Other));
-        let w = Outcome::Replaced(Written { rev: 2, modified_ms: NOW, expires_ms: 0 });
+        assert_eq!(create(&sent, &WriteOutcome::PreconditionFailed(None)), Some(Claim::Other));
+        let w = WriteOutcome::Replaced(Written { rev: 2, modified_ms: NOW, expires_ms: 0 });
         assert_eq!(classify(Precondition::IfRev(1), &sent, &w, NOW), Some(Claim::Reclaimed));
         let done = rec("sha256:a", "completed", "c2", None);
         assert_eq!(classify(Precondition::IfRev(1), &done, &w, NOW), None);

@@ -18,13 +18,13 @@ use std::sync::Arc;
 use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{Outcome, WriteOp, DATA};
+use super::batch::{WriteOp, WriteOutcome, DATA};
 use super::health::Health;
 use super::metrics::Metrics;
 use super::open::DbSlot;
 use super::record::{ServerClock, StoredValue};
+use super::writer::{BatchHook, Job, Writer, IDLE};
 pub(crate) use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
-use super::writer::{Job, Writer, IDLE};
 
 /// Writes waiting for the writer; a full queue makes request handlers wait (backpressure).
 const QUEUE_DEPTH: usize = 4 * MAX_BATCH;
@@ -58,17 +58,8 @@ impl WriterHandle {
 
 impl Engine {
     /// Opens `<dir>/kv.redb` (creating it only when the directory has no data file; refusing
-    /// one that is not a complete, valid store) and starts the writer thread.
-    #[cfg(test)]
-    pub(crate) fn open(
-        dir: &Path,
-        durability: DurabilityMode,
-        clock: ServerClock,
-    ) -> anyhow::Result<(Engine, WriterHandle)> {
-        Self::open_cached(dir, durability, clock, super::open::DEFAULT_CACHE_MB << 20)
-    }
-
-    /// Like [`Engine::open`], with a page cache of `cache_bytes` (`--cache-mb`).
+    /// one that is not a complete, valid store) with a page cache of `cache_bytes`
+    /// (`--cache-mb`), and starts the writer thread.
     pub(crate) fn open_cached(
         dir: &Path,
         durability: DurabilityMode,
@@ -78,24 +69,14 @@ impl Engine {
         Self::start(dir, durability, clock, cache_bytes, None)
     }
 
-    /// Like [`Engine::open`], but the writer waits for `gate` before its first batch, so a
-    /// test can fill the queue first and observe batching deterministically.
-    #[cfg(test)]
-    pub(crate) fn open_gated(
-        dir: &Path,
-        durability: DurabilityMode,
-        clock: ServerClock,
-        gate: Option<std::sync::mpsc::Receiver<()>>,
-    ) -> anyhow::Result<(Engine, WriterHandle)> {
-        Self::start(dir, durability, clock, super::open::DEFAULT_CACHE_MB << 20, gate)
-    }
-
-    fn start(
+    /// [`Engine::open_cached`] with a [`BatchHook`] the writer consults around each batch
+    /// (tests inject one; the server has none).
+    pub(crate) fn start(
         dir: &Path,
         durability: DurabilityMode,
         clock: ServerClock,
         cache_bytes: usize,
-        gate: Option<std::sync::mpsc::Receiver<()>>,
+        hook: Option<Box<dyn BatchHook>>,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
         let (db, checked) = super::open::open(dir, cache_bytes)?;
         if !checked.created {
@@ -121,13 +102,9 @@ impl Engine {
             stats: stats.clone(),
             metrics: metrics.clone(),
             busy_since: busy_since.clone(),
+            hook,
         };
-        let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || {
-            if let Some(gate) = gate {
-                let _ = gate.recv();
-            }
-            writer.run();
-        })?;
+        let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || writer.run())?;
         let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since };
         Ok((engine, WriterHandle(thread)))
     }
@@ -172,7 +149,7 @@ impl Engine {
     }
 
     /// Queues one write and waits until its batch has committed (or failed).
-    pub(crate) async fn write(&self, op: WriteOp) -> Result<Outcome, EngineError> {
+    pub(crate) async fn write(&self, op: WriteOp) -> Result<WriteOutcome, EngineError> {
         let (reply, answer) = oneshot::channel();
         self.queue.send(Job { op, reply }).await.map_err(|_| EngineError::Unavailable)?;
         // A dropped reply means the writer died mid-batch: report failure, never success.

@@ -1,36 +1,79 @@
 //! Engine tests: group commit, ordering inside a batch, CAS, TTL on a pinned clock, failures.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
-use super::batch::{Outcome, Precondition, WriteOp, Written};
+use super::batch::{Precondition, WriteOp, WriteOutcome, Written};
 use super::engine::{DurabilityMode, Engine, EngineError, WriterHandle};
 use super::inspect::inventory;
+use super::open::DEFAULT_CACHE_MB;
 use super::record::ServerClock;
+use super::writer::BatchHook;
 
-type Reply = Result<Outcome, EngineError>;
+type Answered = Result<WriteOutcome, EngineError>;
 
 fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
     WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms, until_ms: None }
 }
 
 fn open(dir: &Path, clock: ServerClock) -> (Engine, WriterHandle) {
-    Engine::open(dir, DurabilityMode::Immediate, clock).expect("engine opens")
+    open_with(dir, DurabilityMode::Immediate, clock, None)
 }
 
-fn created(outcome: Reply) -> Written {
+fn open_with(
+    dir: &Path,
+    mode: DurabilityMode,
+    clock: ServerClock,
+    hook: Option<Box<dyn BatchHook>>,
+) -> (Engine, WriterHandle) {
+    Engine::start(dir, mode, clock, DEFAULT_CACHE_MB << 20, hook).expect("engine opens")
+}
+
+/// Holds the writer before its first batch until the gate is opened, so a test can fill the
+/// queue first and observe batching deterministically.
+struct Gated(Option<std::sync::mpsc::Receiver<()>>);
+
+impl BatchHook for Gated {
+    fn before_gather(&mut self) {
+        if let Some(gate) = self.0.take() {
+            let _ = gate.recv();
+        }
+    }
+}
+
+/// Fails the next batch (and only that one) as a failed commit would, once armed.
+struct FailNext(Arc<AtomicBool>);
+
+impl BatchHook for FailNext {
+    fn before_apply(&mut self) -> Result<(), String> {
+        if self.0.swap(false, Ordering::SeqCst) {
+            return Err("injected: the commit failed".into());
+        }
+        Ok(())
+    }
+}
+
+fn gated(dir: &Path) -> (Engine, WriterHandle, std::sync::mpsc::Sender<()>) {
+    let (gate, gate_rx) = std::sync::mpsc::channel();
+    let (engine, writer) =
+        open_with(dir, DurabilityMode::Immediate, ServerClock::system(), Some(Box::new(Gated(Some(gate_rx)))));
+    (engine, writer, gate)
+}
+
+fn created(outcome: Answered) -> Written {
     match outcome {
-        Ok(Outcome::Created(w)) => w,
+        Ok(WriteOutcome::Created(w)) => w,
         other => panic!("expected Created, got {other:?}"),
     }
 }
 
 /// Queues `ops` strictly in this order (each is in the queue before the next is sent).
-async fn enqueue_in_order(engine: &Engine, ops: Vec<WriteOp>) -> Vec<JoinHandle<Reply>> {
+async fn enqueue_in_order(engine: &Engine, ops: Vec<WriteOp>) -> Vec<JoinHandle<Answered>> {
     let mut handles = Vec::new();
     for op in ops {
         let target = engine.queued() + 1;
@@ -49,7 +92,7 @@ async fn wait_queued(engine: &Engine, n: usize) {
     }
 }
 
-async fn join_all(handles: Vec<JoinHandle<Reply>>) -> Vec<Reply> {
+async fn join_all(handles: Vec<JoinHandle<Answered>>) -> Vec<Answered> {
     let mut out = Vec::new();
     for h in handles {
         out.push(h.await.expect("task"));
@@ -60,9 +103,7 @@ async fn join_all(handles: Vec<JoinHandle<Reply>>) -> Vec<Reply> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_concurrent_writes_commit_in_one_transaction() {
     let dir = tempfile::tempdir().unwrap();
-    let (gate, gate_rx) = std::sync::mpsc::channel();
-    let (engine, writer) =
-        Engine::open_gated(dir.path(), DurabilityMode::Immediate, ServerClock::system(), Some(gate_rx)).unwrap();
+    let (engine, writer, gate) = gated(dir.path());
     const N: usize = 200;
     let handles: Vec<_> = (0..N)
         .map(|i| {
@@ -109,9 +150,7 @@ async fn live_concurrent_writers_need_fewer_commits_than_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn later_writes_in_a_batch_see_earlier_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let (gate, gate_rx) = std::sync::mpsc::channel();
-    let (engine, writer) =
-        Engine::open_gated(dir.path(), DurabilityMode::Immediate, ServerClock::system(), Some(gate_rx)).unwrap();
+    let (engine, writer, gate) = gated(dir.path());
     let ops = vec![
         put("k", "\"a\"", Precondition::IfAbsent, None),
         put("k", "\"b\"", Precondition::IfAbsent, None),
@@ -124,15 +163,15 @@ async fn later_writes_in_a_batch_see_earlier_ones() {
     let r = join_all(handles).await;
     let first = created(r[0].clone());
     match &r[1] {
-        Ok(Outcome::PreconditionFailed(Some(cur))) => {
+        Ok(WriteOutcome::PreconditionFailed(Some(cur))) => {
             assert_eq!((&cur.value[..], cur.rev), (&b"\"a\""[..], first.rev))
         }
         other => panic!("second create must lose to the first: {other:?}"),
     }
-    assert_eq!(r[2].clone().unwrap(), Outcome::Deleted);
+    assert_eq!(r[2].clone().unwrap(), WriteOutcome::Deleted);
     let third = created(r[3].clone());
     assert!(third.rev > first.rev);
-    assert!(matches!(&r[4], Ok(Outcome::PreconditionFailed(Some(c))) if c.rev == third.rev));
+    assert!(matches!(&r[4], Ok(WriteOutcome::PreconditionFailed(Some(c))) if c.rev == third.rev));
     assert_eq!(engine.stats().commits.load(Ordering::SeqCst), 1);
     assert_eq!(&engine.get("k".into()).await.unwrap().unwrap().value[..], b"\"c\"");
     drop(engine);
@@ -145,24 +184,24 @@ async fn compare_and_swap_and_conditional_delete() {
     let (e, writer) = open(dir.path(), ServerClock::system());
     let w1 = created(e.write(put("k", "1", Precondition::None, None)).await);
     let w2 = match e.write(put("k", "2", Precondition::IfRev(w1.rev), None)).await {
-        Ok(Outcome::Replaced(w)) => w,
+        Ok(WriteOutcome::Replaced(w)) => w,
         other => panic!("CAS with the current rev must succeed: {other:?}"),
     };
     assert!(w2.rev > w1.rev);
     match e.write(put("k", "3", Precondition::IfRev(w1.rev), None)).await {
-        Ok(Outcome::PreconditionFailed(Some(cur))) => {
+        Ok(WriteOutcome::PreconditionFailed(Some(cur))) => {
             assert_eq!((&cur.value[..], cur.rev), (&b"2"[..], w2.rev))
         }
         other => panic!("stale CAS must fail with the current value: {other:?}"),
     }
     let absent = e.write(put("nope", "1", Precondition::IfExists, None)).await;
-    assert_eq!(absent.unwrap(), Outcome::PreconditionFailed(None));
+    assert_eq!(absent.unwrap(), WriteOutcome::PreconditionFailed(None));
     let stale = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w1.rev), until_ms: None }).await;
-    assert!(matches!(stale, Ok(Outcome::PreconditionFailed(Some(_)))));
+    assert!(matches!(stale, Ok(WriteOutcome::PreconditionFailed(Some(_)))));
     let del = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w2.rev), until_ms: None }).await;
-    assert_eq!(del.unwrap(), Outcome::Deleted);
+    assert_eq!(del.unwrap(), WriteOutcome::Deleted);
     let again = e.write(WriteOp::Delete { key: "k".into(), pre: Precondition::None, until_ms: None }).await;
-    assert_eq!(again.unwrap(), Outcome::NotFound);
+    assert_eq!(again.unwrap(), WriteOutcome::NotFound);
     assert!(e.get("k".into()).await.unwrap().is_none());
     drop(e);
     writer.join();
@@ -191,8 +230,8 @@ async fn expiry_hides_keys_and_purge_reclaims_them() {
     let mut purged = Vec::new();
     loop {
         match e.write(WriteOp::Purge { limit: 2 }).await.unwrap() {
-            Outcome::Purged(0) => break,
-            Outcome::Purged(n) => purged.push(n),
+            WriteOutcome::Purged(0) => break,
+            WriteOutcome::Purged(n) => purged.push(n),
             other => panic!("{other:?}"),
         }
     }
@@ -224,8 +263,9 @@ async fn revisions_keep_increasing_across_restarts() {
 #[tokio::test]
 async fn a_failed_batch_acknowledges_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (e, writer) = open(dir.path(), ServerClock::system());
-    e.stats().fail_next_batch.store(true, Ordering::SeqCst);
+    let fail = Arc::new(AtomicBool::new(true));
+    let (e, writer) =
+        open_with(dir.path(), DurabilityMode::Immediate, ServerClock::system(), Some(Box::new(FailNext(fail.clone()))));
     let r = e.write(put("k", "1", Precondition::IfAbsent, None)).await;
     assert!(matches!(r, Err(EngineError::Storage(_))), "{r:?}");
     assert!(e.get("k".into()).await.unwrap().is_none());
@@ -237,7 +277,7 @@ async fn a_failed_batch_acknowledges_nothing() {
 #[tokio::test]
 async fn none_mode_still_keeps_writes_over_a_clean_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (e, writer) = Engine::open(dir.path(), DurabilityMode::None, ServerClock::system()).unwrap();
+    let (e, writer) = open_with(dir.path(), DurabilityMode::None, ServerClock::system(), None);
     for i in 0..10 {
         created(e.write(put(&format!("k{i}"), "1", Precondition::IfAbsent, None)).await);
     }
@@ -261,11 +301,11 @@ async fn deadlines_are_judged_at_the_batch_and_reads_never_claim_a_batch_in_prog
         ttl_ms: None,
         until_ms: Some(until_ms),
     };
-    assert_eq!(e.write(by(999_999)).await.unwrap(), Outcome::TooLate(1_000_000));
+    assert_eq!(e.write(by(999_999)).await.unwrap(), WriteOutcome::TooLate(1_000_000));
     assert!(e.get("k".into()).await.unwrap().is_none(), "a late write writes nothing");
     let w = created(e.write(by(1_000_000)).await);
     let late_delete = WriteOp::Delete { key: "k".into(), pre: Precondition::IfRev(w.rev), until_ms: Some(999_000) };
-    assert_eq!(e.write(late_delete).await.unwrap(), Outcome::TooLate(1_000_000));
+    assert_eq!(e.write(late_delete).await.unwrap(), WriteOutcome::TooLate(1_000_000));
     let (found, at) = e.get_at("k".into()).await.unwrap();
     assert_eq!((found.map(|r| r.rev), at), (Some(w.rev), 1_000_000), "idle: the read's own time");
     now.store(1_000_500, Ordering::SeqCst);

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::{middleware, Extension, Json, Router};
 
 use super::auth::{self, Auth};
-use super::batch::{Outcome, Precondition, WriteOp, Written};
+use super::batch::{Precondition, WriteOp, WriteOutcome, Written};
 use super::engine::EngineError;
 use super::error::ApiError;
 use super::record::{system_now_ms, StoredValue};
@@ -184,10 +184,10 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
         app.engine.metrics().ops.claim(claim);
     }
     match outcome {
-        Outcome::Created(w) => Ok(written_response(StatusCode::CREATED, w)),
-        Outcome::Replaced(w) => Ok(written_response(StatusCode::OK, w)),
-        Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
-        Outcome::TooLate(at) => Err(deadline_passed(at)),
+        WriteOutcome::Created(w) => Ok(written_response(StatusCode::CREATED, w)),
+        WriteOutcome::Replaced(w) => Ok(written_response(StatusCode::OK, w)),
+        WriteOutcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        WriteOutcome::TooLate(at) => Err(deadline_passed(at)),
         other => Err(unexpected(other)),
     }
 }
@@ -197,10 +197,10 @@ async fn delete_value(State(app): Shared, req: Request) -> Result<Response, ApiE
     let pre = request::precondition(req.headers(), false)?;
     let until_ms = request::deadline(req.headers())?;
     match app.engine.write(WriteOp::Delete { key, pre, until_ms }).await? {
-        Outcome::Deleted => Ok(StatusCode::NO_CONTENT.into_response()),
-        Outcome::NotFound => Err(ApiError::not_found("key not found")),
-        Outcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
-        Outcome::TooLate(at) => Err(deadline_passed(at)),
+        WriteOutcome::Deleted => Ok(StatusCode::NO_CONTENT.into_response()),
+        WriteOutcome::NotFound => Err(ApiError::not_found("key not found")),
+        WriteOutcome::PreconditionFailed(current) => Ok(precondition_failed(current)),
+        WriteOutcome::TooLate(at) => Err(deadline_passed(at)),
         other => Err(unexpected(other)),
     }
 }
@@ -269,13 +269,13 @@ fn deadline_passed(at: u64) -> ApiError {
 /// The engine answered with an outcome of another kind of operation: a bug, reported as a
 /// storage failure rather than guessed into a success.
 /// Only the variant is logged: the outcome may carry a stored value, which is never logged.
-fn unexpected(outcome: Outcome) -> ApiError {
+fn unexpected(outcome: WriteOutcome) -> ApiError {
     let kind = match outcome {
-        Outcome::Created(_) | Outcome::Replaced(_) => "write",
-        Outcome::Deleted | Outcome::NotFound => "delete",
-        Outcome::PreconditionFailed(_) => "precondition",
-        Outcome::Purged(_) => "purge",
-        Outcome::TooLate(_) => "deadline",
+        WriteOutcome::Created(_) | WriteOutcome::Replaced(_) => "write",
+        WriteOutcome::Deleted | WriteOutcome::NotFound => "delete",
+        WriteOutcome::PreconditionFailed(_) => "precondition",
+        WriteOutcome::Purged(_) => "purge",
+        WriteOutcome::TooLate(_) => "deadline",
     };
     ApiError::from(EngineError::Storage(format!("unexpected {kind} outcome from the engine")))
 }

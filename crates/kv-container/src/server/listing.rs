@@ -23,7 +23,7 @@ pub(crate) struct ListQuery {
 }
 
 #[derive(Debug, Serialize)]
-pub(crate) struct Entry {
+pub(crate) struct ListedKey {
     pub(crate) key: String,
     pub(crate) rev: u64,
     pub(crate) modified_ms: u64,
@@ -35,7 +35,7 @@ pub(crate) struct Entry {
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Page {
-    pub(crate) keys: Vec<Entry>,
+    pub(crate) keys: Vec<ListedKey>,
     /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) next: Option<String>,
@@ -90,11 +90,11 @@ fn read_page(
             continue;
         }
         if keys.len() == limit {
-            next = keys.last().map(|e: &Entry| e.key.clone());
+            next = keys.last().map(|e: &ListedKey| e.key.clone());
             break;
         }
         let expires_ms = (rec.expires_ms != 0).then_some(rec.expires_ms);
-        keys.push(Entry {
+        keys.push(ListedKey {
             key: key.to_owned(),
             rev: rec.rev,
             modified_ms: rec.modified_ms,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::batch::{Outcome, WriteOp};
+use super::batch::{WriteOp, WriteOutcome};
 use super::engine::Engine;
 
 /// Most keys deleted per purge transaction, so a mass expiry never stalls client writes
@@ -24,7 +24,7 @@ pub(crate) async fn purge_loop(engine: Engine, every: Duration) {
         }
         for _ in 0..MAX_BATCHES_PER_TICK {
             match engine.write(WriteOp::Purge { limit: PURGE_BATCH }).await {
-                Ok(Outcome::Purged(n)) => {
+                Ok(WriteOutcome::Purged(n)) => {
                     if n > 0 {
                         engine.metrics().purged(n);
                         tracing::debug!("kv: purged {n} expired keys");

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redb::Durability;
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{self, BatchError, Outcome, WriteOp};
+use super::batch::{self, BatchError, WriteOp, WriteOutcome};
 use super::gather::Gather;
 use super::health::Health;
 use super::metrics::Metrics;
@@ -67,9 +67,19 @@ pub(crate) struct Stats {
     pub(crate) commits: AtomicU64,
     /// Write requests answered (committed or refused by a precondition).
     pub(crate) ops: AtomicU64,
-    /// Test hook: make the next batch fail as if the commit had failed.
-    #[cfg(test)]
-    pub(crate) fail_next_batch: std::sync::atomic::AtomicBool,
+}
+
+/// What the writer consults around each batch. The server passes none; tests inject one (at
+/// [`super::engine::Engine::start`]) to hold the writer while they fill its queue, or to fail
+/// a batch the way a failed commit does, without a switch in the writer itself.
+pub(crate) trait BatchHook: Send {
+    /// Before the writer takes its next batch from the queue; may block.
+    fn before_gather(&mut self) {}
+    /// Before a gathered batch is applied: an error fails the whole batch, as a failed
+    /// commit would, and nothing of it is acknowledged.
+    fn before_apply(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// In `none` mode, how often a commit is still made durable so redb can reuse freed pages
@@ -79,13 +89,10 @@ const NONE_MODE_SYNC_EVERY: Duration = Duration::from_secs(1);
 /// whether they can succeed again; batches in between fail at once.
 const REOPEN_EVERY: Duration = Duration::from_millis(500);
 
-/// Where the answer to one queued write goes.
-pub(super) type Reply = oneshot::Sender<Result<Outcome, EngineError>>;
-
 /// One queued write and where its answer goes.
 pub(super) struct Job {
     pub(crate) op: WriteOp,
-    pub(crate) reply: Reply,
+    pub(crate) reply: oneshot::Sender<Result<WriteOutcome, EngineError>>,
 }
 
 pub(super) struct Writer {
@@ -101,6 +108,7 @@ pub(super) struct Writer {
     /// The store time a batch being applied started at ([`IDLE`] between batches): a read
     /// never reports a time at or past it, since that batch's writes are not visible yet.
     pub(crate) busy_since: Arc<AtomicU64>,
+    pub(crate) hook: Option<Box<dyn BatchHook>>,
 }
 
 /// `busy_since` between batches.
@@ -113,7 +121,11 @@ impl Writer {
         let mut last_sync = Instant::now();
         let mut unsynced = false;
         let mut gather = Gather::default();
-        while let Some(first) = self.rx.blocking_recv() {
+        loop {
+            if let Some(hook) = &mut self.hook {
+                hook.before_gather();
+            }
+            let Some(first) = self.rx.blocking_recv() else { break };
             ops.push(first.op);
             replies.push(first.reply);
             while ops.len() < MAX_BATCH {
@@ -182,10 +194,9 @@ impl Writer {
         ops: &[WriteOp],
         durability: Durability,
         force_commit: bool,
-    ) -> Result<(Vec<Outcome>, bool), String> {
-        #[cfg(test)]
-        if self.stats.fail_next_batch.swap(false, Ordering::SeqCst) {
-            return Err(BatchError::RevisionOverflow.to_string());
+    ) -> Result<(Vec<WriteOutcome>, bool), String> {
+        if let Some(hook) = &mut self.hook {
+            hook.before_apply()?;
         }
         // Damage is not something a reopen fixes, and redb's repair on reopen would write to
         // the damaged file the operator needs as it is: refuse until a restart.

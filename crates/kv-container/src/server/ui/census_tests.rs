@@ -34,7 +34,8 @@ async fn put(engine: &Engine, key: &str, value: String, ttl_ms: Option<u64>) {
 
 fn open(dir: &std::path::Path) -> (Engine, WriterHandle, Arc<std::sync::atomic::AtomicU64>) {
     let (clock, now) = ServerClock::manual(T0);
-    let (engine, writer) = Engine::open(dir, DurabilityMode::None, clock).unwrap();
+    let (engine, writer) =
+        Engine::open_cached(dir, DurabilityMode::None, clock, crate::server::open::DEFAULT_CACHE_MB << 20).unwrap();
     (engine, writer, now)
 }
 
