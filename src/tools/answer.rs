@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::Tool;
-use crate::protocol::outbound::ToolAnswer;
+use crate::protocol::outbound::{Member, ToolAnswer};
 use crate::store::json_text::write_str;
 use crate::store::record::{format_time, short_fingerprint, Record};
 
@@ -132,25 +132,10 @@ impl Answer {
         String::from_utf8(out).expect("sentences are written from str")
     }
 
-    /// Writes field `name` (set with [`Answer::field`] or the record's) as JSON; false
-    /// (nothing written) when the answer has no such field.
-    pub fn write_field(&self, name: &str, out: &mut Vec<u8>) -> bool {
-        if let Some(v) = self.get(name) {
-            write_json_value(out, v);
-            return true;
-        }
-        let Some((rec, key)) = &self.record else { return false };
-        match RECORD_FIELDS.iter().position(|f| *f == name) {
-            Some(index) => write_record_field(out, rec, key, index),
-            None => return false,
-        }
-        true
-    }
-
     /// The answer as a JSON value (what it is written as).
     pub fn to_value(&self) -> Value {
         let mut out = Vec::new();
-        self.write_object(&mut out, false);
+        self.write_object(&mut out, false, None);
         serde_json::from_slice(&out).expect("an answer is written as JSON")
     }
 
@@ -158,20 +143,24 @@ impl Answer {
     /// storage key, the tail fields. For an agent's model (`agent`), without
     /// [`NOT_FOR_AGENTS`], null fields and flags that are false (`retry`, `stuck`, …: the
     /// sentence says what matters), and the fingerprint cut to a prefix (64 hex characters
-    /// cost a model tokens and tell it nothing more).
-    fn write_object(&self, out: &mut Vec<u8>, agent: bool) {
+    /// cost a model tokens and tell it nothing more). Lists each member in `members` when given.
+    fn write_object<'a>(&self, out: &mut Vec<u8>, agent: bool, mut members: Option<&mut Vec<Member<'a>>>) {
         let shown = |name: &str, null: bool| !agent || !(null || NOT_FOR_AGENTS.contains(&name));
         let empty = |v: &Value| v.is_null() || *v == Value::Bool(false);
         let mut first = true;
-        let mut name_of = |out: &mut Vec<u8>, name: &str| {
+        let mut member = |out: &mut Vec<u8>, name: &'static str, write: &dyn Fn(&mut Vec<u8>)| {
             out.push(if first { b'{' } else { b',' });
             first = false;
             write_str(out, name);
             out.push(b':');
+            let start = out.len();
+            write(out);
+            if let Some(members) = members.as_deref_mut() {
+                members.push((name, start..out.len()));
+            }
         };
         for (k, v) in self.head.iter().filter(|(k, v)| shown(k, empty(v))) {
-            name_of(out, k);
-            write_json_value(out, v);
+            member(out, k, &|out| write_json_value(out, v));
         }
         if let Some((rec, key)) = &self.record {
             let null = |index: usize| match index {
@@ -181,16 +170,14 @@ impl Answer {
                 _ => false,
             };
             for (index, name) in RECORD_FIELDS.iter().enumerate().filter(|(i, name)| shown(name, null(*i))) {
-                name_of(out, name);
-                match *name {
+                member(out, name, &|out| match *name {
                     "fingerprint" if agent => write_str(out, short_fingerprint(&rec.fingerprint)),
                     _ => write_record_field(out, rec, key, index),
-                }
+                });
             }
         }
         for (k, v) in self.tail.iter().filter(|(k, v)| shown(k, empty(v))) {
-            name_of(out, k);
-            write_json_value(out, v);
+            member(out, k, &|out| write_json_value(out, v));
         }
         if first {
             out.push(b'{');
@@ -208,18 +195,12 @@ impl ToolAnswer for Answer {
         self.tool.map_or(&[], Tool::outputs)
     }
 
-    fn write_output(&self, name: &str, out: &mut Vec<u8>) {
-        if !self.write_field(name, out) {
-            out.extend_from_slice(b"null");
-        }
-    }
-
-    fn write_json(&self, out: &mut Vec<u8>) {
-        self.write_object(out, false);
+    fn write_json<'a>(&'a self, out: &mut Vec<u8>, members: &mut Vec<Member<'a>>) {
+        self.write_object(out, false, Some(members));
     }
 
     fn write_agent_json(&self, out: &mut Vec<u8>) {
-        self.write_object(out, true);
+        self.write_object(out, true, None);
     }
 }
 
@@ -308,19 +289,16 @@ mod tests {
                     .field("key", json!("k")),
             ];
             for a in answers {
-                let mut written = Vec::new();
-                a.write_json(&mut written);
-                assert_eq!(String::from_utf8(written).unwrap(), reference(&a), "byte for byte serde_json's");
-                // Each field written alone is the value's field; an unknown one writes nothing.
-                for (name, value) in a.to_value().as_object().unwrap() {
-                    let mut out = Vec::new();
-                    assert!(a.write_field(name, &mut out), "{name}");
-                    assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), *value, "{name}");
+                let (mut written, mut members) = (Vec::new(), Vec::new());
+                a.write_json(&mut written, &mut members);
+                assert_eq!(String::from_utf8(written.clone()).unwrap(), reference(&a), "byte for byte serde_json's");
+                // Every member is listed, in order, with the span of exactly its value.
+                let value = a.to_value();
+                let object = value.as_object().unwrap();
+                assert_eq!(members.iter().map(|m| m.0).collect::<Vec<_>>(), object.keys().collect::<Vec<_>>());
+                for (name, span) in members {
+                    assert_eq!(serde_json::from_slice::<Value>(&written[span]).unwrap(), object[name], "{name}");
                 }
-                let mut out = Vec::new();
-                assert!(!a.write_field("no_such_field", &mut out) && out.is_empty());
-                a.write_output("no_such_field", &mut out);
-                assert_eq!(out, b"null");
             }
         }
     }

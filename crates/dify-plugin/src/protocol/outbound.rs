@@ -1,5 +1,7 @@
 //! The plugin → daemon lines we write: `session` events (a tool answer as one buffer), `log` events.
 
+use std::ops::Range;
+
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -24,20 +26,25 @@ fn start_session_line(out: &mut Vec<u8>, session_id: &str, kind: &str) {
     out.extend_from_slice(b",\"data\":");
 }
 
+/// One member of a written answer object: its name, and where its value's JSON lies in the
+/// buffer the object was written to.
+pub type Member<'a> = (&'a str, Range<usize>);
+
 /// What the writer needs of a tool's answer, without this module knowing the tools.
 pub trait ToolAnswer {
     /// Appends the `text` message's text (one plain sentence, UTF-8) to `out`.
     fn write_text(&self, out: &mut Vec<u8>);
     /// The names of the tool's declared outputs, one `variable` message each.
     fn output_names(&self) -> &'static [String];
-    /// Appends the JSON value of output `name` to `out` (`null` when the answer has none).
-    fn write_output(&self, name: &str, out: &mut Vec<u8>);
-    /// Appends the answer object (the `json` message's `json_object`), as JSON.
-    fn write_json(&self, out: &mut Vec<u8>);
+    /// Appends the answer object (the `json` message's `json_object`) to `out` as JSON, and
+    /// lists its members in `members` in the order written. Each `variable` message copies
+    /// its output's value from there (`null` for an output the object lacks), so no value
+    /// is serialised twice.
+    fn write_json<'a>(&'a self, out: &mut Vec<u8>, members: &mut Vec<Member<'a>>);
     /// Appends the record an agent's model reads: by default the whole answer; a tool's
     /// answer leaves out what a model cannot use.
     fn write_agent_json(&self, out: &mut Vec<u8>) {
-        self.write_json(out);
+        self.write_json(out, &mut Vec::new());
     }
 }
 
@@ -67,15 +74,16 @@ pub fn write_answer_end_lines<T: ToolAnswer + ?Sized>(
     variables: bool,
 ) {
     scratch.clear();
+    let outputs = if variables { answer.output_names() } else { &[] };
+    let mut members = Vec::with_capacity(outputs.len() + outputs.len() / 2);
     if variables {
-        answer.write_json(scratch);
+        answer.write_json(scratch, &mut members);
     } else {
         answer.write_agent_json(scratch);
     }
     let json_len = scratch.len();
     answer.write_text(scratch);
     let (json, text) = scratch.split_at(json_len);
-    let outputs = if variables { answer.output_names() } else { &[] };
     let envelope = 96 + session_id.len();
     out.reserve((3 + outputs.len()) * envelope + 2 * json.len() + text.len() + text.len() / 8);
     // Every stream line starts alike: escape the session id once and copy that start.
@@ -95,16 +103,31 @@ pub fn write_answer_end_lines<T: ToolAnswer + ?Sized>(
     out.extend_from_slice(b"{\"type\":\"json\",\"message\":{\"json_object\":");
     out.extend_from_slice(json);
     out.extend_from_slice(b"},\"meta\":null}}}\n");
+    let mut next = 0;
     for name in outputs {
         out.extend_from_within(stream_start.clone());
         out.extend_from_slice(b"{\"type\":\"variable\",\"message\":{\"variable_name\":");
-        write_json(out, name.as_str());
+        write_json_string(out, name.as_bytes());
         out.extend_from_slice(b",\"variable_value\":");
-        answer.write_output(name, out);
+        match find_member(&members, name, &mut next) {
+            Some(value) => out.extend_from_slice(&json[value]),
+            None => out.extend_from_slice(b"null"),
+        }
         out.extend_from_slice(b",\"stream\":false},\"meta\":null}}}\n");
     }
     start_session_line(out, session_id, "end");
     out.extend_from_slice(b"{}}}\n");
+}
+
+/// Where member `name`'s value lies. Declared outputs mostly follow the object's order, so the
+/// search starts after the previous match (`next`) and wraps around: about one comparison
+/// per output instead of a scan from the start.
+fn find_member(members: &[Member<'_>], name: &str, next: &mut usize) -> Option<Range<usize>> {
+    let n = members.len();
+    (0..n).map(|k| (*next + k) % n).find(|&i| members[i].0 == name).map(|i| {
+        *next = i + 1;
+        members[i].1.clone()
+    })
 }
 
 /// Writes UTF-8 `bytes` as a JSON string. Text without control characters (compact
@@ -192,17 +215,26 @@ mod tests {
     }
 
     impl ToolAnswer for Fixed {
-        fn write_json(&self, out: &mut Vec<u8>) {
-            write_json(out, self);
+        fn write_json<'a>(&'a self, out: &mut Vec<u8>, members: &mut Vec<Member<'a>>) {
+            let Some(object) = self.0.as_object() else { return write_json(out, self) };
+            out.push(b'{');
+            for (i, (name, value)) in object.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json(out, name);
+                out.push(b':');
+                let start = out.len();
+                write_json(out, value);
+                members.push((name, start..out.len()));
+            }
+            out.push(b'}');
         }
         fn write_text(&self, out: &mut Vec<u8>) {
             out.extend_from_slice(self.1.as_bytes());
         }
         fn output_names(&self) -> &'static [String] {
             Vec::leak(self.2.clone())
-        }
-        fn write_output(&self, name: &str, out: &mut Vec<u8>) {
-            write_json(out, self.0.get(name).unwrap_or(&Value::Null));
         }
     }
 
@@ -213,7 +245,7 @@ mod tests {
             json!({"outcome": "found", "payload": "{\"a\":\"b\\\\c\"}", "list": [1, "two", {"3": false}]}),
             json!({}),
         ];
-        let outputs: Vec<String> = ["outcome", "attempt", "x", "missing", "list"].map(String::from).into();
+        let outputs: Vec<String> = ["attempt", "outcome", "x", "missing", "list", "outcome"].map(String::from).into();
         for (answer, text) in answers.into_iter().zip(["Event \"E\" is new: \\ é🎉.", "", "tab\there"]) {
             let fixed = Fixed(answer.clone(), text, outputs.clone());
             for variables in [false, true] {
