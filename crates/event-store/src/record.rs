@@ -128,8 +128,18 @@ fn put_int(out: &mut Vec<u8>, n: i64) {
     serde_json::to_writer(out, &n).expect("an integer serialises");
 }
 
+/// 32 lower-case hex digits of randomness.
 pub fn new_claim_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    hex_text("", &rand::random::<u128>().to_be_bytes())
+}
+
+/// `prefix` then the lower-case hex of `bytes`, through hex's slice encoder (its `encode`
+/// collects one `char` at a time, several times the instructions).
+fn hex_text(prefix: &str, bytes: &[u8]) -> String {
+    let mut text = vec![0; prefix.len() + 2 * bytes.len()];
+    text[..prefix.len()].copy_from_slice(prefix.as_bytes());
+    hex::encode_to_slice(bytes, &mut text[prefix.len()..]).expect("room for two digits a byte");
+    String::from_utf8(text).expect("a str and hex digits")
 }
 
 /// `sha256:<hex>` over the event type and the payload. A payload that parses as JSON is
@@ -181,7 +191,7 @@ pub fn fingerprint_and_kind(event_type: &str, payload: Option<&str>) -> (String,
             }
         },
     };
-    (format!("sha256:{}", hex::encode(h.finish())), kind)
+    (hex_text("sha256:", h.finish().as_ref()), kind)
 }
 
 /// Refuses JSON nested deeper than the parser accepts: compared as text, its spacing would
@@ -207,30 +217,46 @@ pub fn parse_time(text: &str) -> Option<i64> {
 
 /// `2026-08-05 10:00:00 UTC`, the record's human time format.
 pub fn format_time(ms: i64) -> String {
-    use chrono::{Datelike, Timelike};
-    match chrono::DateTime::from_timestamp_millis(ms) {
-        // Four-digit years (every real timestamp) are written digit by digit: `format`
-        // re-parses its pattern on every call, and this runs several times per ingest.
-        Some(t) if (0..=9999).contains(&t.year()) => {
-            let mut s = String::with_capacity(23);
-            let year = t.year() as u32;
-            push2(&mut s, year / 100);
-            push2(&mut s, year % 100);
-            for (sep, v) in [('-', t.month()), ('-', t.day()), (' ', t.hour()), (':', t.minute()), (':', t.second())] {
-                s.push(sep);
-                push2(&mut s, v);
-            }
-            s.push_str(" UTC");
-            s
-        }
-        Some(t) => t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        None => "invalid time".to_owned(),
+    // Years 0 to 9999 (every real timestamp) are written from the civil date computed here:
+    // chrono's `format` re-parses its pattern on every call, and even its field getters cost
+    // several times this; this runs several times per ingest. Others go through chrono.
+    let secs = ms.div_euclid(1000);
+    let (days, second_of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    if !(0..=9999).contains(&year) {
+        return match chrono::DateTime::from_timestamp_millis(ms) {
+            Some(t) => t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            None => "invalid time".to_owned(),
+        };
     }
+    let mut text = *b"0000-00-00 00:00:00 UTC";
+    let two = |text: &mut [u8; 23], at: usize, v: i64| {
+        text[at] = b'0' + (v / 10) as u8;
+        text[at + 1] = b'0' + (v % 10) as u8;
+    };
+    two(&mut text, 0, year / 100);
+    two(&mut text, 2, year % 100);
+    two(&mut text, 5, month);
+    two(&mut text, 8, day);
+    two(&mut text, 11, second_of_day / 3600);
+    two(&mut text, 14, second_of_day / 60 % 60);
+    two(&mut text, 17, second_of_day % 60);
+    String::from_utf8(text.to_vec()).expect("digits and separators are ASCII")
 }
 
-fn push2(s: &mut String, v: u32) {
-    s.push(char::from(b'0' + (v / 10) as u8));
-    s.push(char::from(b'0' + (v % 10) as u8));
+/// (year, month, day) of the proleptic Gregorian calendar for days since 1970-01-01
+/// (Howard Hinnant's `civil_from_days`: eras of 400 years, March-based years).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let march_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * march_month + 2) / 5 + 1;
+    let month = if march_month < 10 { march_month + 3 } else { march_month - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 #[cfg(test)]
@@ -286,6 +312,22 @@ mod tests {
         assert!(a.starts_with("sha256:") && a.len() == 7 + 64);
     }
 
+    /// Stored records carry fingerprints: their bytes are a contract (computed independently,
+    /// with Python's hashlib over the documented input).
+    #[test]
+    fn fingerprints_are_the_documented_sha256() {
+        assert_eq!(
+            fingerprint("created", Some(" { \"b\" : [2, \"x\"], \"a\": 1 } ")),
+            "sha256:250c4b06d68425c5ae6cfd127211c384d20d1f94ccf8bba500ca8ddd6d293219"
+        );
+        assert_eq!(
+            fingerprint("created", None),
+            "sha256:9e5b845381f77b8f3ce99dc2afbec2dc32bbc2d35c2cb2c41f252b838002e3fb"
+        );
+        let id = new_claim_id();
+        assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{id}");
+    }
+
     #[test]
     fn different_content_changes_the_fingerprint() {
         let base = fingerprint("created", Some(r#"{"a":1}"#));
@@ -333,10 +375,22 @@ mod tests {
         }
         assert_eq!(format_time(0), "1970-01-01 00:00:00 UTC");
         let spread = (0..2000i64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15u64 as i64) % 400_000_000_000_000);
-        for ms in [-62_167_219_200_001, -1, 1_785_924_000_999, 4_102_444_799_999, 253_402_300_800_000, i64::MAX]
-            .into_iter()
-            .chain(spread)
-        {
+        // Each side of year 0 and of year 9999, leap days, centuries, both ends of i64.
+        let edges = [
+            -62_167_219_200_001,
+            -62_167_219_200_000,
+            -1,
+            951_782_400_000,
+            951_868_799_999,
+            -2_203_891_200_000,
+            1_785_924_000_999,
+            4_102_444_799_999,
+            253_402_300_799_999,
+            253_402_300_800_000,
+            i64::MIN,
+            i64::MAX,
+        ];
+        for ms in edges.into_iter().chain(spread) {
             let slow = chrono::DateTime::from_timestamp_millis(ms)
                 .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
                 .unwrap_or_else(|| "invalid time".to_owned());
