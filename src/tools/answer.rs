@@ -20,6 +20,9 @@ pub struct Answer {
     tail: Vec<(&'static str, Value)>,
 }
 
+/// Fields an answer usually has before its record: `outcome` and the tools' flags.
+const HEAD_ROOM: usize = 8;
+
 /// The record's fields as answers show them, in order (the payload only `event_status` adds).
 const RECORD_FIELDS: [&str; 11] = [
     "event_id",
@@ -81,7 +84,11 @@ fn write_json_value(out: &mut Vec<u8>, value: &Value) {
 impl Answer {
     /// An answer whose first field is `outcome`.
     pub fn new(outcome: &str) -> Answer {
-        Answer { tool: None, head: vec![("outcome", json!(outcome))], record: None, tail: Vec::new() }
+        // Room for the flags every tool sets before its record (growing from one cost three
+        // reallocations per answer).
+        let mut head = Vec::with_capacity(HEAD_ROOM);
+        head.push(("outcome", json!(outcome)));
+        Answer { tool: None, head, record: None, tail: Vec::new() }
     }
 
     /// Appends a field (after the record's fields once a record is set).
