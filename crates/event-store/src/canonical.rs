@@ -27,7 +27,13 @@ pub fn canonical_json(payload: &str) -> Option<Vec<u8>> {
 
 /// [`canonical_json`], with the parser's error when `payload` is not JSON.
 pub fn canonical_json_or_error(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
-    let mut writer = Writer { out: Vec::with_capacity(payload.len()), members: Vec::new(), moved: Vec::new() };
+    // Sized once: the canonical text is at most the payload's length (escapes are only ever
+    // kept or dropped), and an object rewritten on close never holds more than that either.
+    let mut writer = Writer {
+        out: Vec::with_capacity(payload.len()),
+        members: Vec::with_capacity(16),
+        moved: Vec::with_capacity(payload.len()),
+    };
     let mut de = serde_json::Deserializer::from_str(payload);
     Value(&mut writer).deserialize(&mut de)?;
     de.end()?;
