@@ -59,8 +59,15 @@ impl App {
 /// The plugin as the runtimes see it: every request's data goes to [`handle_request`], and
 /// the errors the runtimes answer on their own are ours too ([`SessionError`]'s classes).
 impl Handler for App {
-    fn handle(&self, session: Session, data: RequestData) -> impl std::future::Future<Output = ()> + Send {
-        handle_request(self, session, data)
+    type Data<'a> = Data<'a>;
+
+    fn handle<'a>(
+        &'a self,
+        session: Session,
+        data: Data<'a>,
+        request: &'a RequestData,
+    ) -> impl std::future::Future<Output = ()> + Send + 'a {
+        handle_request(self, session, data, request)
     }
 
     fn malformed(&self, why: &str) -> ErrorMessage {
@@ -157,14 +164,9 @@ impl<'a> Request<'a> {
     }
 }
 
-/// Handles one `request` and ends its session.
-async fn handle_request(app: &App, session: Session, data: RequestData) {
-    let outcome = match data.parse::<Data>() {
-        Ok(read) => answer(app, read, &data).await,
-        // Valid JSON nested deeper than serde_json reads (the text itself was only scanned).
-        Err(e) => Err(ToolError::param(format!("malformed input: {e}")).into()),
-    };
-    respond(session, outcome).await
+/// Handles one `request` (read into `read`; `data` is its text) and ends its session.
+async fn handle_request(app: &App, session: Session, read: Data<'_>, data: &RequestData) {
+    respond(session, answer(app, read, data).await).await
 }
 
 async fn answer(app: &App, read: Data<'_>, data: &RequestData) -> Result<Outgoing, SessionError> {
@@ -172,14 +174,16 @@ async fn answer(app: &App, read: Data<'_>, data: &RequestData) -> Result<Outgoin
         Request::InvokeTool { tool, params, credentials } => {
             Ok(Outgoing::Answer(invoke_tool(app, tool, &params, credentials).await?))
         }
+        // Boxed: a session's task holds its largest path's state, and the task is moved into
+        // its box whole when it is spawned; these paths are rarer (and larger) than a tool's.
         Request::ValidateCredentials { credentials } => {
-            validate_credentials(app, credentials).await.map(Outgoing::Chunks)
+            Box::pin(validate_credentials(app, credentials)).await.map(Outgoing::Chunks)
         }
         Request::RuntimeParameters { tool } => Ok(Outgoing::Chunks(runtime_parameters(tool))),
         Request::Trigger { action } => {
             // The trigger reads its request as a tree (its raw HTTP request and subscription).
             let data = data.to_value().map_err(|e| ToolError::param(format!("malformed input: {e}")))?;
-            crate::trigger::handle(&app.stores, &action, &data).await.map(Outgoing::Chunks)
+            Box::pin(crate::trigger::handle(&app.stores, &action, &data)).await.map(Outgoing::Chunks)
         }
     }
 }

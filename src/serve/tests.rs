@@ -37,11 +37,13 @@ fn app() -> std::sync::Arc<App> {
 struct Panicky(std::sync::Arc<App>);
 
 impl Handler for Panicky {
-    async fn handle(&self, session: Session, data: dify_plugin::RequestData) {
-        if data.to_value().unwrap()["type"] == "test" {
+    type Data<'a> = crate::request::Data<'a>;
+
+    async fn handle<'a>(&'a self, session: Session, data: Self::Data<'a>, request: &'a dify_plugin::RequestData) {
+        if data.kind.as_deref() == Some("test") {
             panic!("an injected panicking handler");
         }
-        self.0.handle(session, data).await
+        self.0.handle(session, data, request).await
     }
 }
 

@@ -1,15 +1,17 @@
-//! The plugin process is `SIGKILL`ed (what the daemon does) while a thousand sessions are
-//! in flight against a real store (KV container, Redis). A fresh plugin process then serves
+//! The plugin process is `SIGKILL`ed (what the daemon does) while sessions of a thousand sent
+//! at once are in flight against a real store (KV container, Redis). A fresh plugin process then serves
 //! the redeliveries: `duplicate` for claims that landed (or a re-claim once their lease ran
 //! out), `accepted` for the ones that did not; no attempt is ever accepted twice, and the
 //! store never holds a half-written record.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::kv::KvServer;
 use crate::support::plugin::{creds, Plugin, Reply};
+use crate::support::proxy::{Fault, Proxy};
 use crate::support::redis::RedisServer;
 use serde_json::{json, Value};
 use stateful_tool::store::key::storage_key;
@@ -36,16 +38,34 @@ fn record_accepts(seen: &mut HashMap<(String, u64), usize>, id: &str, r: &Reply)
     }
 }
 
-async fn sigkill_mid_flight<F, Fut>(url: &str, read: F)
+/// Plugin A talks to the store at `upstream` through a proxy that holds the request naming the
+/// last event (and whatever follows it on that connection) for longer than the test runs, and
+/// is killed once that request is held: at least that claim is in flight at the kill, however
+/// quickly the rest were served.
+async fn sigkill_mid_flight<F, Fut>(upstream: SocketAddr, redis: bool, read: F)
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Option<Vec<u8>>>,
 {
-    let c = creds(url);
     let tag = format!("kill-{:x}", rand::random::<u32>());
     let ids: Vec<(String, bool)> = (0..SESSIONS).map(|i| (format!("{tag}-{i}"), i % 2 == 0)).collect();
+    let id_bytes = |i: usize| -> &'static [u8] { Box::leak(ids[i].0.clone().into_bytes().into_boxed_slice()) };
+    // Nearer the store, the answers on the connection of the middle event's claim are held
+    // from then on (its requests still land): claims that landed but whose answer the killed
+    // plugin never gave, whenever that claim goes ahead of the last one.
+    let answers_held = Proxy::start(upstream, Fault::Hold { trigger: id_bytes(SESSIONS / 2), times: 1, release: None });
+    let held = Fault::HoldRequest {
+        trigger: id_bytes(SESSIONS - 1),
+        times: 1,
+        hold: Duration::from_secs(600),
+        cut_after: None,
+        queue: false,
+    };
+    let proxy = Proxy::start(answers_held.addr(), held);
+    let url = if redis { proxy.redis_url() } else { proxy.http_url() };
+    let c = creds(&url);
 
-    // Plugin A: every session in flight at once; killed after its first 100 answers.
+    // Plugin A: every session sent at once.
     let a = Arc::new(Plugin::spawn(GENEROUS).await);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = vec![];
@@ -57,9 +77,15 @@ where
         }));
     }
     let mut answered: HashMap<String, Reply> = HashMap::new();
-    while answered.len() < 100 {
-        let (id, r) = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.expect("answers").unwrap();
-        answered.insert(id, r);
+    // Plugin A is killed after its first 100 answers, or as soon as the last event's claim is
+    // held at the proxy if that comes first: either way that claim (sent or not) cannot land,
+    // and whatever was sent after it on its connection is held too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while answered.len() < 100 && proxy.fired() == 0 {
+        assert!(std::time::Instant::now() < deadline, "neither 100 answers nor the held claim within 60 s");
+        if let Ok(Some((id, r))) = tokio::time::timeout(Duration::from_millis(10), rx.recv()).await {
+            answered.insert(id, r);
+        }
     }
     let pid = a.child.id().expect("plugin A is running");
     assert!(std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
@@ -98,9 +124,10 @@ where
         in_flight_landed,
         SESSIONS - landed.len()
     );
-    assert!(landed.len() < SESSIONS, "the kill came while sessions were still in flight");
+    assert!(!landed.contains_key(&ids[SESSIONS - 1].0), "the held claim was in flight at the kill");
 
-    // Plugin B serves every redelivery.
+    // Plugin B serves every redelivery, talking to the store directly (the faults were A's).
+    let c = creds(&if redis { format!("redis://{upstream}/0") } else { format!("http://{upstream}") });
     let b = Arc::new(Plugin::spawn(GENEROUS).await);
     let mut redeliveries = vec![];
     for (id, leased) in &ids {
@@ -143,7 +170,7 @@ async fn plugin_sigkill_mid_flight_against_the_kv_container() {
     let dir = tempfile::tempdir().unwrap();
     let kv = KvServer::start(dir.path(), &[]);
     let (http, url) = (reqwest::Client::new(), kv.url());
-    sigkill_mid_flight(&kv.url(), |id| {
+    sigkill_mid_flight(kv.addr(), false, |id| {
         let (http, url) = (http.clone(), url.clone());
         async move { crate::support::kv::raw_event(&http, &url, &id).await }
     })
@@ -154,7 +181,8 @@ async fn plugin_sigkill_mid_flight_against_the_kv_container() {
 async fn plugin_sigkill_mid_flight_against_redis() {
     let r = RedisServer::start(&[]);
     let client = r.client();
-    sigkill_mid_flight(&r.url(), |id| {
+    let upstream = format!("127.0.0.1:{}", r.port).parse().unwrap();
+    sigkill_mid_flight(upstream, true, |id| {
         let client = client.clone();
         async move {
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();

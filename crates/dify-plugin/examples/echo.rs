@@ -31,18 +31,20 @@ struct Parameters<'a> {
 }
 
 impl Handler for Echo {
-    async fn handle(&self, session: Session, data: RequestData) {
-        let error = match data.parse::<Request>() {
-            Ok(Request { action, tool_parameters }) if action == "invoke_tool" => {
-                let text = tool_parameters.map(|p| p.text).unwrap_or_default();
-                tracing::info!("echoing {} bytes", text.len());
-                session.stream(&json!({"type": "text", "message": {"text": text}})).await;
-                return session.finish(None).await;
-            }
-            Ok(Request { action, .. }) => format!("this plugin only invokes tools, not {action:?}"),
-            Err(e) => format!("unreadable request: {e}"),
-        };
-        session.finish(Some(ErrorMessage::new("param_invalid", error).to_wire())).await;
+    // Read in the same pass as the request line; a request whose data does not read as this
+    // is answered with the runtime's `param_invalid` ("malformed input: …").
+    type Data<'a> = Request<'a>;
+
+    async fn handle<'a>(&'a self, session: Session, data: Request<'a>, _: &'a RequestData) {
+        let Request { action, tool_parameters } = data;
+        if action != "invoke_tool" {
+            let error = format!("this plugin only invokes tools, not {action:?}");
+            return session.finish(Some(ErrorMessage::new("param_invalid", error).to_wire())).await;
+        }
+        let text = tool_parameters.map(|p| p.text).unwrap_or_default();
+        tracing::info!("echoing {} bytes", text.len());
+        session.stream(&json!({"type": "text", "message": {"text": text}})).await;
+        session.finish(None).await;
     }
 }
 

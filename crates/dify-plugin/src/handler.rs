@@ -5,16 +5,29 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::protocol::message::{request_in_one_pass, session_id_from_prefix};
 use crate::protocol::{Caller, Outbox, RequestData, Session};
 
 /// What answers one request: the plugin. Every runtime takes any `Handler`, so a test can
 /// inject one that misbehaves (panics, say) without a test branch in the plugin itself.
 pub trait Handler: Send + Sync + 'static {
-    /// Answers `data` (a request's `data` object: `type`, `action`, and the action's fields,
-    /// as JSON text the handler reads once) on `session`, and ends it (exactly one `end`).
-    fn handle(&self, session: Session, data: RequestData) -> impl Future<Output = ()> + Send;
+    /// What a request's `data` object (`type`, `action`, and the action's fields) is read
+    /// into. A request line is read in one pass, its `data` straight into this type, which may
+    /// borrow strings and raw members from the line. It should read objects only (as serde's
+    /// `deserialize_map` does): a request's data is an object.
+    type Data<'a>: Deserialize<'a> + Send;
+
+    /// Answers `data` on `session` and ends it (exactly one `end`). `request` is the same data
+    /// as text, for reading it again another way (say, as a tree).
+    fn handle<'a>(
+        &'a self,
+        session: Session,
+        data: Self::Data<'a>,
+        request: &'a RequestData,
+    ) -> impl Future<Output = ()> + Send + 'a;
 
     /// The error answering a line that names a session but is not a request this protocol
     /// can take (`why` says what is wrong).
@@ -64,9 +77,9 @@ impl ErrorMessage {
 }
 
 /// Answers one session whatever happens: `handler`'s answer to the request, the error of a
-/// line that could not be taken as a request (`Err(why)`), or, should the handler panic, its
-/// [`Handler::panicked`] error. The daemon waits for every session's `end`, so a bug in one
-/// handler must not leave its session open.
+/// line that could not be taken as a request (`Err(why)`) or whose data `handler` cannot read,
+/// or, should the handler panic, its [`Handler::panicked`] error. The daemon waits for every
+/// session's `end`, so a bug in one handler must not leave its session open.
 pub async fn serve_session<H: Handler>(
     handler: &H,
     session_id: String,
@@ -75,16 +88,80 @@ pub async fn serve_session<H: Handler>(
     request: Result<RequestData, String>,
 ) {
     let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
-    let work = async move {
-        match request {
-            Ok(data) => handler.handle(session, data).await,
-            Err(why) => session.finish(Some(handler.malformed(&why).to_wire())).await,
+    // The handler's future is awaited where it is made (not passed on by value): a future
+    // passed as an argument is stored again in its callee's state, and the session's task,
+    // which holds them all, is moved into its box whole.
+    let work = async {
+        match &request {
+            Ok(request) => match request.parse::<H::Data<'_>>() {
+                Ok(data) => handler.handle(session, data, request).await,
+                Err(e) => session.finish(Some(handler.malformed(&e.to_string()).to_wire())).await,
+            },
+            Err(why) => session.finish(Some(handler.malformed(why).to_wire())).await,
         }
     };
     if let Err(panic) = AssertUnwindSafe(work).catch_unwind().await {
-        let what = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
-        tracing::error!(session_id, "a request handler panicked: {}", what.unwrap_or("(no message)"));
-        let session = Session::new(session_id, outbox).with_caller(caller);
-        session.finish(Some(handler.panicked().to_wire())).await;
+        answer_panic(handler, session_id, caller, outbox, panic).await;
     }
+}
+
+/// Serves one complete input line of a session transport: a plain request read in one pass
+/// (its data straight into [`Handler::Data`]); any other line as `accept` takes it (the rule
+/// of every transport: an error for a session it names, nothing for a line that names none).
+pub(crate) async fn serve_line<H: Handler>(
+    handler: &H,
+    line: Vec<u8>,
+    outbox: Outbox,
+    accept: impl FnOnce(&[u8]) -> Option<(String, Caller, Result<RequestData, String>)>,
+) {
+    let request = match String::from_utf8(line) {
+        Ok(text) => RequestData::from_line(text.into_boxed_str()),
+        Err(e) => {
+            if let Some((sid, caller, request)) = accept(e.as_bytes()) {
+                serve_session(handler, sid, caller, outbox, request).await;
+            }
+            return;
+        }
+    };
+    // A panic while reading (in the handler's own `Data`) is answered on the session the line
+    // names, as a panic in the handler is.
+    let read = std::panic::catch_unwind(AssertUnwindSafe(|| request_in_one_pass::<H::Data<'_>>(request.source())));
+    match read {
+        Ok(Some((sid, caller, data))) => {
+            let session = Session::new(sid.clone(), outbox.clone()).with_caller(caller);
+            if let Err(panic) = AssertUnwindSafe(handler.handle(session, data, &request)).catch_unwind().await {
+                answer_panic(handler, sid, caller, outbox, panic).await;
+            }
+        }
+        Ok(None) => {
+            if let Some((sid, caller, request)) = accept(request.source().as_bytes()) {
+                serve_session(handler, sid, caller, outbox, request).await;
+            }
+        }
+        Err(panic) => {
+            log_panic(session_id_from_prefix(request.source().as_bytes()).as_deref().unwrap_or("?"), &*panic);
+            if let Some(sid) = session_id_from_prefix(request.source().as_bytes()) {
+                let session = Session::new(sid, outbox).with_caller(Caller::Unknown);
+                session.finish(Some(handler.panicked().to_wire())).await;
+            }
+        }
+    }
+}
+
+/// Answers a session whose handler panicked with [`Handler::panicked`].
+async fn answer_panic<H: Handler>(
+    handler: &H,
+    session_id: String,
+    caller: Caller,
+    outbox: Outbox,
+    panic: Box<dyn std::any::Any + Send>,
+) {
+    log_panic(&session_id, &*panic);
+    let session = Session::new(session_id, outbox).with_caller(caller);
+    session.finish(Some(handler.panicked().to_wire())).await;
+}
+
+fn log_panic(session_id: &str, panic: &(dyn std::any::Any + Send)) {
+    let what = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
+    tracing::error!(session_id, "a request handler panicked: {}", what.unwrap_or("(no message)"));
 }

@@ -1,7 +1,9 @@
 //! dify-plugin: the Dify plugin daemon's protocol and runtimes, for a plugin written in Rust.
 //!
-//! A plugin implements [`Handler`]: it receives each request's `data` (a JSON object's text,
-//! [`RequestData`], to read once into its own types) on its own [`Session`] and answers it (stream messages, then exactly one `end`). The runtimes carry the protocol:
+//! A plugin implements [`Handler`]: it receives each request's `data`, read into its own type
+//! ([`Handler::Data`], borrowing from the request line, in the same pass as the line), on its
+//! own [`Session`], and answers it (stream messages, then exactly one `end`). The runtimes
+//! carry the protocol:
 //! [`runtime::stdio`] (how the daemon starts an installed plugin: newline-delimited JSON on
 //! stdin/stdout), [`runtime::remote`] (remote debugging over TCP, with the registration) and
 //! [`runtime::serverless`] (HTTP). [`protocol`] holds the wire format; [`logging`] turns
@@ -26,9 +28,10 @@
 //! }
 //!
 //! impl Handler for Echo {
-//!     async fn handle(&self, session: Session, data: RequestData) {
-//!         let action = data.parse::<Request>().map(|r| r.action).unwrap_or("?");
-//!         session.stream(&json!({"action": action})).await;
+//!     type Data<'a> = Request<'a>;
+//!
+//!     async fn handle<'a>(&'a self, session: Session, data: Request<'a>, _: &'a RequestData) {
+//!         session.stream(&json!({"action": data.action})).await;
 //!         session.finish(None).await;
 //!     }
 //! }

@@ -92,7 +92,9 @@ impl StoreCache {
                 slots.entry(cfg.clone()).or_default().clone()
             }
         };
-        let store = slot.get_or_try_init(|| connect(cfg, self.host.clone(), &self.options)).await?;
+        // Connecting is boxed: its state (a Redis or PostgreSQL handshake) is large, and every
+        // caller's future would otherwise be sized for it although a store is connected once.
+        let store = slot.get_or_try_init(|| Box::pin(connect(cfg, self.host.clone(), &self.options))).await?;
         Ok(store.clone())
     }
 }

@@ -50,9 +50,11 @@ impl Inbound {
         // escapes). Any failure (including odd but valid input such as a repeated key, which
         // the struct refuses and the generic path accepts) takes the generic path below, so
         // results and error messages are exactly those of the generic path.
-        let fast = std::str::from_utf8(line).ok().and_then(|text| serde_json::from_str::<FastInbound>(text).ok());
-        if let Some(FastInbound(msg)) = fast {
-            return Ok(msg);
+        let fast =
+            std::str::from_utf8(line).ok().and_then(|text| serde_json::from_str::<Fast<Box<RawValue>>>(text).ok());
+        if let Some(Fast(e)) = fast {
+            let Envelope { session_id, event, data, app_id, message_id } = e;
+            return Ok(Inbound { session_id, event, data, app_id, message_id });
         }
         let value: Value = serde_json::from_slice(line).map_err(|e| InboundError {
             session_id: session_id_from_prefix(line),
@@ -97,12 +99,34 @@ impl Inbound {
     }
 }
 
-/// [`Inbound`] read in one pass. Every member but `data` is parsed as the generic path parses
+/// The (session id, caller, data) of `line` when it is plainly a request (event `request`, a
+/// session id, and a `data` member that `D` reads), all read in one pass with `data` going
+/// straight into the handler's type: scanning `data` once to keep it as text and once more
+/// to read it was a tenth of a tool call's instructions. `None` for any other line, which
+/// [`Inbound::parse`] and [`Inbound::into_request`] then take or refuse as their rule says;
+/// for a `D` that reads objects only (as a request's data is), both agree on every line.
+pub(crate) fn request_in_one_pass<'a, D: Deserialize<'a>>(line: &'a str) -> Option<(String, Caller, D)> {
+    let Fast(e) = serde_json::from_str::<Fast<D>>(line).ok()?;
+    if e.event != "request" {
+        return None;
+    }
+    Some((e.session_id?, Caller::from_envelope(e.app_id, e.message_id), e.data?))
+}
+
+/// A daemon message read in one pass, its `data` as `D`.
+struct Envelope<D> {
+    session_id: Option<String>,
+    event: String,
+    data: Option<D>,
+    app_id: Presence,
+    message_id: Presence,
+}
+
+/// [`Envelope`] read in one pass. Every member but `data` is parsed as the generic path parses
 /// it (unknown ones as a `Value` that is dropped, so the same nesting limit applies to them);
-/// `data` is only checked to be JSON, at any depth, and kept as text (the handler that reads
-/// it meets the nesting limit where it builds a tree); a repeated known member is refused
-/// here and left to the generic path (last one wins).
-struct FastInbound(Inbound);
+/// `data` is read as `D` (kept as text, at any depth, for [`Inbound`]); a repeated known
+/// member is refused here and left to the generic path (last one wins).
+struct Fast<D>(Envelope<D>);
 
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
@@ -116,15 +140,15 @@ enum Member {
     Other,
 }
 
-impl<'de> Deserialize<'de> for FastInbound {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> serde::de::Visitor<'de> for Members {
-            type Value = FastInbound;
+impl<'de, D: Deserialize<'de>> Deserialize<'de> for Fast<D> {
+    fn deserialize<De: serde::Deserializer<'de>>(d: De) -> Result<Self, De::Error> {
+        struct Members<D>(std::marker::PhantomData<D>);
+        impl<'de, D: Deserialize<'de>> serde::de::Visitor<'de> for Members<D> {
+            type Value = Fast<D>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a daemon message object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<FastInbound, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fast<D>, A::Error> {
                 use serde::de::Error;
                 let (mut session_id, mut event, mut data) = (None, None, None);
                 let (mut app_id, mut message_id) = (None, None);
@@ -138,13 +162,13 @@ impl<'de> Deserialize<'de> for FastInbound {
                     match member {
                         Member::SessionId => once(&mut session_id, map.next_value::<Option<String>>()?)?,
                         Member::Event => once(&mut event, map.next_value::<String>()?)?,
-                        Member::Data => once(&mut data, map.next_value::<Option<Box<RawValue>>>()?)?,
+                        Member::Data => once(&mut data, map.next_value::<Option<D>>()?)?,
                         Member::AppId => once(&mut app_id, map.next_value::<Presence>()?)?,
                         Member::MessageId => once(&mut message_id, map.next_value::<Presence>()?)?,
                         Member::Other => drop(map.next_value::<Value>()?),
                     }
                 }
-                Ok(FastInbound(Inbound {
+                Ok(Fast(Envelope {
                     session_id: session_id.flatten(),
                     event: event.ok_or_else(|| A::Error::missing_field("event"))?,
                     data: data.flatten(),
@@ -153,7 +177,7 @@ impl<'de> Deserialize<'de> for FastInbound {
                 }))
             }
         }
-        d.deserialize_map(Members)
+        d.deserialize_map(Members(std::marker::PhantomData))
     }
 }
 
@@ -182,14 +206,49 @@ pub const HEARTBEAT: &[u8] = b"{\"event\":\"heartbeat\",\"session_id\":null,\"da
 
 #[cfg(test)]
 mod tests {
+    use super::super::request::Fields;
     use super::*;
+
+    /// Every line the one pass takes, the rule takes alike; lines it leaves go to the rule.
+    #[test]
+    fn the_one_pass_agrees_with_the_rule() {
+        let lines = [
+            r#"{"session_id":"s","event":"request","data":{"a":1}}"#,
+            r#"{"session_id":"s","app_id":"a","message_id":"m","event":"request","data":{"a":"\u00e9"}}"#,
+            r#"{"session_id":"s","event":"backwards_response","data":{}}"#,
+            r#"{"event":"request","data":{}}"#,
+            r#"{"session_id":null,"event":"request","data":{}}"#,
+            r#"{"session_id":"s","event":"request","data":null}"#,
+            r#"{"session_id":"s","event":"request","data":[1]}"#,
+            r#"{"session_id":"s","event":"request"}"#,
+            r#"{"session_id":"a","session_id":"b","event":"request","data":{}}"#,
+            r#"{"session_id":"s","event":"ping","data":{}}"#,
+        ];
+        for line in lines {
+            let rule = Inbound::parse(line.as_bytes()).and_then(|m| m.into_request(None));
+            match request_in_one_pass::<Fields>(line) {
+                Some((sid, caller, data)) => {
+                    let (rsid, rcaller, rdata) = rule.unwrap().unwrap();
+                    assert_eq!((sid, caller), (rsid, rcaller), "{line}");
+                    let ours: Vec<_> = data.iter().map(|(k, v)| (k.to_owned(), v.get().to_owned())).collect();
+                    let theirs: Vec<_> =
+                        rdata.fields().unwrap().iter().map(|(k, v)| (k.to_owned(), v.get().to_owned())).collect();
+                    assert_eq!(ours, theirs, "{line}");
+                }
+                None => assert!(
+                    !matches!(rule, Ok(Some((ref sid, ..))) if sid == "s"),
+                    "{line}: left to the rule, taken plainly"
+                ),
+            }
+        }
+    }
 
     #[test]
     fn one_rule_takes_a_message_as_a_request() {
         let take =
             |line: &[u8], fallback: Option<&str>| Inbound::parse(line).unwrap().into_request(fallback.map(Into::into));
         let (sid, _, data) = take(br#"{"session_id":"s","event":"request","data":{"a":1}}"#, None).unwrap().unwrap();
-        assert_eq!((sid.as_str(), data.text()), ("s", r#"{"a":1}"#));
+        assert_eq!((sid.as_str(), data.source()), ("s", r#"{"a":1}"#));
         let (sid, ..) = take(br#"{"event":"request","data":{}}"#, Some("hdr")).unwrap().unwrap();
         assert_eq!(sid, "hdr", "the transport's session id stands in for a missing one");
         assert!(take(br#"{"session_id":"s","event":"backwards_response","data":{}}"#, None).unwrap().is_none());
@@ -214,7 +273,10 @@ mod tests {
         assert_eq!(m.event, "request");
         assert_eq!(m.caller(), crate::protocol::Caller::Workflow, "app_id without message_id");
         assert_eq!(m.data.unwrap().get(), r#"{"action":"x"}"#);
-        assert!(serde_json::from_slice::<FastInbound>(line).is_ok(), "a daemon line takes the fast path");
+        assert!(serde_json::from_slice::<Fast<Box<RawValue>>>(line).is_ok(), "a daemon line takes the fast path");
+        let text = std::str::from_utf8(line).unwrap();
+        let (sid, caller, data) = request_in_one_pass::<Fields>(text).unwrap();
+        assert_eq!((sid.as_str(), caller, data.str("action").as_deref()), ("s1", Caller::Workflow, Some("x")));
     }
 
     #[test]

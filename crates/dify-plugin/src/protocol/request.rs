@@ -8,46 +8,93 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// The `data` of a request (`type`, `action`, and the action's fields), kept as the JSON text
-/// it arrived as. Parsing it into a tree up front cost more than a tool call's own work, so a
-/// handler reads it once, into the shape it wants, borrowing from the text
-/// ([`RequestData::parse`]); [`RequestData::to_value`] gives a tree to those that need one.
+/// The `data` of a request (`type`, `action`, and the action's fields) as JSON text: either
+/// the object's own text, or the whole request line that carries it. A handler gets its data
+/// already read into its own type ([`crate::Handler::Data`], in the same pass as the line);
+/// this is for reading it again another way: [`RequestData::parse`] into another type,
+/// borrowing from the text, or [`RequestData::to_value`] for a tree.
 #[derive(Debug, Clone)]
-pub struct RequestData(Box<RawValue>);
+pub struct RequestData(Text);
+
+#[derive(Debug, Clone)]
+enum Text {
+    /// The `data` object's text.
+    Object(Box<RawValue>),
+    /// A request line (a JSON object with a `data` member that is an object).
+    Line(Box<str>),
+}
 
 impl RequestData {
     /// `raw` when it is a JSON object; any other value is `None`.
     pub fn from_raw(raw: Box<RawValue>) -> Option<RequestData> {
-        raw.get().starts_with('{').then_some(RequestData(raw))
+        raw.get().starts_with('{').then_some(RequestData(Text::Object(raw)))
     }
 
     /// The text of `value` when it is an object (what a test or a runtime builds by hand).
     pub fn from_value(value: &Value) -> Option<RequestData> {
         match value {
-            Value::Object(_) => serde_json::value::to_raw_value(value).ok().map(RequestData),
+            Value::Object(_) => serde_json::value::to_raw_value(value).ok().and_then(RequestData::from_raw),
             _ => None,
         }
     }
 
-    /// The object's JSON text, as it came.
-    pub fn text(&self) -> &str {
-        self.0.get()
+    /// The `data` of request line `line`, which the caller has read as a request (its `data`
+    /// member is an object); nothing is parsed here.
+    pub(crate) fn from_line(line: Box<str>) -> RequestData {
+        RequestData(Text::Line(line))
+    }
+
+    /// The text this was made from: the object's, or the whole line's.
+    pub(crate) fn source(&self) -> &str {
+        match &self.0 {
+            Text::Object(raw) => raw.get(),
+            Text::Line(line) => line,
+        }
     }
 
     /// The object read into `T`, which may borrow strings and raw members from the text.
     pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
-        serde_json::from_str(self.0.get())
+        match &self.0 {
+            Text::Object(raw) => serde_json::from_str(raw.get()),
+            Text::Line(line) => serde_json::from_str::<DataMember<T>>(line).map(|m| m.0),
+        }
     }
 
     /// The object's members, each as its JSON text (one pass, nothing copied).
     pub fn fields(&self) -> serde_json::Result<Fields<'_>> {
-        Fields::parse(self.0.get())
+        self.parse()
     }
 
-    /// The object as a tree. Its nesting is limited as serde_json limits it (128 levels); the
-    /// text itself was only checked to be JSON, at any depth.
+    /// The object as a tree. Its nesting is limited as serde_json limits it (128 levels).
     pub fn to_value(&self) -> serde_json::Result<Value> {
-        serde_json::from_str(self.0.get())
+        self.parse()
+    }
+}
+
+/// The `data` member of a request line read into `T` (the last one, should it repeat, as a
+/// JSON map would keep it); every other member is skipped.
+struct DataMember<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for DataMember<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Members<T> {
+            type Value = DataMember<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a request line")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DataMember<T>, A::Error> {
+                let mut data = None;
+                while let Some(Name(key)) = map.next_key()? {
+                    match &*key {
+                        "data" => data = Some(map.next_value::<T>()?),
+                        _ => drop(map.next_value::<serde::de::IgnoredAny>()?),
+                    }
+                }
+                data.map(DataMember).ok_or_else(|| serde::de::Error::missing_field("data"))
+            }
+        }
+        d.deserialize_map(Members(std::marker::PhantomData))
     }
 }
 
@@ -146,7 +193,7 @@ mod tests {
     fn only_objects_are_request_data() {
         let tree: Value = serde_json::from_str(r#"{"action": "x", "n": 1.50}"#).unwrap();
         let d = RequestData::from_value(&tree).unwrap();
-        assert_eq!(d.text(), r#"{"action":"x","n":1.50}"#);
+        assert_eq!(d.source(), r#"{"action":"x","n":1.50}"#);
         assert_eq!(d.to_value().unwrap()["action"], "x");
         assert!(RequestData::from_value(&json!([1])).is_none());
         assert!(RequestData::from_raw(RawValue::from_string("\"{\"".into()).unwrap()).is_none());
@@ -171,5 +218,16 @@ mod tests {
         assert!(Fields::parse("[1]").is_err() && Fields::parse("\"a\"").is_err());
         let d = RequestData::from_value(&json!({"type": "tool"})).unwrap();
         assert_eq!(d.fields().unwrap().str("type").as_deref(), Some("tool"));
+    }
+
+    #[test]
+    fn a_line_reads_as_its_data_member() {
+        let line = r#"{"session_id":"s","data":{"a":"old"},"context":{"x":[1]},"data":{"a":"b\"c","n":1.50}}"#;
+        let d = RequestData::from_line(line.into());
+        let last: Value = serde_json::from_str(r#"{"a":"b\"c","n":1.50}"#).unwrap();
+        assert_eq!(d.to_value().unwrap(), last, "the last data member");
+        assert_eq!(d.fields().unwrap().get("n").unwrap().get(), "1.50");
+        let missing = RequestData::from_line(r#"{"session_id":"s"}"#.into());
+        assert!(missing.to_value().unwrap_err().to_string().contains("missing field `data`"));
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
-use crate::handler::{serve_session, Handler};
+use crate::handler::{serve_line, serve_session, Handler};
 use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
 use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox, RequestData};
 
@@ -62,8 +62,14 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
             Err(e) => break Err(e),
         };
         while sessions.try_join_next().is_some() {}
-        let Some((session_id, caller, data)) = accept_line(line) else {
-            continue;
+        // A complete line is read on its session's task, in one pass; one too long to hold is
+        // answered from its start.
+        let work = match line {
+            Line::Complete(bytes) => Work::Line(bytes.to_vec()),
+            oversize => match accept_line(oversize) {
+                Some(accepted) => Work::Accepted(accepted),
+                None => continue,
+            },
         };
         let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
         let (app, outbox) = (app.clone(), outbox.clone());
@@ -72,7 +78,12 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
         // output); behind a box each of those moves copies a pointer.
         sessions.spawn(Box::pin(async move {
             let _permit = permit;
-            serve_session(&*app, session_id, caller, outbox, data).await;
+            match work {
+                Work::Line(line) => serve_line(&*app, line, outbox, |b| accept_line(Line::Complete(b))).await,
+                Work::Accepted((session_id, caller, data)) => {
+                    serve_session(&*app, session_id, caller, outbox, data).await
+                }
+            }
         }));
     };
     // End of input: let every in-flight session answer before the writer is released.
@@ -94,6 +105,12 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
 
 /// One accepted line: the session, who called, and the request's data or why it was refused.
 type Accepted = (String, Caller, Result<RequestData, String>);
+
+/// What a session's task is given: a whole line, or what was accepted of an oversize one.
+enum Work {
+    Line(Vec<u8>),
+    Accepted(Accepted),
+}
 
 /// Where a `dispatch_trigger_event` line too big to hold reaches the handler: its `data` is
 /// only `type`, `action` and this key, with the line's length in bytes, so the trigger can
