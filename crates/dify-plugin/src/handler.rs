@@ -8,7 +8,6 @@ use futures_util::FutureExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::protocol::message::{request_in_one_pass, session_id_from_prefix};
 use crate::protocol::{Caller, Outbox, RequestData, Session};
 
 /// What answers one request: the plugin. Every runtime takes any `Handler`, so a test can
@@ -105,51 +104,8 @@ pub async fn serve_session<H: Handler>(
     }
 }
 
-/// Serves one complete input line of a session transport: a plain request read in one pass
-/// (its data straight into [`Handler::Data`]); any other line as `accept` takes it (the rule
-/// of every transport: an error for a session it names, nothing for a line that names none).
-pub(crate) async fn serve_line<H: Handler>(
-    handler: &H,
-    line: Vec<u8>,
-    outbox: Outbox,
-    accept: impl FnOnce(&[u8]) -> Option<(String, Caller, Result<RequestData, String>)>,
-) {
-    let request = match String::from_utf8(line) {
-        Ok(text) => RequestData::from_line(text.into_boxed_str()),
-        Err(e) => {
-            if let Some((sid, caller, request)) = accept(e.as_bytes()) {
-                serve_session(handler, sid, caller, outbox, request).await;
-            }
-            return;
-        }
-    };
-    // A panic while reading (in the handler's own `Data`) is answered on the session the line
-    // names, as a panic in the handler is.
-    let read = std::panic::catch_unwind(AssertUnwindSafe(|| request_in_one_pass::<H::Data<'_>>(request.source())));
-    match read {
-        Ok(Some((sid, caller, data))) => {
-            let session = Session::new(sid.clone(), outbox.clone()).with_caller(caller);
-            if let Err(panic) = AssertUnwindSafe(handler.handle(session, data, &request)).catch_unwind().await {
-                answer_panic(handler, sid, caller, outbox, panic).await;
-            }
-        }
-        Ok(None) => {
-            if let Some((sid, caller, request)) = accept(request.source().as_bytes()) {
-                serve_session(handler, sid, caller, outbox, request).await;
-            }
-        }
-        Err(panic) => {
-            log_panic(session_id_from_prefix(request.source().as_bytes()).as_deref().unwrap_or("?"), &*panic);
-            if let Some(sid) = session_id_from_prefix(request.source().as_bytes()) {
-                let session = Session::new(sid, outbox).with_caller(Caller::Unknown);
-                session.finish(Some(handler.panicked().to_wire())).await;
-            }
-        }
-    }
-}
-
 /// Answers a session whose handler panicked with [`Handler::panicked`].
-async fn answer_panic<H: Handler>(
+pub(crate) async fn answer_panic<H: Handler>(
     handler: &H,
     session_id: String,
     caller: Caller,
@@ -161,7 +117,7 @@ async fn answer_panic<H: Handler>(
     session.finish(Some(handler.panicked().to_wire())).await;
 }
 
-fn log_panic(session_id: &str, panic: &(dyn std::any::Any + Send)) {
+pub(crate) fn log_panic(session_id: &str, panic: &(dyn std::any::Any + Send)) {
     let what = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
     tracing::error!(session_id, "a request handler panicked: {}", what.unwrap_or("(no message)"));
 }

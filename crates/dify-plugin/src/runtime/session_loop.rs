@@ -2,16 +2,19 @@
 //! in remote mode, byte slices in tests.
 
 use std::io;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
-use crate::handler::{serve_line, serve_session, Handler};
-use crate::protocol::message::{session_id_from_prefix, HEARTBEAT};
-use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox, RequestData};
+use crate::handler::{answer_panic, log_panic, serve_session, Handler};
+use crate::protocol::message::{request_in_one_pass, session_id_from_prefix, HEARTBEAT};
+use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox, RequestData, Session};
 
 /// Depth of the outbound line queue: enough for bursts, small enough to bound memory when
 /// the daemon stops reading.
@@ -79,7 +82,7 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
         sessions.spawn(Box::pin(async move {
             let _permit = permit;
             match work {
-                Work::Line(line) => serve_line(&*app, line, outbox, |b| accept_line(Line::Complete(b))).await,
+                Work::Line(line) => serve_line(&*app, line, outbox).await,
                 Work::Accepted((session_id, caller, data)) => {
                     serve_session(&*app, session_id, caller, outbox, data).await
                 }
@@ -100,6 +103,42 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
         if !outbox.send(HEARTBEAT.to_vec()).await {
             return;
         }
+    }
+}
+
+/// Serves one complete line: a plain request read in one pass (its data straight into
+/// [`Handler::Data`]); any other line as [`accept_line`] takes it (an error for a session it
+/// names, nothing for a line that names none).
+async fn serve_line<H: Handler>(handler: &H, line: Vec<u8>, outbox: Outbox) {
+    let request = match String::from_utf8(line) {
+        Ok(text) => RequestData::from_line(text.into_boxed_str()),
+        Err(e) => {
+            if let Some((sid, caller, request)) = accept_line(Line::Complete(e.as_bytes())) {
+                serve_session(handler, sid, caller, outbox, request).await;
+            }
+            return;
+        }
+    };
+    let text = request.source();
+    // A panic while reading (in the handler's own `Data`) is answered on the session the line
+    // names, as a panic in the handler is.
+    let read = std::panic::catch_unwind(AssertUnwindSafe(|| request_in_one_pass::<H::Data<'_>>(text)));
+    match read {
+        Ok(Some((sid, caller, data))) => {
+            let session = Session::new(sid.clone(), outbox.clone()).with_caller(caller);
+            if let Err(panic) = AssertUnwindSafe(handler.handle(session, data, &request)).catch_unwind().await {
+                answer_panic(handler, sid, caller, outbox, panic).await;
+            }
+        }
+        Ok(None) => {
+            if let Some((sid, caller, request)) = accept_line(Line::Complete(text.as_bytes())) {
+                serve_session(handler, sid, caller, outbox, request).await;
+            }
+        }
+        Err(panic) => match session_id_from_prefix(text.as_bytes()) {
+            Some(sid) => answer_panic(handler, sid, Caller::Unknown, outbox, panic).await,
+            None => log_panic("?", &*panic),
+        },
     }
 }
 
