@@ -148,15 +148,11 @@ async fn late_answer_is_found_by_the_read_back(backend: Backend) {
     let p = plugin().await;
     let c = creds(&url);
     let ev = json!({"event_id": fresh_id("late"), "event_type": "created", "payload": "{\"n\":1}"});
-    let started = Instant::now();
+    // How long the claim's round trip may take (a fifth of the deadline kept for the settling
+    // read, half of the rest for the read-back) is checked on an injected clock in
+    // `tools::deadline`; here what counts is what the late answer leads to.
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!(proxy.fired(), 1, "the claim's answer was held");
-    assert!(
-        // The claim's round trip gets (1 - 1/5) / 2 of the deadline: a fifth is kept for the
-        // settling read, and half of the rest for the read-back.
-        started.elapsed() >= Duration::from_millis(TIMEOUT_MS.parse::<u64>().unwrap() * 2 / 5),
-        "the plugin waited for the held answer first"
-    );
     assert_eq!(first.outcome(), "accepted", "the read-back finds the plugin's own claim: {first:?}");
     assert_eq!(first.json()["attempt"], 1);
     redeliveries_are_duplicates(&p, &c, &ev, first).await;
