@@ -14,9 +14,8 @@ use crate::protocol::{Caller, Outbox, RequestData, Session};
 /// inject one that misbehaves (panics, say) without a test branch in the plugin itself.
 pub trait Handler: Send + Sync + 'static {
     /// What a request's `data` object (`type`, `action`, and the action's fields) is read
-    /// into. A request line is read in one pass, its `data` straight into this type, which may
-    /// borrow strings and raw members from the line. It should read objects only (as serde's
-    /// `deserialize_map` does): a request's data is an object.
+    /// into. A request line is read in one pass, its `data` straight into this type (from the
+    /// object's members), which may borrow strings and raw members from the line.
     type Data<'a>: Deserialize<'a> + Send;
 
     /// Answers `data` on `session` and ends it (exactly one `end`). `request` is the same data

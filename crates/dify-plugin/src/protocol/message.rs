@@ -103,14 +103,34 @@ impl Inbound {
 /// session id, and a `data` member that `D` reads), all read in one pass with `data` going
 /// straight into the handler's type: scanning `data` once to keep it as text and once more
 /// to read it was a tenth of a tool call's instructions. `None` for any other line, which
-/// [`Inbound::parse`] and [`Inbound::into_request`] then take or refuse as their rule says;
-/// for a `D` that reads objects only (as a request's data is), both agree on every line.
+/// [`Inbound::parse`] and [`Inbound::into_request`] then take or refuse as their rule says
+/// (`data` is read as an object whatever `D` would accept, so both agree on every line).
 pub(crate) fn request_in_one_pass<'a, D: Deserialize<'a>>(line: &'a str) -> Option<(String, Caller, D)> {
-    let Fast(e) = serde_json::from_str::<Fast<D>>(line).ok()?;
+    let Fast(e) = serde_json::from_str::<Fast<Object<D>>>(line).ok()?;
     if e.event != "request" {
         return None;
     }
-    Some((e.session_id?, Caller::from_envelope(e.app_id, e.message_id), e.data?))
+    Some((e.session_id?, Caller::from_envelope(e.app_id, e.message_id), e.data?.0))
+}
+
+/// `D` read from a JSON object only: the request rule takes no other `data`, even where `D`
+/// would (serde's derive for a struct also reads an array).
+struct Object<D>(D);
+
+impl<'de, D: Deserialize<'de>> Deserialize<'de> for Object<D> {
+    fn deserialize<De: serde::Deserializer<'de>>(d: De) -> Result<Self, De::Error> {
+        struct Members<D>(std::marker::PhantomData<D>);
+        impl<'de, D: Deserialize<'de>> serde::de::Visitor<'de> for Members<D> {
+            type Value = Object<D>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a request's data object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Object<D>, A::Error> {
+                D::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        d.deserialize_map(Members(std::marker::PhantomData))
+    }
 }
 
 /// A daemon message read in one pass, its `data` as `D`.
@@ -220,12 +240,23 @@ mod tests {
             r#"{"session_id":null,"event":"request","data":{}}"#,
             r#"{"session_id":"s","event":"request","data":null}"#,
             r#"{"session_id":"s","event":"request","data":[1]}"#,
+            r#"{"session_id":"s","event":"request","data":["x"]}"#,
             r#"{"session_id":"s","event":"request"}"#,
             r#"{"session_id":"a","session_id":"b","event":"request","data":{}}"#,
             r#"{"session_id":"s","event":"ping","data":{}}"#,
         ];
+        /// A type serde's derive also reads from an array: the one pass still takes objects only.
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Lenient<'a> {
+            #[serde(borrow)]
+            a: Option<std::borrow::Cow<'a, str>>,
+        }
         for line in lines {
             let rule = Inbound::parse(line.as_bytes()).and_then(|m| m.into_request(None));
+            if request_in_one_pass::<Lenient>(line).is_some() {
+                assert!(matches!(rule, Ok(Some(_))), "{line}: taken in one pass, refused by the rule");
+            }
             match request_in_one_pass::<Fields>(line) {
                 Some((sid, caller, data)) => {
                     let (rsid, rcaller, rdata) = rule.unwrap().unwrap();
