@@ -76,9 +76,10 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
         };
         let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
         let (app, outbox) = (app.clone(), outbox.clone());
-        // Boxed: a session's future is ~11 KB (it holds every store's call state), and tokio
-        // moves a task's future by value several times (into the task cell, out as its
-        // output); behind a box each of those moves copies a pointer.
+        // Boxed: a session's future holds its handler's state (a few KB; the plugin keeps its
+        // rare, large paths behind boxes of their own, since this box is filled by copying the
+        // whole future once), and tokio moves a task's future by value several times (into the
+        // task cell, out as its output); behind a box each of those moves copies a pointer.
         sessions.spawn(Box::pin(async move {
             let _permit = permit;
             match work {
