@@ -3,6 +3,7 @@
 use std::io::{self, Write};
 use std::net::SocketAddr;
 
+use event_store::kv_wire::{STATE_PREFIX, TTL_MS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -51,7 +52,7 @@ impl Http {
         c.req.clear();
         write!(
             c.req,
-            "PUT /state/{key} HTTP/1.1\r\nhost: kv\r\nif-none-match: *\r\nkv-ttl-ms: {ttl_ms}\r\n\
+            "PUT {STATE_PREFIX}{key} HTTP/1.1\r\nhost: kv\r\nif-none-match: *\r\n{TTL_MS}: {ttl_ms}\r\n\
              content-type: application/json\r\ncontent-length: {}\r\n\r\n",
             value.len()
         )?;
@@ -63,7 +64,7 @@ impl Http {
     pub async fn get(&mut self, key: &str) -> io::Result<u16> {
         let c = &mut self.0;
         c.req.clear();
-        write!(c.req, "GET /state/{key} HTTP/1.1\r\nhost: kv\r\n\r\n")?;
+        write!(c.req, "GET {STATE_PREFIX}{key} HTTP/1.1\r\nhost: kv\r\n\r\n")?;
         self.exchange().await
     }
 

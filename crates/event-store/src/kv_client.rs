@@ -10,6 +10,7 @@ use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 
 use super::kv_tls;
+use super::kv_wire;
 use super::record::Record;
 use super::url::redact;
 use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
@@ -117,13 +118,14 @@ impl KvClientStore {
         let status = resp.status();
         let headers = std::mem::take(resp.headers_mut());
         let body = self.read_capped(resp, timeout).await?;
-        let store_now_ms = match headers.get("kv-time-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
-            Some(t) => {
-                self.clock.observe(t);
-                t
-            }
-            None => self.clock.now_ms(),
-        };
+        let store_now_ms =
+            match headers.get(kv_wire::TIME_MS).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
+                Some(t) => {
+                    self.clock.observe(t);
+                    t
+                }
+                None => self.clock.now_ms(),
+            };
         if status == StatusCode::UNAUTHORIZED {
             return Err(StoreError::Unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
         }
@@ -191,7 +193,7 @@ impl KvClientStore {
     }
 
     fn path(key: &str) -> String {
-        format!("/state/{key}")
+        format!("{}{key}", kv_wire::STATE_PREFIX)
     }
 
     fn current(a: Answer) -> Result<Current, StoreError> {
@@ -205,7 +207,7 @@ impl KvClientStore {
 }
 
 fn ttl_header(ttl: Duration) -> (&'static str, String) {
-    ("kv-ttl-ms", ttl.as_millis().to_string())
+    (kv_wire::TTL_MS, ttl.as_millis().to_string())
 }
 
 /// The headers of a conditional write: its precondition, its TTL and, when it has one, its
@@ -217,12 +219,9 @@ fn write_headers(
 ) -> Vec<(&'static str, String)> {
     let mut h = vec![pre];
     h.extend(ttl.map(ttl_header));
-    h.extend(until.map(|d| (DEADLINE_HEADER, d.0.to_string())));
+    h.extend(until.map(|d| (kv_wire::DEADLINE_MS, d.0.to_string())));
     h
 }
-
-/// The request header that carries a write's deadline (protocol v1, capability `deadline`).
-pub(crate) const DEADLINE_HEADER: &str = "kv-deadline-ms";
 
 /// The refusal of a write that reached the container after its `KV-Deadline-Ms`: 409 with
 /// this error code (never 412, which means the precondition failed).
@@ -352,7 +351,7 @@ impl EventStore for KvClientStore {
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {
-        let a = self.send(Method::GET, "/healthz", &[], None, self.timeout).await?;
+        let a = self.send(Method::GET, kv_wire::HEALTHZ, &[], None, self.timeout).await?;
         let not_v1 = |why: String| {
             StoreError::Config(format!(
                 "{} does not speak our KV protocol v1 ({why}). A plain key-value server cannot create a key atomically, \

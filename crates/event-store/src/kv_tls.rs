@@ -161,7 +161,7 @@ fn describe(e: &rustls::Error) -> Option<String> {
 
 /// A 403: the token is valid, but the container binds it to other namespaces.
 pub(crate) fn forbidden(path: &str) -> StoreError {
-    let msg = match path.strip_prefix("/state/").map(parse_storage_key) {
+    let msg = match path.strip_prefix(super::kv_wire::STATE_PREFIX).map(parse_storage_key) {
         Some(Some((Some(ns), _))) => format!(
             "kv_token does not cover namespace {ns:?}: the KV container binds this token to other namespaces; use \
              the token issued for {ns:?}, or set the namespace credential to the one this token belongs to"

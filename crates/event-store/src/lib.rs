@@ -13,6 +13,7 @@ pub mod json_text;
 pub mod key;
 mod kv_client;
 pub mod kv_tls;
+pub mod kv_wire;
 pub mod memory;
 pub mod postgres;
 pub mod record;

@@ -108,8 +108,8 @@ impl Source {
                 let resp = check(resp).await?;
                 let header =
                     |n: &str| resp.headers().get(n).and_then(|v| v.to_str().ok()).and_then(|s| s.parse::<i64>().ok());
-                let now_ms = header("kv-time-ms").unwrap_or(0);
-                let ttl_ms = header("kv-expires-ms").map(|e| e - now_ms);
+                let now_ms = header(event_store::kv_wire::TIME_MS).unwrap_or(0);
+                let ttl_ms = header(event_store::kv_wire::EXPIRES_MS).map(|e| e - now_ms);
                 Ok(Some(Item { key: key.to_owned(), value: resp.bytes().await?.to_vec(), ttl_ms, now_ms }))
             }
             Source::Redis(conn) => {

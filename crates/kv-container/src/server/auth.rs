@@ -15,6 +15,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use event_store::kv_wire;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
@@ -136,7 +137,7 @@ fn bearer(value: &str) -> Option<&str> {
 /// namespaces) before the handler and before any body is read. `/healthz` stays open.
 pub(crate) async fn require_token(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if path == "/healthz" {
+    if path == kv_wire::HEALTHZ {
         return next.run(req).await;
     }
     let peer = req.extensions().get::<Peer>().map(|p| p.0);
@@ -147,11 +148,11 @@ pub(crate) async fn require_token(State(auth): State<Arc<Auth>>, mut req: Reques
             return answer.into_response();
         }
     };
-    let refused = match (&scope, path.strip_prefix("/state/")) {
+    let refused = match (&scope, path.strip_prefix(kv_wire::STATE_PREFIX)) {
         (Scope::All, _) => None,
         (_, Some(key)) if scope.covers_key(key) => None,
         (_, Some(_)) => Some(("other_namespace", "this token does not cover the namespace of this key")),
-        (_, None) if path == "/state" => None,
+        (_, None) if path == kv_wire::STATE => None,
         (_, None) => Some(("operator_only", "this route needs a token for every namespace (`*`)")),
     };
     if let Some((reason, message)) = refused {

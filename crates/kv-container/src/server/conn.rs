@@ -260,7 +260,7 @@ async fn serve_one<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         async move {
             if guard.take_bad_framing() {
                 let mut resp = super::error::ApiError::ambiguous_framing().into_close_response();
-                resp.headers_mut().insert("kv-time-ms", super::record::system_now_ms().into());
+                resp.headers_mut().insert(event_store::kv_wire::TIME_MS, super::record::system_now_ms().into());
                 return Ok::<_, Infallible>(resp);
             }
             let resp = tower_service::Service::call(&mut router, req).await;

@@ -9,6 +9,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{middleware, Extension, Json, Router};
 
+use event_store::kv_wire;
+
 use super::auth::{self, Auth};
 use super::batch::{Precondition, WriteOp, WriteOutcome, Written};
 use super::engine::EngineError;
@@ -19,9 +21,9 @@ use super::state::{health_problem, AppState, Shared};
 use super::tokens::Scope;
 use super::{backup, claims, listing, metrics, ui};
 
-const KV_TIME_MS: HeaderName = HeaderName::from_static("kv-time-ms");
-const KV_MODIFIED_MS: HeaderName = HeaderName::from_static("kv-modified-ms");
-const KV_EXPIRES_MS: HeaderName = HeaderName::from_static("kv-expires-ms");
+const KV_TIME_MS: HeaderName = HeaderName::from_static(kv_wire::TIME_MS);
+const KV_MODIFIED_MS: HeaderName = HeaderName::from_static(kv_wire::MODIFIED_MS);
+const KV_EXPIRES_MS: HeaderName = HeaderName::from_static(kv_wire::EXPIRES_MS);
 const CAPABILITIES: [&str; 5] = ["conditional-put", "ttl", "server-time", "cas", "deadline"];
 
 /// The whole HTTP surface. Layers run outside-in: request metrics, time stamp, then auth
@@ -32,8 +34,8 @@ pub(crate) fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
     let metrics = state.engine.metrics().clone();
     let public = state.metrics_public;
     let mut routes = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/state", get(list_keys))
+        .route(kv_wire::HEALTHZ, get(healthz))
+        .route(kv_wire::STATE, get(list_keys))
         .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
         .route("/backup", get(backup_snapshot))
         .merge(ui::api_routes());
@@ -125,7 +127,7 @@ async fn unknown_route(uri: Uri) -> ApiError {
     // `/state` and `/state/` reach here because the key is empty; that is a bad key, not
     // an unknown route.
     let path = uri.path();
-    if path == "/state" || path.starts_with("/state/") {
+    if path == kv_wire::STATE || path.starts_with(kv_wire::STATE_PREFIX) {
         ApiError::bad_key("key is empty")
     } else {
         ApiError::not_found("no such route")
@@ -139,7 +141,7 @@ fn key_of(uri: &Uri) -> Result<String, ApiError> {
     if uri.query().is_some() {
         return Err(ApiError::bad_key("a key is the whole path: '?' (a query string) is not allowed"));
     }
-    let raw = uri.path().strip_prefix("/state/").unwrap_or_default();
+    let raw = uri.path().strip_prefix(kv_wire::STATE_PREFIX).unwrap_or_default();
     request::validate_key(raw).map(str::to_owned)
 }
 

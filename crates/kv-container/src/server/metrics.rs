@@ -11,6 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use event_store::kv_wire;
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -204,7 +205,7 @@ fn route_of(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/backup" => "/backup",
         "/state" => "/state",
-        p if p.starts_with("/state/") => "/state/{key}",
+        p if p.starts_with(kv_wire::STATE_PREFIX) => "/state/{key}",
         p if p.starts_with("/ui/api/") => "/ui/api",
         p if p == "/ui" || p.starts_with("/ui/") => "/ui",
         _ => "other",

@@ -12,10 +12,7 @@ pub(crate) const MAX_VALUE_LEN: usize = 1_048_576;
 /// Longest accepted TTL (100 years); keeps `now + ttl` far from overflow.
 const MAX_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
-pub(crate) const TTL_MS: &str = "kv-ttl-ms";
-pub(crate) const TTL_SECONDS: &str = "kv-ttl-seconds";
-/// A write's deadline in this container's clock (unix ms): applied later, it is refused.
-pub(crate) const DEADLINE_MS: &str = "kv-deadline-ms";
+pub(crate) use event_store::kv_wire::{DEADLINE_MS, TTL_MS, TTL_SECONDS};
 
 /// Checks the raw (still percent-encoded) path segment after `/state/`. Rejecting `%`
 /// outright means no decoded form (`%2F`, `%00`, `%20`, …) can ever reach the store, and
