@@ -6,7 +6,8 @@
 // stored, so this must never drift (canonical_tests.rs holds the `Value`-based form as the
 // reference). Each value is written where it stands; an object's members are then put in
 // order by moving their bytes, so no tree is built: a tree (and before it `Value`'s ordered
-// maps) cost an allocation per object, array and number.
+// maps) cost an allocation per object, array and number. Ordinary payloads do not come here
+// at all: canonical_fast.rs writes them in one hand-written pass and hands over the rest.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -27,6 +28,14 @@ pub fn canonical_json(payload: &str) -> Option<Vec<u8>> {
 
 /// [`canonical_json`], with the parser's error when `payload` is not JSON.
 pub fn canonical_json_or_error(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
+    match super::canonical_fast::canonical(payload) {
+        Some(text) => Ok(text),
+        None => by_serde(payload),
+    }
+}
+
+/// The serde-driven writer: exact for every input, and the judge of what is JSON.
+fn by_serde(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
     // Sized once: the canonical text is at most the payload's length (escapes are only ever
     // kept or dropped), and an object rewritten on close never holds more than that either.
     let mut writer = Writer {

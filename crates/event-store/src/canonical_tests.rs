@@ -1,4 +1,4 @@
-//! The tree-based canonical form against the `Value`-based one it replaced, input by input.
+//! Both canonical writers (the fast pass and the serde writer) against the `Value`-based form they replaced, input by input.
 
 use serde_json::Value;
 
@@ -152,4 +152,114 @@ fn number_spellings_are_the_same_event_only_as_documented() {
         assert_ne!(c(differ[0]), c(differ[1]), "{differ:?}");
     }
     assert_eq!(c("1e2"), "[1e+2]");
+}
+
+/// Deterministic documents in the shapes webhook bodies take (and some they rarely do):
+/// members in any order, repeated names, white space, escapes of every kind in values.
+fn webhook_like(count: usize) -> Vec<String> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    fn gen(next: &mut dyn FnMut(u64) -> u64, depth: u32) -> String {
+        let names = ["id", "type", "data", "amount", "a", "B", "é", "😀", "", "k1", "k10", "k2", "id"];
+        let scalars = [
+            "0",
+            "-0",
+            "-0.0",
+            "7",
+            "-12",
+            "1.50",
+            "19.90",
+            "0.1",
+            "123456789012345678901234567890",
+            "3.14159265358979323846",
+            "1e3",
+            "true",
+            "false",
+            "null",
+            r#""""#,
+            r#""plain text""#,
+            r#""a \"quoted\" word""#,
+            r#""back\\slash""#,
+            r#""line\nbreak\ttab\r\b\f""#,
+            r#""\/path\/to""#,
+            r#""caf\u00e9 \u00E9""#,
+            r#""\u0041\u0000\u001f\u007f""#,
+            r#""\ud83d\ude00 and \uD83D\uDE00""#,
+            r#""\u0022\u005c""#,
+            r#""raw é 😀 ~""#,
+            r#""\ud800""#,
+            r#""\x""#,
+        ];
+        let space = [" ", "", "", "\n  ", "\t"];
+        let sp = |next: &mut dyn FnMut(u64) -> u64| space[next(space.len() as u64) as usize];
+        match if depth > 4 { 0 } else { next(4) } {
+            0 | 1 => scalars[next(scalars.len() as u64) as usize].to_string(),
+            2 => {
+                let items: Vec<String> = (0..next(4)).map(|_| gen(next, depth + 1)).collect();
+                format!("[{}{}]", items.join(&format!(",{}", sp(next))), sp(next))
+            }
+            _ => {
+                let entries: Vec<String> = (0..next(6))
+                    .map(|_| {
+                        let name = names[next(names.len() as u64) as usize];
+                        format!("{}\"{name}\"{}:{}{}", sp(next), sp(next), sp(next), gen(next, depth + 1))
+                    })
+                    .collect();
+                format!("{{{}{}}}", entries.join(","), sp(next))
+            }
+        }
+    }
+    (0..count).map(|_| gen(&mut next, 0)).collect()
+}
+
+#[test]
+fn the_fast_pass_writes_what_the_serde_writer_writes() {
+    let docs: Vec<String> = corpus().into_iter().chain(webhook_like(5000)).collect();
+    let mut answered = 0;
+    for doc in &docs {
+        if let Some(fast) = crate::canonical_fast::canonical(doc) {
+            answered += 1;
+            let serde = super::by_serde(doc).map(String::from_utf8);
+            assert_eq!(Some(String::from_utf8(fast).unwrap()), serde.ok().map(Result::unwrap), "document {doc}");
+        }
+        assert_eq!(canonical_json(doc), reference(doc), "document {doc}");
+    }
+    // The fast pass must carry the ordinary case, or it is only a cost.
+    assert!(answered * 2 > docs.len(), "the fast pass answered {answered} of {}", docs.len());
+}
+
+#[test]
+fn the_fast_pass_carries_ordinary_bodies_and_leaves_the_rest() {
+    let fast = |doc: &str| crate::canonical_fast::canonical(doc).map(|t| String::from_utf8(t).unwrap());
+    // Python's json.dumps (spaces, ASCII escapes), unsorted members, a repeated name.
+    assert_eq!(
+        fast(
+            r#"{"type": "order.updated", "id": "evt_1", "data": {"total": "44.80", "who": "Jos\u00e9"}, "id": "evt_2"}"#
+        )
+        .as_deref(),
+        Some(r#"{"data":{"total":"44.80","who":"José"},"id":"evt_2","type":"order.updated"}"#)
+    );
+    assert_eq!(fast(r#"[1.50, -0, "a\/b", "\u001F\u0022"]"#).as_deref(), Some(r#"[1.50,-0,"a/b","\u001f\""]"#));
+    // Left to serde_json: exponents, escaped names, the number token, lone surrogates, deep
+    // nesting, and whatever is not JSON.
+    for doc in [
+        "[1e5]",
+        r#"{"a\u0062":1}"#,
+        r#"{"$serde_json::private::Number":"1"}"#,
+        r#""\udc00""#,
+        &format!("{}{}", "[".repeat(101), "]".repeat(101)),
+        "[1,]",
+        "01",
+        "[1.]",
+        "\"a\u{1}\"",
+        "{\"a\":1}x",
+        "",
+    ] {
+        assert_eq!(fast(doc), None, "{doc:?}");
+    }
 }

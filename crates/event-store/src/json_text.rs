@@ -1,4 +1,4 @@
-//! JSON strings written as serde_json writes them, a word at a time where nothing needs escaping.
+//! JSON strings written as serde_json writes them, a word at a time up to the next byte to escape.
 //
 // serde_json's escaper looks at every byte; records and answers are mostly long runs of plain
 // text (a payload, fingerprints, timestamps), so checking eight bytes per step for a quote, a
@@ -12,31 +12,41 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    let mut start = 0;
     let mut i = 0;
-    while i < bytes.len() {
-        // A clean word is skipped whole; a word with something to escape (and the tail) is
-        // taken byte by byte, without testing the word again at every byte.
-        let end = match bytes.get(i..i + 8) {
-            Some(word) if !any_needs_escape(u64::from_le_bytes(word.try_into().expect("8 bytes"))) => {
-                i += 8;
-                continue;
-            }
-            Some(_) => i + 8,
-            None => bytes.len(),
-        };
-        while i < end {
-            let b = bytes[i];
-            if CLASS[b as usize] != 0 {
-                out.extend_from_slice(&bytes[start..i]);
-                escape(out, b);
-                start = i + 1;
-            }
-            i += 1;
-        }
+    loop {
+        let plain = plain_len(&bytes[i..]);
+        out.extend_from_slice(&bytes[i..i + plain]);
+        i += plain;
+        let Some(&b) = bytes.get(i) else { break };
+        escape(out, b);
+        i += 1;
     }
-    out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// How many bytes at the start of `bytes` JSON writes as they are: the index of the first
+/// quote, backslash or control character (or the length). A word at a time, and the word
+/// that holds one says where: the lowest flagged byte of [`needs_escape`]'s mask is exact, so
+/// text dense with quotes (a JSON payload inside a record) costs a step per quote, not one
+/// per byte.
+pub fn plain_len(bytes: &[u8]) -> usize {
+    let mut i = 0;
+    while let Some(word) = bytes.get(i..i + 8) {
+        let mask = needs_escape(u64::from_le_bytes(word.try_into().expect("8 bytes")));
+        if mask != 0 {
+            return i + (mask.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    i + bytes[i..].iter().position(|&b| CLASS[b as usize] != 0).unwrap_or(bytes.len() - i)
+}
+
+/// Appends `c` as it stands inside a JSON string that serde_json writes.
+pub(crate) fn push_char(out: &mut Vec<u8>, c: char) {
+    match u8::try_from(c) {
+        Ok(b) if CLASS[b as usize] != 0 => escape(out, b),
+        _ => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+    }
 }
 
 /// Non-zero for the bytes serde_json escapes.
@@ -67,14 +77,15 @@ fn escape(out: &mut Vec<u8>, b: u8) {
 
 const HEX: [u8; 16] = *b"0123456789abcdef";
 
-/// True when one of the eight bytes of `w` is below 0x20, a quote or a backslash. (The
-/// classic "has a byte less than n" test, exact for n ≤ 128; a quote or backslash is a zero
-/// byte after xor with that character repeated.)
-fn any_needs_escape(w: u64) -> bool {
+/// The high bit of each byte of `w` (little-endian) that may be below 0x20, a quote or a
+/// backslash; zero when none is. (The classic "has a byte less than n" test, exact for
+/// n ≤ 128; a quote or backslash is a zero byte after xor with that character repeated.) A
+/// borrow can flag a byte above a real one, never below, so the lowest flag is exact.
+fn needs_escape(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH;
-    (below(w, 0x20) | below(w ^ (ONES * b'"' as u64), 1) | below(w ^ (ONES * b'\\' as u64), 1)) != 0
+    below(w, 0x20) | below(w ^ (ONES * b'"' as u64), 1) | below(w ^ (ONES * b'\\' as u64), 1)
 }
 
 #[cfg(test)]
@@ -97,13 +108,16 @@ mod tests {
         for text in [all.as_str(), &json_in_json, "", "plain", "12345678", "1234567\"", "\"1234567", "é\u{1}é"] {
             assert_eq!(ours(text), serde_json::to_string(text).unwrap(), "{text:?}");
         }
-        // Every position of every special byte within and across 8-byte words.
+        // Every position of every special byte within and across 8-byte words, and where
+        // plain_len says the first one stands.
         for len in 0..20 {
             for at in 0..len {
                 for special in ['"', '\\', '\n', '\u{0}', '\u{1f}', '\u{7f}', 'é'] {
                     let mut s: String = "x".repeat(len);
                     s.replace_range(at..at + 1, &special.to_string());
                     assert_eq!(ours(&s), serde_json::to_string(&s).unwrap(), "{s:?}");
+                    let first = s.bytes().position(|b| b < 0x20 || b == b'"' || b == b'\\').unwrap_or(s.len());
+                    assert_eq!(plain_len(s.as_bytes()), first, "{s:?}");
                 }
             }
         }

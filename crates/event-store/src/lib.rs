@@ -7,6 +7,7 @@
 mod any;
 mod cache;
 pub mod canonical;
+mod canonical_fast;
 mod clock;
 pub mod hosts;
 pub mod json_text;
