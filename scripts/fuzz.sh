@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the protocol decoder + session loop, tool parameter validation
-# and the storage-key encoding (fuzz/, cargo-fuzz + libFuzzer). Needs a nightly toolchain and
-# `cargo install cargo-fuzz`; without them it says so and exits 0 (the same properties run on
+# Coverage-guided fuzzing of the protocol decoder + session loop, tool parameter validation,
+# the storage-key encoding and the canonical payload text (fuzz/, cargo-fuzz + libFuzzer).
+# Needs a nightly toolchain and `cargo install cargo-fuzz`; without them it says so and exits 0 (the same properties run on
 # stable as proptest tests, tests/it/prop_*.rs, in every `cargo test`).
 #   scripts/fuzz.sh [seconds per target, default 60]
 set -euo pipefail
@@ -17,7 +17,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for target in protocol_lines tool_params storage_key; do
+for target in protocol_lines tool_params storage_key canonical; do
   mkdir -p "$work/$target"
   echo "== fuzz $target for ${secs}s"
   # New corpus entries go to the temporary dir; the committed seeds are only read.

@@ -1,7 +1,8 @@
 //! Property tests (proptest, where coverage-guided fuzzing needs a nightly toolchain) of the
 //! tool layer: arbitrary parameters and credentials never panic, invalid input is
 //! `param_invalid` and never touches the store, valid input always does; the storage-key
-//! encoding is charset-safe, injective and round-trips through `parse_storage_key`.
+//! encoding is charset-safe, injective and round-trips through `parse_storage_key`; a
+//! payload's canonical text does not depend on which writer made it.
 
 use crate::support::oracle::{self, CountingStore};
 use crate::support::{arb, property};
@@ -148,6 +149,22 @@ fn namespace() -> impl Strategy<Value = Option<String>> {
         Just(None),
         "[A-Za-z0-9._-]{1,64}".prop_filter("not a dot segment", |n| n != "." && n != "..").prop_map(Some)
     ]
+}
+
+/// A payload's canonical text (what its fingerprint hashes) is the same whether the fast pass
+/// or the serde writer makes it, for JSON in any spelling and for what is not JSON.
+#[test]
+fn canonical_text_does_not_depend_on_the_writer() {
+    property::check(
+        REGRESSIONS,
+        "canonical_text_does_not_depend_on_the_writer",
+        4000,
+        &arb::payload_text(),
+        |payload| {
+            oracle::check_canonical(&payload).map_err(TestCaseError::fail)?;
+            Ok(())
+        },
+    );
 }
 
 /// The key of any valid id is one safe URL path segment, within the KV container's key rules,

@@ -30,12 +30,13 @@ pub fn canonical_json(payload: &str) -> Option<Vec<u8>> {
 pub fn canonical_json_or_error(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
     match super::canonical_fast::canonical(payload) {
         Some(text) => Ok(text),
-        None => by_serde(payload),
+        None => canonical_json_by_serde(payload),
     }
 }
 
-/// The serde-driven writer: exact for every input, and the judge of what is JSON.
-fn by_serde(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
+/// The serde-driven writer alone: exact for every input, and the judge of what is JSON. Public
+/// as the reference the fast pass is checked against (property tests, fuzzing).
+pub fn canonical_json_by_serde(payload: &str) -> Result<Vec<u8>, serde_json::Error> {
     // Sized once: the canonical text is at most the payload's length (escapes are only ever
     // kept or dropped), and an object rewritten on close never holds more than that either.
     let mut writer = Writer {

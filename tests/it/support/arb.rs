@@ -103,3 +103,30 @@ pub fn memory_credentials() -> impl Strategy<Value = Value> {
             Value::Object(m)
         })
 }
+
+/// Payload text as callers spell it: JSON compact, pretty, with every non-ASCII character or
+/// every `/` escaped (Python's `json.dumps` and some webhook senders), JSON-like fragments
+/// (mostly not JSON), and any text.
+pub fn payload_text() -> impl Strategy<Value = String> {
+    let spelled = (json(), 0u8..4).prop_map(|(v, spelling)| match spelling {
+        0 => v.to_string(),
+        1 => serde_json::to_string_pretty(&v).expect("a Value serialises"),
+        2 => v.to_string().chars().fold(String::new(), |mut out, c| {
+            if c.is_ascii() {
+                out.push(c);
+            } else {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    out.push_str(&format!("\\u{unit:04X}"));
+                }
+            }
+            out
+        }),
+        // `/` stands only inside strings in JSON text, so escaping every one keeps it JSON.
+        _ => v.to_string().replace('/', "\\/"),
+    });
+    prop_oneof![
+        4 => spelled,
+        2 => "[\\[\\]{}\",:0-9eE.+ \\\\/ubfnrt-]{0,40}",
+        1 => string(),
+    ]
+}

@@ -209,3 +209,17 @@ pub fn check_storage_key(ns: Option<&str>, id: &str) -> Result<(), String> {
         other => Err(format!("{key:?} parses back to {other:?}, not ({ns:?}, {id:?})")),
     }
 }
+
+/// A payload's canonical text is the same whichever writer makes it: the fast pass and the
+/// serde writer agree on what is JSON and on every byte they write (fingerprints are stored,
+/// so the pass that ran must never show).
+pub fn check_canonical(payload: &str) -> Result<(), String> {
+    use stateful_tool::store::canonical::{canonical_json_by_serde, canonical_json_or_error};
+    let text = |r: Result<Vec<u8>, serde_json::Error>| r.map(|t| String::from_utf8_lossy(&t).into_owned());
+    let (ours, reference) = (text(canonical_json_or_error(payload)), text(canonical_json_by_serde(payload)));
+    match (&ours, &reference) {
+        (Ok(a), Ok(b)) if a == b => Ok(()),
+        (Err(_), Err(_)) => Ok(()),
+        _ => Err(format!("payload {payload:?}: canonical {ours:?}, the serde writer's {reference:?}")),
+    }
+}
