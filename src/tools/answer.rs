@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::Tool;
 use crate::protocol::outbound::{Member, ToolAnswer};
-use crate::store::json_text::write_str;
+use crate::store::json_text::{plain_len, write_str};
 use crate::store::record::{format_time, short_fingerprint, Record};
 
 /// Fields before the record's, the record (with its storage key), and fields after it.
@@ -158,8 +158,13 @@ impl Answer {
         let mut member = |out: &mut Vec<u8>, name: &'static str, write: &dyn Fn(&mut Vec<u8>)| {
             out.push(if first { b'{' } else { b',' });
             first = false;
-            write_str(out, name);
-            out.push(b':');
+            // Every name is one of ours (RECORD_FIELDS and the tools' literals), none with
+            // anything to escape, so it goes out as it is: the escaper's check cost more than
+            // the copy, 17 times an answer.
+            debug_assert_eq!(plain_len(name.as_bytes()), name.len(), "{name:?}");
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
             let start = out.len();
             write(out);
             if let Some(members) = members.as_deref_mut() {

@@ -17,6 +17,7 @@ pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 pub const MAX_RUN_ID_BYTES: usize = 255;
 
 /// A validated ingest call; nothing touches the store before this exists.
+#[derive(Clone)]
 pub struct IngestRequest {
     pub event_id: String,
     pub event_type: String,
@@ -39,23 +40,26 @@ impl IngestRequest {
         IngestRequest { event_id, event_type, payload: None, fingerprint, compared_as, lease_ms, run_id: None }
     }
 
-    /// The record a first claim of this event writes at store time `now`, with `claim_id`.
-    pub fn first_claim(&self, now: i64, claim_id: String) -> Record {
+    /// The record a first claim of this event writes at store time `now`, with `claim_id`:
+    /// the request's own strings move into it (the payload is most of a record), and it
+    /// stands for the request from then on.
+    pub fn first_claim(self, now: i64, claim_id: String) -> Record {
+        let received_at = format_time(now);
         Record {
             v: 1,
-            event_id: self.event_id.clone(),
-            event_type: self.event_type.clone(),
-            payload: self.payload.clone(),
-            fingerprint: self.fingerprint.clone(),
+            event_id: self.event_id,
+            event_type: self.event_type,
+            payload: self.payload,
+            fingerprint: self.fingerprint,
             status: Status::Processing,
-            received_at: format_time(now),
-            updated_at: format_time(now),
+            updated_at: received_at.clone(),
+            received_at,
             attempt: 1,
             lease_until_ms: self.lease_ms.map(|l| now + l),
             completed_at: None,
             result: None,
             claim_id,
-            run_id: self.run_id.clone(),
+            run_id: self.run_id,
         }
     }
 
@@ -106,13 +110,14 @@ impl IngestRequest {
 
 pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
-    let answer = ingest(store, settings, &req).await?;
-    Ok(answer.field("payload_compared_as", json!(req.compared_as)))
+    let compared_as = req.compared_as;
+    let answer = ingest(store, settings, req).await?;
+    Ok(answer.field("payload_compared_as", json!(compared_as)))
 }
 
 /// Claims a validated request: the one claim path, also taken by the trigger's dispatch (a
 /// delivery claimed at the door is the same record `event_status`/`event_complete` see).
-pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: &IngestRequest) -> Result<Answer, ToolError> {
+pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: IngestRequest) -> Result<Answer, ToolError> {
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
     let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
     let mut claims = Claims::new(settings.claim_ids.clone());
@@ -130,7 +135,7 @@ pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: &IngestR
 async fn claim<S: EventStore>(
     store: &S,
     settings: &Settings,
-    req: &IngestRequest,
+    req: IngestRequest,
     key: &str,
     deadline: &Deadline,
     claims: &mut Claims,
@@ -145,9 +150,10 @@ async fn claim<S: EventStore>(
         }
     }
     let now = store.clock().now_ms();
+    let ask = Ask { lease_ms: req.lease_ms, compared_as: req.compared_as };
     let fresh = req.first_claim(now, claims.new_id());
     let bytes = fresh.to_bytes();
-    let ttl = settings.ttl_for(req.lease_ms);
+    let ttl = settings.ttl_for(ask.lease_ms);
     for _ in 0..MAX_ROUNDS {
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &fresh.claim_id, timeout);
@@ -164,7 +170,7 @@ async fn claim<S: EventStore>(
             }
             Err(e) => return Err(fail(e)),
         };
-        if let Some(done) = settle(store, req, key, ttl, deadline, claims, existing).await? {
+        if let Some(done) = settle(store, &fresh, ask, key, ttl, deadline, claims, existing).await? {
             return Ok(done);
         }
         // The record expired or was deleted between our steps: claim it afresh.
@@ -172,11 +178,21 @@ async fn claim<S: EventStore>(
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
 }
 
+/// What of a request its first-claim record does not hold.
+#[derive(Clone, Copy)]
+struct Ask {
+    lease_ms: Option<i64>,
+    compared_as: &'static str,
+}
+
 /// Decides against an existing record; re-claims it when its run failed or its lease
-/// expired (by the store's clock). `None` = the key vanished, claim from scratch.
+/// expired (by the store's clock). `None` = the key vanished, claim from scratch. `fresh` is
+/// this call's own first-claim record: the request's id, type, payload, fingerprint and run.
+#[allow(clippy::too_many_arguments)]
 async fn settle<S: EventStore>(
     store: &S,
-    req: &IngestRequest,
+    fresh: &Record,
+    ask: Ask,
     key: &str,
     ttl: std::time::Duration,
     deadline: &Deadline,
@@ -192,10 +208,10 @@ async fn settle<S: EventStore>(
             let retry = rec.attempt > 1;
             return Ok(Some(answer("accepted", rec, key, retry)));
         }
-        if rec.fingerprint != req.fingerprint {
-            return Err(conflict(&rec, req));
+        if rec.fingerprint != fresh.fingerprint {
+            return Err(conflict(&rec, fresh, ask.compared_as));
         }
-        if rec.status == Status::Processing && req.run_id.is_some() && rec.run_id == req.run_id {
+        if rec.status == Status::Processing && fresh.run_id.is_some() && rec.run_id == fresh.run_id {
             // The same workflow run calling again (Dify's node retry after an answer it never
             // saw): its attempt is still its own, and nobody else was told to run it.
             let retry = rec.attempt > 1;
@@ -210,11 +226,11 @@ async fn settle<S: EventStore>(
             status: Status::Processing,
             attempt: rec.attempt + 1,
             updated_at: format_time(cur.store_now_ms),
-            lease_until_ms: req.lease_ms.map(|l| cur.store_now_ms + l),
+            lease_until_ms: ask.lease_ms.map(|l| cur.store_now_ms + l),
             completed_at: None,
             result: None,
             claim_id: claims.new_id(),
-            run_id: req.run_id.clone(),
+            run_id: fresh.run_id.clone(),
             ..rec
         };
         let timeout = deadline.share().map_err(fail)?;
@@ -236,8 +252,9 @@ async fn settle<S: EventStore>(
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
 }
 
-/// Same id, different content: names what differs (the type, the payload, or both).
-fn conflict(rec: &Record, req: &IngestRequest) -> ToolError {
+/// Same id, different content: names what differs (the type, the payload, or both). `req` is
+/// this call's own first-claim record.
+fn conflict(rec: &Record, req: &Record, compared_as: &str) -> ToolError {
     let type_differs = rec.event_type != req.event_type;
     let payload_differs = fingerprint(&rec.event_type, req.payload.as_deref()) != rec.fingerprint;
     let what = match (type_differs, payload_differs) {
@@ -246,7 +263,7 @@ fn conflict(rec: &Record, req: &IngestRequest) -> ToolError {
             rec.event_type, req.event_type
         ),
         (true, false) => format!("a different event_type ({:?}, this delivery {:?})", rec.event_type, req.event_type),
-        _ => format!("a different payload (compared as {})", req.compared_as),
+        _ => format!("a different payload (compared as {compared_as})"),
     };
     ToolError::conflict(format!(
         "event_id {:?} was already received with {what} (stored {}, this delivery {}); nothing was overwritten",

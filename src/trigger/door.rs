@@ -104,7 +104,7 @@ pub(crate) async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict
     let lease_ms = (!door.settings.default_lease.is_zero()).then_some(door.settings.default_lease.as_millis() as i64);
     let req = IngestRequest::without_payload(delivery_id.clone(), record_type, lease_ms);
     let key = storage_key(door.settings.namespace.as_deref(), &delivery_id);
-    let answer = match ingest(store, &door.settings, &req).await {
+    let answer = match ingest(store, &door.settings, req).await {
         Ok(answer) => answer,
         Err(e) => return failed(e, &delivery_id, door.duplicate_status),
     };

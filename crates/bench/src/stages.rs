@@ -100,7 +100,8 @@ pub async fn measure(
         drop(black_box(fingerprint(&reqs[i].event_type, black_box(reqs[i].payload.as_deref()))));
     });
     let record = |i: usize| {
-        let (req, now) = (&reqs[i], 1_780_000_000_000i64 + i as i64);
+        // A copy of the request, as the plugin's claim path owns its request and moves it in.
+        let (req, now) = (reqs[i].clone(), 1_780_000_000_000i64 + i as i64);
         req.first_claim(now, event_store::record::new_claim_id())
     };
     let encode_us = per_call(n, rounds, |i| {

@@ -27,7 +27,7 @@ pub(crate) fn canonical(payload: &str) -> Option<Vec<u8>> {
         pending: 0,
         // Canonical text is never longer than the payload (escapes are kept or shortened).
         out: Vec::with_capacity(payload.len()),
-        members: Vec::with_capacity(32),
+        members: Vec::with_capacity(16),
         moved: Vec::new(),
     };
     pass.value(0)?;
