@@ -9,18 +9,39 @@
 /// The JSON text of `text` when `text` is exactly Python's `str()` of a dict or list made of
 /// JSON values; `None` otherwise.
 pub(crate) fn json_from_python_repr(text: &str) -> Option<String> {
-    if !(text.starts_with('{') || text.starts_with('[')) {
+    if !(text.starts_with('{') || text.starts_with('[')) || !first_key_fits(text) {
         return None;
     }
-    let mut p = Parser { s: text.as_bytes(), i: 0, out: String::with_capacity(text.len()), depth: 0 };
+    let mut p = Parser { t: text, s: text.as_bytes(), i: 0, out: String::with_capacity(text.len()), depth: 0 };
     p.value()?;
     (p.i == p.s.len()).then_some(p.out)
+}
+
+/// False when `text` is a dict whose first key is not followed by `: `, as `str()` always
+/// writes it. Most payloads are JSON objects, and compact JSON (`{"id":…`) fails here without
+/// the parser's allocations. Where a key ends is where the parser's `string` ends it: at the
+/// first quote of its kind that no backslash escapes.
+fn first_key_fits(text: &str) -> bool {
+    let s = text.as_bytes();
+    let (Some(b'{'), Some(&quote @ (b'\'' | b'"'))) = (s.first(), s.get(1)) else { return true };
+    let mut i = 2;
+    while let Some(&b) = s.get(i) {
+        match b {
+            b'\\' => i += 2,
+            _ if b == quote => return s[i + 1..].starts_with(b": "),
+            _ => i += 1,
+        }
+    }
+    false
 }
 
 /// Deepest nesting converted; deeper input stays text (and never exhausts the stack).
 const MAX_DEPTH: usize = 128;
 
 struct Parser<'a> {
+    /// The text, and its bytes (the parser steps through bytes, and takes `&str` slices at
+    /// quotes, which are always character boundaries).
+    t: &'a str,
     s: &'a [u8],
     i: usize,
     out: String,
@@ -133,7 +154,7 @@ impl Parser<'_> {
     fn string(&mut self) -> Option<()> {
         let quote = self.s[self.i];
         self.i += 1;
-        let text = std::str::from_utf8(&self.s[self.i..]).ok()?;
+        let text = self.t.get(self.i..)?;
         let mut value = String::new();
         let mut chars = text.char_indices();
         let end = loop {
@@ -222,6 +243,38 @@ mod tests {
         let repr = "{'ok': True, 'id': 7, 'tags': ['a', 'b'], 'n': None}";
         let converted = json_from_python_repr(repr).unwrap();
         assert_eq!(fingerprint("created", Some(&converted)), fingerprint("created", Some(json)));
+    }
+
+    #[test]
+    fn the_first_key_probe_only_turns_away_what_the_parser_refuses() {
+        let parse = |text: &str| {
+            let mut p = Parser { t: text, s: text.as_bytes(), i: 0, out: String::new(), depth: 0 };
+            p.value().and_then(|()| (p.i == p.s.len()).then_some(p.out))
+        };
+        for text in [
+            r#"{"id":"evt_1","n":5}"#,
+            r#"{"id": "evt_1", "n": 5}"#,
+            r#"{'id': 'evt_1', 'n': 5}"#,
+            r#"{'it\'s': 1}"#,
+            r#"{"it's": 1}"#,
+            r#"{'a\\': 1}"#,
+            r#"{'a\x41': 1}"#,
+            r#"{'unterminated: 1}"#,
+            r#"{'k' : 1}"#,
+            r#"{'k':1}"#,
+            "{}",
+            "{ }",
+            "[1, 2]",
+            r#"{'é': 'ü'}"#,
+        ] {
+            let fits = first_key_fits(text);
+            if !fits {
+                assert_eq!(parse(text), None, "{text}");
+            }
+            assert_eq!(json_from_python_repr(text), if fits { parse(text) } else { None }, "{text}");
+        }
+        assert!(!first_key_fits(r#"{"id":"evt_1"}"#));
+        assert!(first_key_fits(r#"{'id': 'evt_1'}"#));
     }
 
     #[test]
