@@ -10,6 +10,7 @@
 // at all: canonical_fast.rs writes them in one hand-written pass and hands over the rest.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::fmt;
 use std::ops::Range;
 
@@ -61,32 +62,47 @@ struct Writer<'de> {
 
 impl<'de> Writer<'de> {
     /// Rewrites the object whose text starts at `start` (its values written one after the
-    /// other) and whose members are `members[first..]`: sorted by name, a repeated name
-    /// keeping its last value (as a `Value` map insert does; the stable sort leaves repeats
-    /// in input order, so the last of each run is the one).
+    /// other) and whose members are `members[first..]`, in name order.
     fn close_object(&mut self, start: usize, first: usize) {
         let members = &mut self.members[first..];
-        members.sort_by(|a, b| a.0.cmp(&b.0));
-        self.moved.clear();
-        self.moved.extend_from_slice(&self.out[start..]);
-        self.out.truncate(start);
-        self.out.push(b'{');
-        let mut written = false;
-        for (i, (name, value)) in members.iter().enumerate() {
-            if members.get(i + 1).is_some_and(|next| next.0 == *name) {
-                continue;
-            }
-            if written {
-                self.out.push(b',');
-            }
-            written = true;
-            put_str(&mut self.out, name);
-            self.out.push(b':');
-            self.out.extend_from_slice(&self.moved[value.start - start..value.end - start]);
-        }
-        self.out.push(b'}');
+        rewrite_in_order(&mut self.out, &mut self.moved, start, members, Ord::cmp, |out, name, value| {
+            put_str(out, name);
+            out.push(b':');
+            out.extend_from_slice(value);
+        });
         self.members.truncate(first);
     }
+}
+
+/// Rewrites the object at `out[start..]` from its `members` (each a name and where its text
+/// stands in `out`) sorted by `order`, a repeated name keeping its last value (as a map insert
+/// does; the stable sort leaves repeats in input order, so the last of each run is the one).
+/// `write` appends a member from its name and its text. Both writers order objects this way.
+pub(crate) fn rewrite_in_order<N>(
+    out: &mut Vec<u8>,
+    moved: &mut Vec<u8>,
+    start: usize,
+    members: &mut [(N, Range<usize>)],
+    order: impl Fn(&N, &N) -> Ordering,
+    mut write: impl FnMut(&mut Vec<u8>, &N, &[u8]),
+) {
+    members.sort_by(|a, b| order(&a.0, &b.0));
+    moved.clear();
+    moved.extend_from_slice(&out[start..]);
+    out.truncate(start);
+    out.push(b'{');
+    let mut written = false;
+    for (i, (name, text)) in members.iter().enumerate() {
+        if members.get(i + 1).is_some_and(|next| order(&next.0, name).is_eq()) {
+            continue;
+        }
+        if written {
+            out.push(b',');
+        }
+        written = true;
+        write(out, name, &moved[text.start - start..text.end - start]);
+    }
+    out.push(b'}');
 }
 
 /// A string or number exactly as `serde_json::to_writer` writes it.

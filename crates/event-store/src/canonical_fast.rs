@@ -11,6 +11,7 @@
 
 use std::ops::Range;
 
+use crate::canonical::rewrite_in_order;
 use crate::json_text::{plain_len, push_char};
 
 /// Deeper documents are left to serde_json, whose own limit (128) then decides.
@@ -189,31 +190,21 @@ impl<'a> Pass<'a> {
         Some(())
     }
 
-    /// Rewrites the object at `out[start..]` with its members sorted by name, a repeated name
-    /// keeping its last value (as a map insert does; the stable sort keeps repeats in input
-    /// order, so the last of each run is the one).
+    /// Rewrites the object at `out[start..]` with its members in name order (as the serde
+    /// writer does; each member's text is already `"name":value`).
     fn sort_object(&mut self, start: usize, first: usize) {
-        let members = &mut self.members[first..];
-        members.sort_by(|a, b| name_order(a.0, b.0));
         if self.moved.capacity() == 0 {
             self.moved.reserve(self.text.len());
         }
-        self.moved.clear();
-        self.moved.extend_from_slice(&self.out[start..]);
-        self.out.truncate(start);
-        self.out.push(b'{');
-        let mut written = false;
-        for (i, (name, text)) in members.iter().enumerate() {
-            if members.get(i + 1).is_some_and(|next| next.0 == *name) {
-                continue;
-            }
-            if written {
-                self.out.push(b',');
-            }
-            written = true;
-            self.out.extend_from_slice(&self.moved[text.start - start..text.end - start]);
-        }
-        self.out.push(b'}');
+        let members = &mut self.members[first..];
+        rewrite_in_order(
+            &mut self.out,
+            &mut self.moved,
+            start,
+            members,
+            |a, b| name_order(a, b),
+            |out, _, text| out.extend_from_slice(text),
+        );
     }
 
     /// A string (its opening quote read), written as serde_json writes it: the escapes it
