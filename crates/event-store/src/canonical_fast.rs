@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use crate::canonical::rewrite_in_order;
+use crate::canonical_order::rewrite_in_order;
 use crate::json_text::{plain_len, push_char};
 
 /// Deeper documents are left to serde_json, whose own limit (128) then decides.

@@ -8,6 +8,7 @@ mod any;
 mod cache;
 pub mod canonical;
 mod canonical_fast;
+mod canonical_order;
 mod clock;
 pub mod hosts;
 pub mod json_text;
