@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the protocol decoder + session loop, tool parameter validation,
 # the storage-key encoding and the canonical payload text (fuzz/, cargo-fuzz + libFuzzer).
-# Needs a nightly toolchain and `cargo install cargo-fuzz`; without them it says so and exits 0 (the same properties run on
-# stable as proptest tests, tests/it/prop_*.rs, in every `cargo test`).
+# Needs a nightly toolchain and `cargo install cargo-fuzz`; without them it says so and exits 0
+# (the same properties run on stable as proptest tests, tests/it/prop_*.rs, in every `cargo test`).
 #   scripts/fuzz.sh [seconds per target, default 60]
 set -euo pipefail
 cd "$(dirname "$0")/.."

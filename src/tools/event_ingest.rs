@@ -252,28 +252,28 @@ async fn settle<S: EventStore>(
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
 }
 
-/// Same id, different content: names what differs (the type, the payload, or both). `req` is
+/// Same id, different content: names what differs (the type, the payload, or both). `fresh` is
 /// this call's own first-claim record.
-fn conflict(rec: &Record, req: &Record, compared_as: &str) -> ToolError {
-    let type_differs = rec.event_type != req.event_type;
-    let payload_differs = fingerprint(&rec.event_type, req.payload.as_deref()) != rec.fingerprint;
+fn conflict(rec: &Record, fresh: &Record, compared_as: &str) -> ToolError {
+    let type_differs = rec.event_type != fresh.event_type;
+    let payload_differs = fingerprint(&rec.event_type, fresh.payload.as_deref()) != rec.fingerprint;
     let what = match (type_differs, payload_differs) {
         (true, true) => format!(
             "a different event_type ({:?}, this delivery {:?}) and a different payload",
-            rec.event_type, req.event_type
+            rec.event_type, fresh.event_type
         ),
-        (true, false) => format!("a different event_type ({:?}, this delivery {:?})", rec.event_type, req.event_type),
+        (true, false) => format!("a different event_type ({:?}, this delivery {:?})", rec.event_type, fresh.event_type),
         _ => format!("a different payload (compared as {compared_as})"),
     };
     ToolError::conflict(format!(
         "event_id {:?} was already received with {what} (stored {}, this delivery {}); nothing was overwritten",
         rec.event_id,
         short_fingerprint(&rec.fingerprint),
-        short_fingerprint(&req.fingerprint)
+        short_fingerprint(&fresh.fingerprint)
     ))
     .with_details(json!({
         "event_id": rec.event_id, "stored_fingerprint": rec.fingerprint,
-        "new_fingerprint": req.fingerprint, "status": rec.status.as_str(), "received_at": rec.received_at,
+        "new_fingerprint": fresh.fingerprint, "status": rec.status.as_str(), "received_at": rec.received_at,
         "event_type_differs": type_differs, "payload_differs": payload_differs,
     }))
 }

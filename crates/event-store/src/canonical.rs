@@ -17,11 +17,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::Number;
 
-use crate::canonical_order::rewrite_in_order;
-
-/// What serde_json (`arbitrary_precision`) reports a number as: a one-entry map under this
-/// key. `Value` treats any object whose first key is this one as a number, and so do we.
-const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+use crate::canonical_order::{rewrite_in_order, NUMBER_TOKEN};
 
 /// The canonical text of `payload`, or None when it is not JSON (then it is hashed as text).
 pub fn canonical_json(payload: &str) -> Option<Vec<u8>> {

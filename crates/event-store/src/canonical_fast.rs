@@ -11,14 +11,11 @@
 
 use std::ops::Range;
 
-use crate::canonical_order::rewrite_in_order;
+use crate::canonical_order::{rewrite_in_order, NUMBER_TOKEN};
 use crate::json_text::{plain_len, push_char};
 
 /// Deeper documents are left to serde_json, whose own limit (128) then decides.
 const MAX_DEPTH: u32 = 100;
-
-/// See canonical.rs: an object whose first name is this is a number to serde_json.
-const NUMBER_TOKEN: &[u8] = b"$serde_json::private::Number";
 
 /// The canonical text of `payload`, or None when this pass leaves it to the serde writer.
 pub(crate) fn canonical(payload: &str) -> Option<Vec<u8>> {
@@ -167,7 +164,7 @@ impl<'a> Pass<'a> {
             (self.text.get(self.at)? == &b'"').then_some(())?;
             let name = &self.text[from..self.at];
             self.at += 1;
-            if self.members.len() == first && name == NUMBER_TOKEN {
+            if self.members.len() == first && name == NUMBER_TOKEN.as_bytes() {
                 return None;
             }
             if let Some((last, _)) = self.members[first..].last() {

@@ -1,7 +1,12 @@
-//! An object's members put in canonical order: the one rule both canonical writers share.
+//! What both canonical writers share: how an object's members are put in order, and the name that makes an object a number.
 
 use std::cmp::Ordering;
 use std::ops::Range;
+
+/// What serde_json (`arbitrary_precision`) reports a number as: a one-entry map under this
+/// key. `Value` treats any object whose first key is this one as a number, and so do both
+/// writers (the fast pass by handing such an object to the serde writer).
+pub(crate) const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 /// Rewrites the object at `out[start..]` from its `members` (each a name and where its text
 /// stands in `out`) sorted by `order`, a repeated name keeping its last value (as a map insert
