@@ -132,6 +132,31 @@ async fn unreplicated_writes_are_rolled_back_to_the_previous_record() {
     assert_eq!((retry.outcome().as_str(), retry.json()["attempt"].as_u64()), ("accepted", Some(2)), "{retry:?}");
 }
 
+/// A node that has lost its script cache (`SCRIPT FLUSH`, a restart without persistence, a
+/// failover to a replica that never ran the script) answers `EVALSHA` with NOSCRIPT: the
+/// plugin sends the script and the claim goes through, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_without_the_scripts_is_sent_them() {
+    let r = RedisServer::start(&[]);
+    let p = Plugin::spawn(&[]).await;
+    let c = json!({"kv_url": r.url()});
+    let calls = |name: &str| {
+        r.info_field("commandstats", &format!("cmdstat_{name}"))
+            .and_then(|v| v.strip_prefix("calls=")?.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let ingest = |id: &str| p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created"}));
+    assert_eq!(ingest("FLUSH-1").await.outcome(), "accepted");
+    let (evals, loads) = (calls("evalsha"), calls("script|load"));
+    assert!(evals >= 1 && loads >= 1, "the claim ran as a script: evalsha {evals}, script load {loads}");
+    redis::cmd("SCRIPT").arg("FLUSH").exec(&mut r.conn()).unwrap();
+    assert_eq!(ingest("FLUSH-2").await.outcome(), "accepted");
+    assert_eq!(ingest("FLUSH-1").await.outcome(), "duplicate");
+    assert_eq!(calls("script|load"), loads + 1, "the claim's script is sent again, once");
+    assert_eq!(calls("evalsha"), evals + 3, "the refused EVALSHA, its retry and the duplicate's");
+    assert_eq!(r.keys("evt*").len(), 2);
+}
+
 mod lifecycle {
     use super::RedisServer;
     use crate::support::lifecycle;

@@ -155,11 +155,7 @@ impl RedisStore {
             let (reply, acks) = self.run(generation, timeout, waiting).await?;
             (reply, Some(acks))
         } else {
-            let mut inv = which.key(key);
-            for a in args {
-                inv.arg(*a);
-            }
-            (self.run(generation, timeout, inv.invoke_async::<Vec<RV>>(&mut link)).await?, None)
+            (self.run(generation, timeout, self.scripts.invoke(&mut link, which, key, args)).await?, None)
         };
         let bad = || StoreError::Bad("an unexpected reply to a store script".into());
         let (secs, micros) = match reply.as_slice() {
@@ -175,17 +171,21 @@ impl RedisStore {
     }
 }
 
-/// A write's deadline argument (its last one): unix ms, or empty for none.
-fn deadline_arg(until: Option<StoreDeadline>) -> Vec<u8> {
-    until.map(|d| d.0.to_string().into_bytes()).unwrap_or_default()
+/// A write's TTL (ms, at least 1) and deadline (its last argument: unix ms, or empty for
+/// none) as text, the digits written into this, on the caller's stack.
+#[derive(Default)]
+struct WriteArgs([itoa::Buffer; 2]);
+
+impl WriteArgs {
+    fn text(&mut self, ttl: Duration, until: Option<StoreDeadline>) -> (&[u8], &[u8]) {
+        let [ttl_digits, until_digits] = &mut self.0;
+        let ttl = ttl_digits.format((ttl.as_millis() as u64).max(1)).as_bytes();
+        (ttl, until.map_or(&b""[..], |d| until_digits.format(d.0).as_bytes()))
+    }
 }
 
 fn deadline_of(args: &[&[u8]]) -> i64 {
     args.last().and_then(|a| std::str::from_utf8(a).ok()).and_then(|a| a.parse().ok()).unwrap_or(0)
-}
-
-fn ttl_ms(ttl: Duration) -> Vec<u8> {
-    (ttl.as_millis() as u64).max(1).to_string().into_bytes()
 }
 
 fn int(v: &RV) -> Option<i64> {
@@ -217,8 +217,9 @@ impl EventStore for RedisStore {
         timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> Result<Created, StoreError> {
-        let (ttl_arg, until_arg) = (ttl_ms(ttl), deadline_arg(until));
-        let args: [&[u8]; 3] = [value, &ttl_arg, &until_arg];
+        let mut digits = WriteArgs::default();
+        let (ttl_arg, until_arg) = digits.text(ttl, until);
+        let args: [&[u8]; 3] = [value, ttl_arg, until_arg];
         let (reply, now, acks) = match self.script(key, &self.scripts.create, &args, true, timeout).await {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 // Unknown whether it landed or replicated: never let a read-back accept it.
@@ -258,8 +259,9 @@ impl EventStore for RedisStore {
         let Version::Value(expected) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
-        let (ttl_arg, until_arg) = (ttl_ms(ttl), deadline_arg(until));
-        let args: [&[u8]; 4] = [expected, value, &ttl_arg, &until_arg];
+        let mut digits = WriteArgs::default();
+        let (ttl_arg, until_arg) = digits.text(ttl, until);
+        let args: [&[u8]; 4] = [expected, value, ttl_arg, until_arg];
         let (reply, now, acks) = match self.script(key, &self.scripts.swap, &args, true, timeout).await {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
@@ -290,8 +292,9 @@ impl EventStore for RedisStore {
         timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> Result<bool, StoreError> {
-        let (ttl_arg, until_arg) = (ttl_ms(ttl), deadline_arg(until));
-        let args: [&[u8]; 4] = [claim_id.as_bytes(), restore.unwrap_or_default(), &ttl_arg, &until_arg];
+        let mut digits = WriteArgs::default();
+        let (ttl_arg, until_arg) = digits.text(ttl, until);
+        let args: [&[u8]; 4] = [claim_id.as_bytes(), restore.unwrap_or_default(), ttl_arg, until_arg];
         let (reply, _, _) = self.script(key, &self.scripts.release, &args, false, timeout).await?;
         Ok(matches!(reply.get(2).and_then(int), Some(1)))
     }

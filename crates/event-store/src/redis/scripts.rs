@@ -4,7 +4,7 @@
 //! with `{secs, micros, -1}` and writes nothing.
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Script, Value};
+use redis::{Cmd, ErrorKind, RedisResult, Script, ServerErrorKind, Value};
 
 use super::link::Link;
 
@@ -93,16 +93,44 @@ impl Scripts {
     /// single node (the same effect, one round trip, no script); `None` for the others. `TIME`
     /// comes first so that the time a read reports is never later than the read itself.
     pub(crate) fn plain(&self, which: &Script, key: &str, args: &[&[u8]]) -> Option<redis::Pipeline> {
+        // Decided before anything is allocated: a claim with a deadline (the usual one) is not plain.
+        let (create, read) = (which.get_hash() == self.create.get_hash(), which.get_hash() == self.read.get_hash());
         let mut pipe = redis::pipe();
-        pipe.cmd("TIME");
-        match (which.get_hash() == self.create.get_hash(), which.get_hash() == self.read.get_hash(), args) {
+        match (create, read, args) {
             (true, _, [value, ttl, b""]) => {
-                pipe.cmd("SET").arg(key).arg(*value).arg("NX").arg("GET").arg("PX").arg(*ttl)
+                pipe.cmd("TIME").cmd("SET").arg(key).arg(*value).arg("NX").arg("GET").arg("PX").arg(*ttl)
             }
-            (_, true, []) => pipe.cmd("GET").arg(key),
+            (_, true, []) => pipe.cmd("TIME").cmd("GET").arg(key),
             _ => return None,
         };
         Some(pipe)
+    }
+
+    /// `EVALSHA` of `which` on `key`, built as one command sized up front (the crate's
+    /// `ScriptInvocation` copies each argument into a vector of its own first, then into the
+    /// command); a node that does not know the script (`NOSCRIPT`) is sent it, and the call
+    /// tried again, as the crate does.
+    pub(crate) async fn invoke(
+        &self,
+        link: &mut Link,
+        which: &Script,
+        key: &str,
+        args: &[&[u8]],
+    ) -> RedisResult<Vec<Value>> {
+        let hash = which.get_hash();
+        let data = "EVALSHA".len() + hash.len() + 1 + key.len() + args.iter().map(|a| a.len()).sum::<usize>();
+        let mut eval = Cmd::with_capacity(4 + args.len(), data);
+        eval.arg("EVALSHA").arg(hash).arg(1).arg(key);
+        for a in args {
+            eval.arg(*a);
+        }
+        match eval.query_async(link).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                which.load_async(link).await?;
+                eval.query_async(link).await
+            }
+            reply => reply,
+        }
     }
 
     /// Runs a [`Scripts::plain`] pipeline; any error reply fails the whole call.
