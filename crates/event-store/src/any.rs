@@ -7,7 +7,7 @@ use super::{Created, Current, EventStore, Probe, StoreClock, StoreDeadline, Stor
 
 /// One of the backends, chosen by the `kv_url` scheme.
 pub enum AnyStore {
-    KvContainer(kv_client::KvClientStore),
+    KvContainer(Box<kv_client::KvClientStore>),
     Redis(Box<redis::RedisStore>),
     Postgres(Box<postgres::PostgresStore>),
     Memory(memory::MemoryStore),

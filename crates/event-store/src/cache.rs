@@ -103,7 +103,7 @@ async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Resu
     let timeout = options.call_timeout;
     let store = match Scheme::of(&cfg.url)? {
         Scheme::KvContainer => {
-            AnyStore::KvContainer(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host, timeout)?)
+            AnyStore::KvContainer(Box::new(KvClientStore::new(&cfg.url, cfg.token.as_deref(), host, timeout)?))
         }
         Scheme::Redis => AnyStore::Redis(Box::new(
             RedisStore::connect(&cfg.url, cfg.min_replicas, host, timeout, options.allowed_hosts.clone()).await?,

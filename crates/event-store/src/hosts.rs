@@ -69,7 +69,7 @@ impl AllowedHosts {
                 ))),
             };
         }
-        let parsed = reqwest::Url::parse(url).ok();
+        let parsed = url::Url::parse(url).ok();
         let host = parsed.as_ref().and_then(|u| u.host_str()).map(|h| h.to_ascii_lowercase());
         let port = parsed.as_ref().and_then(|u| u.port_or_known_default());
         let allowed = host

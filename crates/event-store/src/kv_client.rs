@@ -6,9 +6,13 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, AUTHORIZATION, ETAG, IF_MATCH, IF_NONE_MATCH};
-use reqwest::{Method, StatusCode};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_MATCH, IF_NONE_MATCH};
+use hyper::{Method, Request, StatusCode};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
+use super::kv_http::{Failure, Transport};
 use super::kv_tls;
 use super::kv_wire;
 use super::record::Record;
@@ -23,48 +27,68 @@ pub(crate) const MAX_CONNECTIONS: usize = 256;
 /// and is not buffered.
 pub(crate) const MAX_ANSWER_BYTES: usize = 4 << 20;
 
+/// What a URL path percent-encodes (the WHATWG URL standard's path set, as `url::Url` applies
+/// it): a request's path is what parsing the kv_url joined with it would give.
+const PATH: &AsciiSet =
+    &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
+
 pub struct KvClientStore {
-    client: reqwest::Client,
+    transport: Transport,
     slots: tokio::sync::Semaphore,
     base: String,
-    /// `base` parsed once; a request's URL is this with its path set (see [`KvClientStore::url`]).
-    base_url: reqwest::Url,
-    /// `base_url`'s path without its trailing `/`, the prefix of every request's path.
+    /// The kv_url's path without its trailing `/`, the prefix of every request's path.
     base_path: String,
-    auth: Option<String>,
+    auth: Option<HeaderValue>,
     clock: StoreClock,
     /// Bound of every call.
     timeout: Duration,
 }
 
+/// The parts of an answer the calls read.
 struct Answer {
     status: StatusCode,
     headers: HeaderMap,
-    body: bytes::Bytes,
+    body: Bytes,
     store_now_ms: i64,
 }
 
 impl KvClientStore {
     pub(crate) fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let (base, tls) = kv_tls::TlsParams::split(url)?;
-        let client = tls
-            .apply(reqwest::Client::builder())?
-            .connect_timeout(Duration::from_secs(2).min(timeout))
-            .timeout(timeout)
-            .pool_max_idle_per_host(MAX_CONNECTIONS)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| StoreError::Config(format!("cannot build an HTTP client: {e}")))?;
-        let base_url = reqwest::Url::parse(&base)
+        let parsed = url::Url::parse(&base)
             .map_err(|e| StoreError::Config(format!("kv_url {:?} is not a URL: {e}", redact(&base))))?;
-        let base_path = base_url.path().trim_end_matches('/').to_owned();
+        let not_http = || StoreError::BadUrl(format!("kv_url {:?} is not an http:// or https:// URL", redact(&base)));
+        let (Some(name), Some(port)) = (parsed.host(), parsed.port_or_known_default()) else { return Err(not_http()) };
+        let connect_host = match &name {
+            url::Host::Ipv6(ip) => ip.to_string(),
+            other => other.to_string(),
+        };
+        let tls = match parsed.scheme() {
+            "https" => Some(tls.connector(&connect_host)?),
+            "http" => None,
+            _ => return Err(not_http()),
+        };
+        let authority = match parsed.port() {
+            Some(p) => format!("{name}:{p}"),
+            None => name.to_string(),
+        };
+        let authority = HeaderValue::from_str(&authority).map_err(|_| not_http())?;
+        let transport = Transport::new(connect_host, port, authority, tls, Duration::from_secs(2).min(timeout));
+        let auth = match token.filter(|t| !t.is_empty()) {
+            None => None,
+            Some(t) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| StoreError::Config("kv_token holds characters a header cannot carry".into()))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+        };
         Ok(KvClientStore {
-            client,
+            transport,
             slots: tokio::sync::Semaphore::new(MAX_CONNECTIONS),
+            base_path: parsed.path().trim_end_matches('/').to_owned(),
             base,
-            base_url,
-            base_path,
-            auth: token.filter(|t| !t.is_empty()).map(|t| format!("Bearer {t}")),
+            auth,
             clock: StoreClock::new(host),
             timeout,
         })
@@ -74,7 +98,7 @@ impl KvClientStore {
         &self,
         method: Method,
         path: &str,
-        headers: &[(&str, String)],
+        headers: Headers,
         body: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<Answer, StoreError> {
@@ -100,96 +124,83 @@ impl KvClientStore {
         &self,
         method: Method,
         path: &str,
-        headers: &[(&str, String)],
+        headers: Headers,
         body: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<Answer, StoreError> {
-        let mut req = self.client.request(method, self.url(path)).timeout(timeout);
-        if let Some(auth) = &self.auth {
-            req = req.header(AUTHORIZATION, auth);
-        }
-        for (name, value) in headers {
-            req = req.header(*name, value);
-        }
-        if let Some(body) = body {
-            req = req.header("content-type", "application/json").body(body.to_vec());
-        }
-        let mut resp = req.send().await.map_err(|e| self.classify(e, timeout))?;
-        let status = resp.status();
-        let headers = std::mem::take(resp.headers_mut());
-        let body = self.read_capped(resp, timeout).await?;
+        let req = self.request(method, path, headers, body)?;
+        let reply = match tokio::time::timeout(timeout, self.transport.exchange(req, MAX_ANSWER_BYTES)).await {
+            Err(_) => return Err(StoreError::Timeout(timeout.as_millis() as u64)),
+            Ok(reply) => reply.map_err(|e| self.classify(e))?,
+        };
         let store_now_ms =
-            match headers.get(kv_wire::TIME_MS).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
+            match reply.headers.get(kv_wire::TIME_MS).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
                 Some(t) => {
                     self.clock.observe(t);
                     t
                 }
                 None => self.clock.now_ms(),
             };
+        let (status, body) = (reply.status, reply.body);
         if status == StatusCode::UNAUTHORIZED {
             return Err(StoreError::Unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
         }
         if status == StatusCode::FORBIDDEN {
             return Err(kv_tls::forbidden(path));
         }
-        Ok(Answer { status, headers, body, store_now_ms })
+        Ok(Answer { status, headers: reply.headers, body, store_now_ms })
     }
 
-    /// The answer's body, refused (without buffering it) past [`MAX_ANSWER_BYTES`].
-    async fn read_capped(&self, mut resp: reqwest::Response, timeout: Duration) -> Result<bytes::Bytes, StoreError> {
-        let too_big = || {
-            StoreError::Bad(format!(
+    /// The request for `path` (`/state/…`, `/healthz`), in origin form.
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        headers: Headers,
+        body: Option<&[u8]>,
+    ) -> Result<Request<Full<Bytes>>, StoreError> {
+        let bad = |what: &str| StoreError::Bad(format!("cannot build the request for {path:?}: {what}"));
+        let mut req = Request::new(Full::new(body.map_or_else(Bytes::new, Bytes::copy_from_slice)));
+        *req.method_mut() = method;
+        *req.uri_mut() = self.target(path).parse().map_err(|_| bad("not a URL path"))?;
+        let h = req.headers_mut();
+        if let Some(auth) = &self.auth {
+            h.insert(AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in headers.into_iter().flatten() {
+            h.insert(name, value);
+        }
+        if body.is_some() {
+            h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        Ok(req)
+    }
+
+    fn classify(&self, failure: Failure) -> StoreError {
+        let unreachable = |why: String| StoreError::Unreachable(redact(&self.base), why);
+        match failure {
+            // The handshake failed (or, in TLS 1.3, the container refused our certificate
+            // right after it): nothing was taken, and the fix is in kv_url or a certificate.
+            Failure::Connect(e) | Failure::Exchange(e) if kv_tls::refusal(&*e).is_some() => {
+                unreachable(kv_tls::refusal(&*e).unwrap_or_default())
+            }
+            Failure::Connect(e) => unreachable(root_cause(&*e)),
+            Failure::ConnectTimeout(t) => unreachable(format!("no connection within {} ms", t.as_millis())),
+            Failure::Exchange(e) => StoreError::Interrupted(root_cause(&*e)),
+            Failure::TooBig => StoreError::Bad(format!(
                 "an answer larger than {} MiB (records are at most 1 MiB); it was not read",
                 MAX_ANSWER_BYTES >> 20
-            ))
-        };
-        if resp.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
-            return Err(too_big());
-        }
-        // A record's answer is one chunk, kept as it came; only a longer one is joined.
-        let mut first = None;
-        let mut joined = bytes::BytesMut::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| self.classify(e, timeout))? {
-            let held = first.as_ref().map_or(0, bytes::Bytes::len) + joined.len();
-            if held + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(too_big());
-            }
-            match first.take() {
-                None if joined.is_empty() => first = Some(chunk),
-                earlier => {
-                    if let Some(earlier) = earlier {
-                        joined.extend_from_slice(&earlier);
-                    }
-                    joined.extend_from_slice(&chunk);
-                }
-            }
-        }
-        Ok(first.unwrap_or_else(|| joined.freeze()))
-    }
-
-    fn classify(&self, e: reqwest::Error, timeout: Duration) -> StoreError {
-        if let Some(why) = kv_tls::refusal(&e) {
-            // The handshake failed: nothing was sent, and the fix is in kv_url or a certificate.
-            StoreError::Unreachable(redact(&self.base), why)
-        } else if e.is_timeout() {
-            StoreError::Timeout(timeout.as_millis() as u64)
-        } else if e.is_connect() {
-            StoreError::Unreachable(redact(&self.base), root_cause(&e))
-        } else {
-            StoreError::Interrupted(root_cause(&e))
+            )),
         }
     }
 
-    /// The URL of `path` (`/state/…`, `/healthz`): what parsing `{base}{path}` gives, with only
-    /// the path parsed. Parsing the whole URL per request (the host through IDNA processing)
-    /// was about a tenth of a KV call's instructions.
-    fn url(&self, path: &str) -> reqwest::Url {
-        let mut url = self.base_url.clone();
-        let mut full = String::with_capacity(self.base_path.len() + path.len());
+    /// The request target of `path`: what parsing `{base}{path}` would give as its path,
+    /// percent-encoded as a URL path is (a key never holds `/` or forms a dot segment).
+    fn target(&self, path: &str) -> String {
+        let mut full = String::with_capacity(self.base_path.len() + path.len() + 8);
         full.push_str(&self.base_path);
-        full.push_str(path);
-        url.set_path(&full);
-        url
+        full.extend(utf8_percent_encode(path, PATH));
+        full
     }
 
     fn path(key: &str) -> String {
@@ -206,21 +217,26 @@ impl KvClientStore {
     }
 }
 
-fn ttl_header(ttl: Duration) -> (&'static str, String) {
-    (kv_wire::TTL_MS, ttl.as_millis().to_string())
-}
+/// A request's own headers: a write's precondition, TTL and deadline (a read has none).
+/// Each value is made once and moved into the request.
+type Headers = [Option<(HeaderName, HeaderValue)>; 3];
+
+const NO_HEADERS: Headers = [None, None, None];
 
 /// The headers of a conditional write: its precondition, its TTL and, when it has one, its
 /// deadline in the store's clock (`KV-Deadline-Ms`; the container refuses the write later).
-fn write_headers(
-    pre: (&'static str, String),
-    ttl: Option<Duration>,
-    until: Option<StoreDeadline>,
-) -> Vec<(&'static str, String)> {
-    let mut h = vec![pre];
-    h.extend(ttl.map(ttl_header));
-    h.extend(until.map(|d| (kv_wire::DEADLINE_MS, d.0.to_string())));
-    h
+fn write_headers(pre: (HeaderName, HeaderValue), ttl: Option<Duration>, until: Option<StoreDeadline>) -> Headers {
+    [
+        Some(pre),
+        ttl.map(|t| (HeaderName::from_static(kv_wire::TTL_MS), HeaderValue::from(t.as_millis() as u64))),
+        until.map(|d| (HeaderName::from_static(kv_wire::DEADLINE_MS), HeaderValue::from(d.0))),
+    ]
+}
+
+/// `If-Match` on a revision the container gave us.
+fn if_match(etag: &str) -> Result<(HeaderName, HeaderValue), StoreError> {
+    let value = HeaderValue::from_str(etag).map_err(|_| StoreError::Bad(format!("an unusable ETag {etag:?}")))?;
+    Ok((IF_MATCH, value))
 }
 
 /// The refusal of a write that reached the container after its `KV-Deadline-Ms`: 409 with
@@ -258,8 +274,8 @@ impl EventStore for KvClientStore {
         timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> Result<Created, StoreError> {
-        let headers = write_headers((IF_NONE_MATCH.as_str(), "*".to_owned()), Some(ttl), until);
-        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
+        let headers = write_headers((IF_NONE_MATCH, HeaderValue::from_static("*")), Some(ttl), until);
+        let a = self.send(Method::PUT, &Self::path(key), headers, Some(value), timeout).await?;
         if let Some(e) = too_late(&a, until) {
             return Err(e);
         }
@@ -274,7 +290,7 @@ impl EventStore for KvClientStore {
     /// `KV-Time-Ms` of a GET is a time by which every write the container applied is
     /// visible in the answer (it never reports a time past a batch still being committed).
     async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
-        let a = self.send(Method::GET, &Self::path(key), &[], None, timeout).await?;
+        let a = self.send(Method::GET, &Self::path(key), NO_HEADERS, None, timeout).await?;
         let at = a.store_now_ms;
         match a.status {
             StatusCode::OK => Ok((Some(Self::current(a)?), at)),
@@ -295,8 +311,8 @@ impl EventStore for KvClientStore {
         let Version::Etag(etag) = expected else {
             return Err(StoreError::Bad("a version from another backend".into()));
         };
-        let headers = write_headers((IF_MATCH.as_str(), etag.clone()), Some(ttl), until);
-        let a = self.send(Method::PUT, &Self::path(key), &headers, Some(value), timeout).await?;
+        let headers = write_headers(if_match(etag)?, Some(ttl), until);
+        let a = self.send(Method::PUT, &Self::path(key), headers, Some(value), timeout).await?;
         if let Some(e) = too_late(&a, until) {
             return Err(e);
         }
@@ -331,12 +347,12 @@ impl EventStore for KvClientStore {
         let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
         let a = match restore {
             None => {
-                let headers = write_headers((IF_MATCH.as_str(), etag), None, until);
-                self.send(Method::DELETE, &Self::path(key), &headers, None, left).await?
+                let headers = write_headers(if_match(&etag)?, None, until);
+                self.send(Method::DELETE, &Self::path(key), headers, None, left).await?
             }
             Some(value) => {
-                let headers = write_headers((IF_MATCH.as_str(), etag), Some(ttl), until);
-                self.send(Method::PUT, &Self::path(key), &headers, Some(value), left).await?
+                let headers = write_headers(if_match(&etag)?, Some(ttl), until);
+                self.send(Method::PUT, &Self::path(key), headers, Some(value), left).await?
             }
         };
         if let Some(e) = too_late(&a, until) {
@@ -351,7 +367,7 @@ impl EventStore for KvClientStore {
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {
-        let a = self.send(Method::GET, kv_wire::HEALTHZ, &[], None, self.timeout).await?;
+        let a = self.send(Method::GET, kv_wire::HEALTHZ, NO_HEADERS, None, self.timeout).await?;
         let not_v1 = |why: String| {
             StoreError::Config(format!(
                 "{} does not speak our KV protocol v1 ({why}). A plain key-value server cannot create a key atomically, \
@@ -401,19 +417,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_request_url_is_what_parsing_the_joined_text_gives() {
+    fn a_request_path_is_what_parsing_the_joined_text_gives() {
         let bases =
             ["http://127.0.0.1:8080", "http://kv.example:9/", "https://kv.example/pre/fix/", "http://[::1]:7/a"];
-        let paths = ["/healthz", "/state/evt_abc-DEF_1", "/state/evt~~a b%2Fc", "/state/evt_é🎉", "/state/../x"];
+        let paths =
+            ["/healthz", "/state/evt_abc-DEF_1", "/state/evt~~a b%2Fc", "/state/evt_é🎉", "/state/e\"v<t>`{x}\u{7f}"];
         for base in bases {
             let store = KvClientStore::new(base, None, Clock::system(), Duration::from_secs(1)).unwrap();
             for path in paths {
                 let joined = format!("{}{path}", store.base);
-                assert_eq!(store.url(path), reqwest::Url::parse(&joined).unwrap(), "{joined}");
+                assert_eq!(store.target(path), url::Url::parse(&joined).unwrap().path(), "{joined}");
             }
             // Where joining text would start a query or a fragment, a path stays a path.
-            let url = store.url("/state/a?b#c");
-            assert!(url.path().ends_with("/state/a%3Fb%23c") && url.query().is_none() && url.fragment().is_none());
+            assert!(store.target("/state/a?b#c").ends_with("/state/a%3Fb%23c"));
+        }
+    }
+
+    #[test]
+    fn the_host_header_is_the_urls_authority() {
+        for (url, host, authority) in [
+            ("http://127.0.0.1:8080", "127.0.0.1", "127.0.0.1:8080"),
+            ("http://KV.example/x", "kv.example", "kv.example"),
+            ("http://[::1]:7/a", "::1", "[::1]:7"),
+            ("https://kv.example:443/", "kv.example", "kv.example"),
+        ] {
+            let store = KvClientStore::new(url, None, Clock::system(), Duration::from_secs(1)).unwrap();
+            assert_eq!(store.transport.endpoint(), (host, authority), "{url}");
+        }
+        for url in ["ftp://kv.example/", "http://kv.example:99999/"] {
+            assert!(KvClientStore::new(url, None, Clock::system(), Duration::from_secs(1)).is_err(), "{url}");
         }
     }
 }

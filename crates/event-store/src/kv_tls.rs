@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use super::key::parse_storage_key;
+use super::kv_http::{client_config, Tls};
 use super::redis::url::percent_decode;
 use super::url::redact;
 use super::StoreError;
@@ -25,8 +26,7 @@ fn bad(msg: String) -> StoreError {
 impl TlsParams {
     /// Splits `url` into the base the requests go to and its TLS parameters.
     pub fn split(url: &str) -> Result<(String, TlsParams), StoreError> {
-        let parsed =
-            reqwest::Url::parse(url).map_err(|e| bad(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
+        let parsed = url::Url::parse(url).map_err(|e| bad(format!("kv_url {:?} is not a URL: {e}", redact(url))))?;
         if parsed.fragment().is_some() {
             return Err(bad("kv_url must not carry a fragment (#…)".into()));
         }
@@ -55,31 +55,54 @@ impl TlsParams {
         Ok((base.trim_end_matches('/').to_owned(), p))
     }
 
-    /// `builder` trusting `ca` alone (when given) and offering the client certificate.
-    pub fn apply(&self, mut builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, StoreError> {
-        if let Some(path) = &self.ca {
-            let pem = read(path, "tls_ca")?;
-            let certs =
-                reqwest::Certificate::from_pem_bundle(&pem).ok().filter(|c| !c.is_empty()).ok_or_else(|| {
-                    StoreError::Config(format!("the CA file {path:?} named by tls_ca holds no PEM certificate"))
-                })?;
-            builder = builder.tls_built_in_root_certs(false);
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
+    /// TLS to `host` (a DNS name or an IP address), as [`TlsParams::client_config`] sets it up.
+    pub(crate) fn connector(&self, host: &str) -> Result<Tls, StoreError> {
+        let config = std::sync::Arc::new(self.client_config()?);
+        let name = rustls_pki_types::ServerName::try_from(host.to_owned())
+            .map_err(|_| bad(format!("kv_url's host {host:?} is not a name a certificate can carry")))?;
+        Ok(Tls { connector: tokio_rustls::TlsConnector::from(config), name })
+    }
+
+    /// The rustls client configuration: trusting `ca` alone when given, else the public roots,
+    /// and offering the client certificate when given (also what the `kv` admin commands use).
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, StoreError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        match &self.ca {
+            Some(path) => {
+                let pem = read(path, "tls_ca")?;
+                let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok).collect();
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(StoreError::Config(format!(
+                        "the CA file {path:?} named by tls_ca holds no PEM certificate"
+                    )));
+                }
             }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
         }
-        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
-            let mut pem = read(cert, "tls_cert")?;
-            pem.push(b'\n');
-            pem.extend(read(key, "tls_key")?);
-            let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
-                StoreError::Config(format!(
-                    "tls_cert {cert:?} and tls_key {key:?} are not a usable PEM certificate and key: {e}"
-                ))
-            })?;
-            builder = builder.identity(id);
-        }
-        Ok(builder)
+        let identity = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                let unusable = |e: String| {
+                    StoreError::Config(format!(
+                        "tls_cert {cert:?} and tls_key {key:?} are not a usable PEM certificate and key: {e}"
+                    ))
+                };
+                let chain = CertificateDer::pem_slice_iter(&read(cert, "tls_cert")?)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| unusable(e.to_string()))?;
+                if chain.is_empty() {
+                    return Err(unusable("no certificate in tls_cert".into()));
+                }
+                let private =
+                    PrivateKeyDer::from_pem_slice(&read(key, "tls_key")?).map_err(|e| unusable(e.to_string()))?;
+                Some((chain, private))
+            }
+            _ => None,
+        };
+        client_config(roots, identity)
+            .map_err(|e| StoreError::Config(format!("the TLS settings of kv_url cannot be used: {e}")))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod hosts;
 pub mod json_text;
 pub mod key;
 mod kv_client;
+mod kv_http;
 pub mod kv_tls;
 pub mod kv_wire;
 pub mod memory;

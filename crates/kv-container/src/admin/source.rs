@@ -159,7 +159,7 @@ async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
 /// TLS parameters (`?tls_ca=…&tls_cert=…&tls_key=…`).
 fn kv_http(url: &str, builder: reqwest::ClientBuilder) -> anyhow::Result<(String, reqwest::Client)> {
     let (base, tls) = TlsParams::split(url)?;
-    Ok((base, tls.apply(builder)?.build()?))
+    Ok((base, builder.use_preconfigured_tls(tls.client_config()?).build()?))
 }
 
 /// `kv reload --url`: asks the running container to re-read its tokens file.
