@@ -80,7 +80,7 @@ impl Transport {
     pub(crate) async fn exchange(&self, mut req: Request<Full<Bytes>>, cap: usize) -> Result<Reply, Failure> {
         req.headers_mut().insert(HOST, self.authority.clone());
         loop {
-            let (mut sender, kept) = match self.take_idle() {
+            let (mut sender, kept) = match self.take_idle().await {
                 Some(sender) => (sender, true),
                 None => (self.connect().await?, false),
             };
@@ -108,19 +108,19 @@ impl Transport {
         }
     }
 
-    /// A kept connection that is still open and not busy, if there is one.
-    fn take_idle(&self) -> Option<SendRequest<Full<Bytes>>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(sender) = idle.pop() {
-            if sender.is_ready() {
+    /// A kept connection that is still open, ready for a request (a connection's driver
+    /// may not have taken up the next request yet when its last answer was read).
+    async fn take_idle(&self) -> Option<SendRequest<Full<Bytes>>> {
+        loop {
+            let mut sender = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
+            if sender.ready().await.is_ok() {
                 return Some(sender);
             }
         }
-        None
     }
 
     fn keep(&self, sender: SendRequest<Full<Bytes>>) {
-        if sender.is_ready() {
+        if !sender.is_closed() {
             self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(sender);
         }
     }
