@@ -153,3 +153,34 @@ mod lifecycle {
         lifecycle::host_clock_skew_changes_nothing(&s.url()).await;
     }
 }
+
+/// The plugin keeps its connections to the container open between calls (one connection
+/// serves a run of calls one after another), and a connection the container has closed as
+/// idle is never used again: the next calls go on new connections, with no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_are_kept_and_one_the_container_closed_is_not_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = KvServer::start(dir.path(), &["--idle-timeout-ms", "300"]);
+    let p = Plugin::spawn(&[]).await;
+    let c = json!({"kv_url": s.url()});
+    let ingest = |id: String| p.invoke("event_ingest", &c, json!({"event_id": id, "event_type": "created"}));
+    let open = || async {
+        let text = reqwest::get(format!("{}/metrics", s.url())).await.unwrap().text().await.unwrap();
+        let line = text.lines().find(|l| l.starts_with("kv_open_connections ")).expect("the gauge").to_owned();
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64
+    };
+    for i in 0..20 {
+        assert_eq!(ingest(format!("KEEP-{i}")).await.outcome(), "accepted");
+    }
+    // The plugin's one connection, and the scrape's own.
+    assert_eq!(open().await, 2, "20 calls in a row share one connection");
+    // The container closes the quiet connection; the plugin's next calls do not fail.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while open().await > 1 {
+        assert!(std::time::Instant::now() < deadline, "the container closes idle connections");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let again = futures_util::future::join_all((0..8).map(|i| ingest(format!("KEEP-{i}")))).await;
+    assert!(again.iter().all(|a| a.outcome() == "duplicate"), "{again:?}");
+    assert_eq!(ingest("KEEP-new".into()).await.outcome(), "accepted");
+}
