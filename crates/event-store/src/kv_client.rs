@@ -181,12 +181,12 @@ impl KvClientStore {
         match failure {
             // The handshake failed (or, in TLS 1.3, the container refused our certificate
             // right after it): nothing was taken, and the fix is in kv_url or a certificate.
-            Failure::Connect(e) | Failure::Exchange(e) if kv_tls::refusal(&*e).is_some() => {
-                unreachable(kv_tls::refusal(&*e).unwrap_or_default())
-            }
-            Failure::Connect(e) => unreachable(root_cause(&*e)),
+            Failure::Connect(e) => unreachable(kv_tls::refusal(&*e).unwrap_or_else(|| root_cause(&*e))),
             Failure::ConnectTimeout(t) => unreachable(format!("no connection within {} ms", t.as_millis())),
-            Failure::Exchange(e) => StoreError::Interrupted(root_cause(&*e)),
+            Failure::Exchange(e) => match kv_tls::refusal(&*e) {
+                Some(why) => unreachable(why),
+                None => StoreError::Interrupted(root_cause(&*e)),
+            },
             Failure::TooBig => StoreError::Bad(format!(
                 "an answer larger than {} MiB (records are at most 1 MiB); it was not read",
                 MAX_ANSWER_BYTES >> 20
