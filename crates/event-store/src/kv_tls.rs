@@ -72,12 +72,16 @@ impl TlsParams {
         match &self.ca {
             Some(path) => {
                 let pem = read(path, "tls_ca")?;
-                let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok).collect();
-                let (added, _) = roots.add_parsable_certificates(certs);
-                if added == 0 {
-                    return Err(StoreError::Config(format!(
-                        "the CA file {path:?} named by tls_ca holds no PEM certificate"
-                    )));
+                // As before: one unreadable certificate refuses the whole file, not just itself.
+                let no_cert =
+                    || StoreError::Config(format!("the CA file {path:?} named by tls_ca holds no PEM certificate"));
+                let certs =
+                    CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|_| no_cert())?;
+                if certs.is_empty() {
+                    return Err(no_cert());
+                }
+                for cert in certs {
+                    roots.add(cert).map_err(|_| no_cert())?;
                 }
             }
             None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
