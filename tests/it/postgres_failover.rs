@@ -25,11 +25,32 @@ struct Counts {
     errors: usize,
 }
 
-async fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + deadline;
+/// Long enough that only a hang reaches it, whatever the machine's load.
+const HANG: Duration = Duration::from_secs(120);
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + HANG;
     while !done() {
-        assert!(Instant::now() < until, "timed out waiting until {what}");
+        assert!(Instant::now() < until, "nothing happened for {} s waiting until {what}", HANG.as_secs());
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `count` reaches `target`. Claims are counted, not timed: a loaded machine may
+/// take long, and only a stall (no claim acknowledged for [`HANG`]) fails.
+async fn until_counted(what: &str, count: &AtomicUsize, target: usize) {
+    let (mut seen, mut moved) = (count.load(Ordering::SeqCst), Instant::now());
+    while seen < target {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = count.load(Ordering::SeqCst);
+        if now > seen {
+            (seen, moved) = (now, Instant::now());
+        }
+        assert!(
+            moved.elapsed() < HANG,
+            "no claim acknowledged for {} s waiting until {what} ({seen}/{target})",
+            HANG.as_secs()
+        );
     }
 }
 
@@ -44,8 +65,7 @@ async fn failover(synchronous: bool) -> Counts {
     }
     let state = if synchronous { "sync" } else { "async" };
     let q = "SELECT sync_state FROM pg_stat_replication WHERE application_name = 's1'";
-    wait_until("the standby streams", Duration::from_secs(20), || primary.sql("postgres", q).as_deref() == Ok(state))
-        .await;
+    wait_until("the standby streams", || primary.sql("postgres", q).as_deref() == Ok(state)).await;
     let url = format!("postgres://app:app-pw@127.0.0.1:{},127.0.0.1:{}/events", primary.port, standby.port);
     let p = Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "3000")]).await);
     let c = creds(&url);
@@ -77,14 +97,11 @@ async fn failover(synchronous: bool) -> Counts {
             }
         }));
     }
-    wait_until("claims are acknowledged", Duration::from_secs(30), || count.load(Ordering::SeqCst) >= BEFORE).await;
+    until_counted("claims are acknowledged", &count, BEFORE).await;
     primary.kill9();
     let at_kill = count.load(Ordering::SeqCst);
     standby.must("postgres", "SELECT pg_promote(true, 30)");
-    wait_until("the plugin reaches the promoted standby", Duration::from_secs(30), || {
-        count.load(Ordering::SeqCst) >= at_kill + AFTER
-    })
-    .await;
+    until_counted("the plugin reaches the promoted standby", &count, at_kill + AFTER).await;
     stop.store(true, Ordering::SeqCst);
     for w in writers {
         w.await.unwrap();

@@ -53,8 +53,13 @@ pub async fn complete_fail_repeat_stale_unknown(url: &str) {
     assert_eq!(unknown.error_type(), Some("not_found"));
 }
 
-async fn wait_until(deadline: Instant) {
-    tokio::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
+/// Sleeps until `lease` has passed on the store's clock, counted from when the answer that
+/// granted it was received: the store stamped the lease before it answered, so `lease` after
+/// the answer is past the lease whatever the call's own delay was (`start` before the call
+/// is not: a call slowed by a loaded machine claims late and its lease ends late).
+async fn past_lease(answered: Instant, lease: Duration) {
+    let margin = Duration::from_millis(300);
+    tokio::time::sleep((answered + lease + margin).saturating_duration_since(Instant::now())).await;
 }
 
 /// A run accepts with a short lease and dies; the redelivery after expiry takes over, the
@@ -64,15 +69,14 @@ pub async fn crash_and_takeover(url: &str) {
     let c = creds(url);
     let id = fresh_id("crash");
     let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 2});
-    let start = Instant::now();
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
+    let answered = Instant::now();
     assert_eq!(first.outcome(), "accepted");
     assert!(first.json()["lease_until"].is_string(), "{first:?}");
-    // Well inside the lease: duplicate.
-    wait_until(start + Duration::from_millis(1000)).await;
+    // Inside the lease: duplicate.
     assert_eq!(p.invoke("event_ingest", &c, ev.clone()).await.outcome(), "duplicate");
-    // Just after the lease (by the store's clock): re-claimed, attempt 2.
-    wait_until(start + Duration::from_millis(2300)).await;
+    // After the lease (by the store's clock): re-claimed, attempt 2.
+    past_lease(answered, Duration::from_secs(2)).await;
     let second = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!((second.outcome().as_str(), second.json()["attempt"].as_u64()), ("accepted", Some(2)), "{second:?}");
     let late = p.invoke("event_complete", &c, json!({"event_id": id, "attempt": 1})).await;
@@ -107,7 +111,7 @@ pub async fn one_reclaim_among_concurrent_redeliveries(url: &str) {
     let id = fresh_id("reclaim");
     let first = json!({"event_id": id, "event_type": "created", "lease_seconds": 1});
     assert_eq!(plugins[0].invoke("event_ingest", &c, first).await.outcome(), "accepted");
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    past_lease(Instant::now(), Duration::from_secs(1)).await;
     // The redeliveries ask for a long lease: attempt 2 must not expire while the other 99
     // are still being answered on a loaded machine (that would be a legitimate attempt 3).
     let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 3600});
@@ -141,11 +145,11 @@ pub async fn host_clock_skew_changes_nothing(url: &str) {
     let c = creds(url);
     let id = fresh_id("skew");
     let ev = json!({"event_id": id, "event_type": "created", "lease_seconds": 2});
-    let start = Instant::now();
     assert_eq!(behind.invoke("event_ingest", &c, ev.clone()).await.outcome(), "accepted");
+    let answered = Instant::now();
     // The host an hour ahead must not think the lease is long gone.
     assert_eq!(ahead.invoke("event_ingest", &c, ev.clone()).await.outcome(), "duplicate");
-    wait_until(start + Duration::from_millis(2400)).await;
+    past_lease(answered, Duration::from_secs(2)).await;
     // And the host an hour behind must not think it is still an hour away.
     let took = behind.invoke("event_ingest", &c, ev).await;
     assert_eq!((took.outcome().as_str(), took.json()["attempt"].as_u64()), ("accepted", Some(2)));
