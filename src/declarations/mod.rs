@@ -375,5 +375,8 @@ const fn const_str_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && bytes_at(a.as_bytes(), 0, b.as_bytes())
 }
 
+/// Dify's editor as rules (tests only): what its pickers offer, what its forms show.
+#[cfg(test)]
+mod editor;
 #[cfg(test)]
 mod tests;

@@ -451,7 +451,8 @@ fn tools_declare_the_agreed_contract() {
     assert_eq!(props["payload_compared_as"]["enum"], json!(["json", "text", "none"]));
     assert_eq!(props["outcome"]["enum"], json!(["accepted", "duplicate"]));
     assert_eq!(props["status"]["enum"], json!(["processing", "completed", "failed"]));
-    assert_eq!(props["attempt"]["type"], "integer");
+    // `number`, not `integer`: Dify's editor offers only number variables to a number field (Attempt).
+    assert_eq!(props["attempt"]["type"], "number");
 
     let status = tool("event_status").unwrap();
     assert_eq!(shape(status), [s("event_id", "string", "llm", true)]);

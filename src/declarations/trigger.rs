@@ -19,6 +19,17 @@ static YAML_FILES: [(&str, &str); 3] = [
     ("events/webhook_received.yaml", include_str!("../../trigger/events/webhook_received.yaml")),
 ];
 
+/// The trigger's own icons (a sibling of the tool's, so the two are told apart on the canvas).
+static ASSETS: [(&str, &[u8]); 2] = [
+    ("icon.svg", include_bytes!("../../trigger/_assets/icon.svg")),
+    ("icon-dark.svg", include_bytes!("../../trigger/_assets/icon-dark.svg")),
+];
+
+/// The trigger package's icons: `(name under _assets/, bytes)`.
+pub(crate) fn assets() -> &'static [(&'static str, &'static [u8])] {
+    &ASSETS
+}
+
 // Both packages ship one binary: one version.
 const _: () = assert!(
     super::const_str_eq(yaml_top_level_scalar(MANIFEST_YAML, "version"), env!("CARGO_PKG_VERSION")),

@@ -130,17 +130,16 @@ fn remote_config(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<remote:
 /// What remote debugging registers: the tool package, or with `STATEFUL_TOOL_PACKAGE=trigger`
 /// the trigger package (the daemon refuses one registration holding both providers).
 fn registration(package: Option<&str>) -> anyhow::Result<Registration> {
-    let assets = declarations::assets();
     match package {
         None | Some("tool") => Ok(Registration {
             manifest: declarations::manifest(),
             declaration: ("tool_declaration", declarations::tool_provider()),
-            assets,
+            assets: declarations::assets(),
         }),
         Some("trigger") => Ok(Registration {
             manifest: declarations::trigger::manifest(),
             declaration: ("trigger_declaration", declarations::trigger::provider()),
-            assets,
+            assets: declarations::trigger::assets(),
         }),
         Some(other) => anyhow::bail!("STATEFUL_TOOL_PACKAGE={other:?}: use tool (the default) or trigger"),
     }

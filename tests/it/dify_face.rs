@@ -18,6 +18,8 @@ use stateful_tool::package::{read_package, validate_package_bytes};
 pub(crate) const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The README the package ships (scripts/package.sh passes it to `package --readme`).
 pub(crate) const PANEL_README: &str = "docs/dify-panel-readme.md";
+/// The trigger package's README (its tree's own; `package --source trigger` packs it).
+pub(crate) const TRIGGER_README: &str = "trigger/README.md";
 /// Where each credential's `url` points: the docs file and its anchors.
 const DOCS_URL: &str = "https://github.com/eventsmith/stateful_tool/blob/main/";
 /// The README panel is ~580 px wide; a table cell longer than this scrolls or breaks words.
@@ -89,10 +91,11 @@ fn cells(row: &str) -> Vec<&str> {
     row.trim().trim_matches('|').split('|').map(str::trim).collect()
 }
 
-#[test]
-fn the_panel_readme_has_one_line_per_paragraph_and_narrow_tables() {
-    let text = read(PANEL_README);
-    assert!(text.len() <= 15 * 1024, "{PANEL_README} is {} bytes, over 15 KiB", text.len());
+/// A README for Dify's panel: one line per paragraph (Dify breaks every line), narrow
+/// tables, the sections a reader looks for, and a link to the full docs.
+fn check_panel_readme(rel: &str, sections: &[&str]) -> String {
+    let text = read(rel);
+    assert!(text.len() <= 15 * 1024, "{rel} is {} bytes, over 15 KiB", text.len());
     let mut in_code = false;
     let mut previous = "";
     for (n, line) in text.lines().enumerate() {
@@ -100,22 +103,56 @@ fn the_panel_readme_has_one_line_per_paragraph_and_narrow_tables() {
             in_code = !in_code;
         }
         if !in_code && !previous.is_empty() && !line.trim().is_empty() && !starts_block(line) {
-            panic!("{PANEL_README}:{}: hard-wrapped: {previous:?} goes on as {line:?}", n + 1);
+            panic!("{rel}:{}: hard-wrapped: {previous:?} goes on as {line:?}", n + 1);
         }
         if line.starts_with('|') && !in_code {
             let row = cells(line);
-            assert!(row.len() <= 3, "{PANEL_README}:{}: {} columns", n + 1, row.len());
+            assert!(row.len() <= 3, "{rel}:{}: {} columns", n + 1, row.len());
             for cell in row {
-                assert!(cell.chars().count() <= MAX_CELL_CHARS, "{PANEL_README}:{}: long cell {cell:?}", n + 1);
+                assert!(cell.chars().count() <= MAX_CELL_CHARS, "{rel}:{}: long cell {cell:?}", n + 1);
             }
         }
         previous = if in_code { "" } else { line.trim() };
     }
     let headings: Vec<String> = anchors(&text).into_values().collect();
-    for needed in ["Credentials", "Workflow recipe", "Retry recipe", "In an agent", "More"] {
-        assert!(headings.iter().any(|h| h == needed), "{PANEL_README} has a section {needed:?}: {headings:?}");
+    for needed in sections {
+        assert!(headings.iter().any(|h| h == needed), "{rel} has a section {needed:?}: {headings:?}");
     }
-    assert!(text.contains("https://github.com/eventsmith/stateful_tool"), "it says where the full docs are");
+    assert!(text.contains("](https://github.com/eventsmith/stateful_tool"), "{rel} links to the full docs");
+    text
+}
+
+#[test]
+fn the_panel_readme_has_one_line_per_paragraph_and_narrow_tables() {
+    check_panel_readme(PANEL_README, &["Credentials", "Workflow recipe", "Retry recipe", "In an agent", "More"]);
+}
+
+/// The trigger's README is its package's, shown in the same panel: the same treatment, and
+/// headed by the name Dify shows (not the package slug).
+#[test]
+fn the_trigger_readme_reads_in_difys_panel_under_its_name() {
+    let text = check_panel_readme(TRIGGER_README, &["Set it up", "Finish every run", "More"]);
+    let manifest: Value = yaml_serde::from_str(&read("trigger/manifest.yaml")).unwrap();
+    let name = manifest["label"]["en_US"].as_str().unwrap();
+    assert_eq!(text.lines().next(), Some(format!("# {name}").as_str()), "{TRIGGER_README} is headed by its label");
+    assert!(!text.contains("stateful_trigger"), "{TRIGGER_README} names the plugin as Dify shows it");
+    assert!(
+        text.contains("](https://github.com/eventsmith/stateful_tool/blob/main/docs/trigger.md)"),
+        "the guide is a link"
+    );
+}
+
+/// Every subscription property's help is a link to a heading of the docs it names.
+#[test]
+fn every_trigger_property_links_its_help_to_a_heading_of_the_docs() {
+    let provider: Value = yaml_serde::from_str(&read("trigger/provider/stateful_trigger.yaml")).unwrap();
+    for p in provider["subscription_schema"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let url = p["url"].as_str().unwrap_or_else(|| panic!("{name}: no url (Dify shows help only as its link)"));
+        let rest = url.strip_prefix(DOCS_URL).unwrap_or_else(|| panic!("{name}: {url} is not in the project's docs"));
+        let (file, anchor) = rest.split_once('#').unwrap_or_else(|| panic!("{name}: {url} has no anchor"));
+        assert!(anchors(&read(file)).contains_key(anchor), "{name}: no heading #{anchor} in {file}");
+    }
 }
 
 #[test]
@@ -133,6 +170,17 @@ fn the_package_ships_the_panel_readme_and_the_icons() {
     }
     let script = read("scripts/package.sh");
     assert!(script.contains(&format!("--readme {PANEL_README}")), "make package packs the panel README");
+}
+
+/// The trigger has icons of its own (light and dark): on the canvas, in the pickers and in the
+/// plugin list it is not drawn as the tool is.
+#[test]
+fn the_trigger_has_icons_of_its_own() {
+    for icon in ["_assets/icon.svg", "_assets/icon-dark.svg"] {
+        let (tool_icon, trigger_icon) = (path(icon), path(&format!("trigger/{icon}")));
+        assert!(!std::fs::symlink_metadata(&trigger_icon).unwrap().is_symlink(), "trigger/{icon} is a file of its own");
+        assert_ne!(std::fs::read(&tool_icon).unwrap(), std::fs::read(&trigger_icon).unwrap(), "trigger/{icon}");
+    }
 }
 
 /// The words of a description (`_` belongs to a word, so `failed` is not in `already_failed`).
