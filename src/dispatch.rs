@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::error::{SessionError, ToolError};
 use crate::request::{Data, Slot};
-use crate::store::{Clock, EventStore, StoreCache, StoreOptions};
+use crate::store::{Clock, StoreCache, StoreOptions};
 use crate::tools::{self, Params, Settings, Tool};
 
 pub const PROVIDER: &str = "stateful_tool";
@@ -212,11 +212,7 @@ async fn validate_credentials(app: &App, credentials: Option<&RawValue>) -> Resu
     let fail = SessionError::CredentialValidation;
     let settings = app.settings(credentials).map_err(|e| fail(e.message))?;
     let store = app.stores.get(&settings.store).await.map_err(|e| fail(e.to_string()))?;
-    let probe = store.probe().await.map_err(|e| fail(e.to_string()))?;
-    // The token must open the credential's namespace (a KV container binds tokens to
-    // namespaces): read a key of that namespace that never exists.
-    let key = crate::store::key::storage_key(settings.namespace.as_deref(), "stateful-tool-credential-probe");
-    store.read(&key, app.stores.call_timeout()).await.map_err(|e| fail(e.to_string()))?;
+    let probe = settings.check_store(&*store, app.stores.call_timeout()).await.map_err(|e| fail(e.to_string()))?;
     for w in &probe.warnings {
         tracing::warn!(backend = probe.backend, "store check: {w}");
     }

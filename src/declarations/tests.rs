@@ -431,6 +431,7 @@ fn tools_declare_the_agreed_contract() {
             "accepted",
             "duplicate",
             "retry",
+            "taken_over",
             "retry_of_same_run",
             "event_id",
             "event_type",
@@ -475,6 +476,8 @@ fn tools_declare_the_agreed_contract() {
             // Also returned by the tool (beyond the agreed minimum):
             "lease_expired",
             "stuck",
+            "waiting_for_run",
+            "started_at",
             "key",
         ])
     );

@@ -237,6 +237,7 @@ mod tests {
             result: None,
             claim_id: new_claim_id(),
             run_id: None,
+            door: None,
         };
         let done = Record {
             status: Status::Completed,

@@ -20,11 +20,13 @@ pub(crate) struct Deadline {
     clock: Clock,
     started_ms: i64,
     budget: Duration,
+    /// The setting the budget comes from (named when the call runs out of it).
+    setting: &'static str,
 }
 
 impl Deadline {
-    pub(crate) fn start(clock: &Clock, budget: Duration) -> Deadline {
-        Deadline { clock: clock.clone(), started_ms: clock.mono_ms(), budget }
+    pub(crate) fn start(clock: &Clock, budget: Duration, setting: &'static str) -> Deadline {
+        Deadline { clock: clock.clone(), started_ms: clock.mono_ms(), budget, setting }
     }
 
     fn elapsed(&self) -> Duration {
@@ -82,9 +84,10 @@ impl Deadline {
     pub(crate) fn error(&self, e: StoreError) -> ToolError {
         match e {
             StoreError::Timeout(_) => ToolError::upstream(format!(
-                "the store did not answer in time: this call waited {} ms in all; the store timeout \
-                 (STATEFUL_TOOL_STORE_TIMEOUT_MS, {} ms) bounds all of one call's store round trips together",
+                "the store did not answer in time: this call waited {} ms in all; {} ({} ms) bounds all of \
+                 one call's store round trips together",
                 self.waited_ms(),
+                self.setting,
                 self.budget.as_millis()
             )),
             other => other.into(),
@@ -96,20 +99,22 @@ impl Deadline {
 mod tests {
     use super::*;
 
+    const SETTING: &str = "STATEFUL_TOOL_X_MS";
+
     #[test]
     fn shares_halve_what_is_left_and_an_exhausted_budget_is_a_timeout() {
         let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1000));
         let clock = Clock::manual(now.clone());
-        let d = Deadline::start(&clock, Duration::from_secs(3600));
+        let d = Deadline::start(&clock, Duration::from_secs(3600), SETTING);
         let share = d.share().unwrap();
         assert_eq!(share, Duration::from_secs(3598));
         assert!(d.rest().unwrap() > share);
-        let short = Deadline::start(&clock, Duration::from_millis(1000)).share().unwrap();
+        let short = Deadline::start(&clock, Duration::from_millis(1000), SETTING).share().unwrap();
         assert_eq!(short, Duration::from_millis(400), "a fifth kept for the settling read, half of the rest");
-        let spent = Deadline::start(&clock, Duration::from_secs(1));
+        let spent = Deadline::start(&clock, Duration::from_secs(1), SETTING);
         now.fetch_add(2000, std::sync::atomic::Ordering::SeqCst);
         assert!(matches!(spent.share(), Err(StoreError::Timeout(_))));
         let msg = spent.error(StoreError::Timeout(500)).message;
-        assert!(msg.contains("this call waited 2") && msg.contains("1000 ms"), "{msg}");
+        assert!(msg.contains("this call waited 2") && msg.contains("STATEFUL_TOOL_X_MS (1000 ms)"), "{msg}");
     }
 }

@@ -27,7 +27,7 @@ pub(crate) async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Param
         )));
     }
     let key = storage_key(settings.namespace.as_deref(), &event_id);
-    let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
+    let deadline = Deadline::start(store.clock().host(), settings.call_timeout, settings.call_timeout_setting);
     let asked = Completion { event_id, key, target, attempt, result };
     let mut claims = Claims::new(settings.claim_ids.clone());
     match complete(store, settings, &asked, &deadline, &mut claims).await {
@@ -89,6 +89,18 @@ async fn complete<S: EventStore>(
             let same = rec.status == target && (result.is_none() || *result == rec.result);
             if same {
                 return Ok(answer(&format!("already_{}", target.as_str()), rec, key));
+            }
+            if rec.status == target {
+                // Same status, another result: say which result the record keeps.
+                let shown = |r: &Option<String>| r.as_deref().map_or("none".to_owned(), |r| format!("{r:?}"));
+                return Err(ToolError::conflict(format!(
+                    "event {event_id:?} (attempt {}) is already {} with result {}; this call's result {} differs, \
+                     and the stored result is kept",
+                    rec.attempt,
+                    rec.status.as_str(),
+                    shown(&rec.result),
+                    shown(result)
+                )));
             }
             return Err(ToolError::conflict(format!(
                 "event {event_id:?} (attempt {}) is already {}; it cannot become {}",
@@ -156,6 +168,16 @@ mod tests {
             run(&s, &st, &params(json!({"event_id": "L1", "attempt": 2, "result": "ok"}))).await.unwrap().to_value();
         assert_eq!(done["outcome"], "completed");
         assert_eq!(done["result"], "ok");
+        // The same status with another result (two runs of one delivery finishing it): the
+        // message names both results and which one is kept.
+        let other =
+            run(&s, &st, &params(json!({"event_id": "L1", "attempt": 2, "result": "again"}))).await.unwrap_err();
+        assert_eq!(other.class, ErrorClass::Conflict);
+        assert_eq!(
+            other.message,
+            "event \"L1\" (attempt 2) is already completed with result \"ok\"; this call's result \"again\" \
+             differs, and the stored result is kept"
+        );
         assert_eq!(event_ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
         let flip = run(&s, &st, &params(json!({"event_id": "L1", "status": "failed"}))).await.unwrap_err();
         assert_eq!(flip.class, ErrorClass::Conflict);
@@ -165,11 +187,15 @@ mod tests {
 
     #[tokio::test]
     async fn expired_lease_is_reclaimed_once_and_unexpired_is_duplicate() {
-        let (s, st) = (store(), settings());
+        // The store's clock is the test's: the lease runs out when the test moves it.
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_780_000_000_000));
+        let s = crate::store::memory::MemoryStore::new(crate::store::Clock::manual(now.clone()), 0);
+        let st = settings();
         let ev = params(json!({"event_id": "L2", "event_type": "created", "lease_seconds": 1}));
         event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
+        now.fetch_add(999, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(event_ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
-        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        now.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let again = event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
         assert_eq!((again["outcome"].as_str(), again["attempt"].as_u64()), (Some("accepted"), Some(2)));
     }

@@ -8,7 +8,7 @@ use super::{decode, params, Answer, Claims, Deadline, Params, Settings, MAX_ROUN
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{
-    check_depth, fingerprint, fingerprint_and_kind, format_time, short_fingerprint, Record, Status,
+    check_depth, fingerprint, fingerprint_and_kind, format_time, short_fingerprint, DoorClaim, Record, Status,
 };
 use crate::store::{Created, Current, EventStore, Swapped};
 
@@ -30,14 +30,26 @@ pub struct IngestRequest {
     /// The workflow run calling (`{{#sys.workflow_run_id#}}`): its claim says so, and the same
     /// run calling again (a node retry) finds its own claim instead of a duplicate.
     pub run_id: Option<String>,
+    /// Claimed at the trigger's door: a reservation until a workflow run takes it, its lease
+    /// (`lease_ms`) the start window.
+    pub at_door: bool,
 }
 
 impl IngestRequest {
-    /// A request without a payload (what the trigger claims): only the id and the type are
-    /// compared on a redelivery.
-    pub fn without_payload(event_id: String, event_type: String, lease_ms: Option<i64>) -> IngestRequest {
+    /// What the trigger's door claims: no payload (only the id and the type are compared on a
+    /// redelivery), held for `start_window_ms` until a workflow run takes it.
+    pub fn at_door(event_id: String, event_type: String, start_window_ms: i64) -> IngestRequest {
         let (fingerprint, compared_as) = fingerprint_and_kind(&event_type, None);
-        IngestRequest { event_id, event_type, payload: None, fingerprint, compared_as, lease_ms, run_id: None }
+        IngestRequest {
+            event_id,
+            event_type,
+            payload: None,
+            fingerprint,
+            compared_as,
+            lease_ms: Some(start_window_ms),
+            run_id: None,
+            at_door: true,
+        }
     }
 
     /// The record a first claim of this event writes at store time `now`, with `claim_id`:
@@ -60,6 +72,7 @@ impl IngestRequest {
             result: None,
             claim_id,
             run_id: self.run_id,
+            door: self.at_door.then(DoorClaim::default),
         }
     }
 
@@ -104,6 +117,7 @@ impl IngestRequest {
             compared_as,
             lease_ms: (lease > 0).then_some(lease * 1000),
             run_id,
+            at_door: false,
         })
     }
 }
@@ -119,7 +133,7 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) 
 /// delivery claimed at the door is the same record `event_status`/`event_complete` see).
 pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: IngestRequest) -> Result<Answer, ToolError> {
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
-    let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
+    let deadline = Deadline::start(store.clock().host(), settings.call_timeout, settings.call_timeout_setting);
     let mut claims = Claims::new(settings.claim_ids.clone());
     match claim(store, settings, req, &key, &deadline, &mut claims).await {
         Ok(answer) => Ok(answer),
@@ -215,13 +229,11 @@ async fn settle<S: EventStore>(
             // The same workflow run calling again (Dify's node retry after an answer it never
             // saw): its attempt is still its own, and nobody else was told to run it.
             let retry = rec.attempt > 1;
-            return Ok(Some(answer_of("accepted", rec, key, retry, true)));
+            return Ok(Some(answer_of("accepted", rec, key, retry, true, None)));
         }
-        let reclaim =
-            rec.status == Status::Failed || (rec.status == Status::Processing && rec.lease_expired(cur.store_now_ms));
-        if !reclaim {
+        let Some(reason) = takeover(&rec, cur.store_now_ms) else {
             return Ok(Some(answer("duplicate", rec, key, false)));
-        }
+        };
         let next = Record {
             status: Status::Processing,
             attempt: rec.attempt + 1,
@@ -231,12 +243,13 @@ async fn settle<S: EventStore>(
             result: None,
             claim_id: claims.new_id(),
             run_id: fresh.run_id.clone(),
+            door: fresh.door.clone(),
             ..rec
         };
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &next.claim_id, timeout);
         match store.swap(key, &cur.version, &next.to_bytes(), ttl, timeout, until).await {
-            Ok(Swapped::Swapped) => return Ok(Some(answer("accepted", next, key, true))),
+            Ok(Swapped::Swapped) => return Ok(Some(answer_of("accepted", next, key, true, false, Some(reason)))),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Ok(None),
             Err(e) if e.is_ambiguous() => {
@@ -250,6 +263,18 @@ async fn settle<S: EventStore>(
         }
     }
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
+}
+
+/// Why a record may be claimed again, if it may: its run failed, its lease expired, or it was
+/// claimed at the trigger's door and no workflow run took it within its start window.
+pub fn takeover(rec: &Record, store_now_ms: i64) -> Option<&'static str> {
+    match rec.status {
+        Status::Failed => Some("failed"),
+        Status::Processing if rec.lease_expired(store_now_ms) => {
+            Some(if rec.waiting_for_run() { "never_started" } else { "lease_expired" })
+        }
+        _ => None,
+    }
 }
 
 /// Same id, different content: names what differs (the type, the payload, or both). `fresh` is
@@ -275,21 +300,31 @@ fn conflict(rec: &Record, fresh: &Record, compared_as: &str) -> ToolError {
         "event_id": rec.event_id, "stored_fingerprint": rec.fingerprint,
         "new_fingerprint": fresh.fingerprint, "status": rec.status.as_str(), "received_at": rec.received_at,
         "event_type_differs": type_differs, "payload_differs": payload_differs,
+        "stored_event_type": rec.event_type,
     }))
 }
 
 fn answer(outcome: &str, rec: Record, key: &str, retry: bool) -> Answer {
-    answer_of(outcome, rec, key, retry, false)
+    answer_of(outcome, rec, key, retry, false, None)
 }
 
-/// `same_run`: the answer is to a retry of the run whose claim this is (`run_id`).
-fn answer_of(outcome: &str, rec: Record, key: &str, retry: bool, same_run: bool) -> Answer {
+/// `same_run`: the answer is to a retry of the run whose claim this is (`run_id`);
+/// `taken_over`: why this call could claim an earlier attempt ([`takeover`]).
+fn answer_of(
+    outcome: &str,
+    rec: Record,
+    key: &str,
+    retry: bool,
+    same_run: bool,
+    taken_over: Option<&'static str>,
+) -> Answer {
     let accepted = outcome == "accepted";
     Answer::new(outcome)
         .field("accepted", json!(accepted))
         .field("duplicate", json!(!accepted))
         .field("retry", json!(retry))
         .field("retry_of_same_run", json!(same_run))
+        .field("taken_over", json!(taken_over))
         .record(rec, key)
 }
 

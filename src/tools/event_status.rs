@@ -12,7 +12,7 @@ pub(crate) async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Param
     let event_id = params::required_str(p, "event_id")?;
     validate_event_id(&event_id)?;
     let key = storage_key(settings.namespace.as_deref(), &event_id);
-    let deadline = Deadline::start(store.clock().host(), settings.call_timeout);
+    let deadline = Deadline::start(store.clock().host(), settings.call_timeout, settings.call_timeout_setting);
     let found =
         store.read(&key, deadline.rest().map_err(|e| deadline.error(e))?).await.map_err(|e| deadline.error(e))?;
     Ok(match found {
@@ -25,12 +25,16 @@ pub(crate) async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Param
             let rec = decode(&cur.value, &key)?;
             let (payload, lease_expired) = (json!(rec.payload), rec.lease_expired(cur.store_now_ms));
             let stuck = is_stuck(&rec, cur.store_now_ms, settings.stuck_after());
+            let waiting = rec.waiting_for_run();
+            let started_at = json!(rec.door.as_ref().and_then(|d| d.started_at.clone()));
             Answer::new("found")
                 .field("found", json!(true))
                 .record(rec, &key)
                 .field("payload", payload)
                 .field("lease_expired", json!(lease_expired))
                 .field("stuck", json!(stuck))
+                .field("waiting_for_run", json!(waiting))
+                .field("started_at", started_at)
         }
     })
 }
@@ -88,6 +92,7 @@ mod tests {
             result: None,
             claim_id: String::new(),
             run_id: None,
+            door: None,
         };
         assert!(is_stuck(&at(Status::Processing, None), 600_000, ten_min));
         assert!(!is_stuck(&at(Status::Processing, None), 599_999, ten_min));

@@ -112,6 +112,7 @@ pub(crate) mod testing {
             retention: std::time::Duration::from_secs(3600),
             default_lease: std::time::Duration::ZERO,
             call_timeout: std::time::Duration::from_secs(5),
+            call_timeout_setting: settings::STORE_TIMEOUT_SETTING,
             claim_ids: Default::default(),
         }
     }

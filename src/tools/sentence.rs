@@ -24,8 +24,13 @@ pub(crate) fn write(answer: &Answer, out: &mut Vec<u8>) {
     let _ = match (answer.tool(), outcome, rec) {
         (Some(Tool::EventIngest), "accepted", Some(r)) if flag("retry") => write!(
             out,
-            "Event {id} was taken over as attempt {n} (the earlier attempt failed or its lease expired): \
-             process it now, then call event_complete with attempt {n}.",
+            "Event {id} was taken over as attempt {n} ({}): process it now, then call event_complete with attempt {n}.",
+            match answer.get("taken_over").and_then(Value::as_str) {
+                Some("failed") => "the earlier attempt failed",
+                Some("lease_expired") => "the earlier attempt's lease expired",
+                Some("never_started") => "no workflow run started the earlier attempt within its start window",
+                _ => "the earlier attempt failed or its lease expired",
+            },
             n = r.attempt
         ),
         (_, "accepted", Some(r)) => write!(
@@ -46,6 +51,22 @@ pub(crate) fn write(answer: &Answer, out: &mut Vec<u8>) {
             r.status.as_str()
         ),
         (_, "found", Some(r)) => match r.status {
+            Status::Processing if r.waiting_for_run() && flag("lease_expired") => write!(
+                out,
+                "Event {id} was claimed at the trigger's door at {} (attempt {}), and no workflow run started it \
+                 within its start window (it ended at {}): the next delivery will take it over.",
+                r.updated_at,
+                r.attempt,
+                r.lease_until_ms.map(format_time).unwrap_or_default()
+            ),
+            Status::Processing if r.waiting_for_run() => write!(
+                out,
+                "Event {id} was claimed at the trigger's door at {} (attempt {}); no workflow run has started it \
+                 yet (it waits until {}).",
+                r.updated_at,
+                r.attempt,
+                r.lease_until_ms.map(format_time).unwrap_or_default()
+            ),
             Status::Processing if flag("lease_expired") => write!(
                 out,
                 "Event {id} was received at {} and is processing (attempt {}), but its lease ran out at {}: \
@@ -117,6 +138,7 @@ mod tests {
             result: Some("{\"not\": \"shown\"}".into()),
             claim_id: new_claim_id(),
             run_id: None,
+            door: None,
         }
     }
 
@@ -130,6 +152,14 @@ mod tests {
             Answer::new("found")
                 .field("found", json!(true))
                 .record(rec(status, 2), "evt_EVT-1")
+                .field("lease_expired", json!(expired))
+                .of_tool(Tool::EventStatus)
+        };
+        let found_at_door = |expired| {
+            let at_door = Record { door: Some(Default::default()), ..rec(Status::Processing, 2) };
+            Answer::new("found")
+                .field("found", json!(true))
+                .record(at_door, "evt_EVT-1")
                 .field("lease_expired", json!(expired))
                 .of_tool(Tool::EventStatus)
         };
@@ -159,6 +189,18 @@ mod tests {
             (
                 found(Status::Processing, true),
                 "Event EVT-1 was received at 2026-08-05 10:00:00 UTC and is processing (attempt 2), but its lease ran out at 2026-08-05 10:05:00 UTC: the next delivery will take it over.",
+            ),
+            (
+                found_at_door(false),
+                "Event EVT-1 was claimed at the trigger's door at 2026-08-05 10:00:00 UTC (attempt 2); no workflow run has started it yet (it waits until 2026-08-05 10:05:00 UTC).",
+            ),
+            (
+                found_at_door(true),
+                "Event EVT-1 was claimed at the trigger's door at 2026-08-05 10:00:00 UTC (attempt 2), and no workflow run started it within its start window (it ended at 2026-08-05 10:05:00 UTC): the next delivery will take it over.",
+            ),
+            (
+                ingest("accepted", rec(Status::Processing, 2), true).field("taken_over", json!("never_started")),
+                "Event EVT-1 was taken over as attempt 2 (no workflow run started the earlier attempt within its start window): process it now, then call event_complete with attempt 2.",
             ),
             (
                 found(Status::Completed, false),

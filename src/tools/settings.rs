@@ -6,11 +6,15 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::ToolError;
-use crate::store::key::validate_namespace;
+use crate::store::key::{storage_key, validate_namespace};
 use crate::store::record::new_claim_id;
-use crate::store::StoreConfig;
+use crate::store::{EventStore, Probe, StoreConfig, StoreError};
 
 pub(crate) const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
+/// The setting that bounds a tool call's store round trips.
+pub(crate) const STORE_TIMEOUT_SETTING: &str = "STATEFUL_TOOL_STORE_TIMEOUT_MS";
+/// The setting that bounds a trigger's claim at the door.
+pub(crate) const TRIGGER_TIMEOUT_SETTING: &str = "STATEFUL_TOOL_TRIGGER_TIMEOUT_MS";
 pub(crate) const DEFAULT_EVENT_TYPES: &str = "created,updated,closed";
 pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// More replicas than any sane deployment has: a typo, not a setting.
@@ -61,6 +65,8 @@ pub struct Settings {
     pub(crate) default_lease: Duration,
     /// One deadline for all store round trips of one tool call (set by the runtime).
     pub(crate) call_timeout: Duration,
+    /// The setting `call_timeout` comes from, named when a call runs out of it.
+    pub(crate) call_timeout_setting: &'static str,
     /// The claim ids this call's writes carry.
     pub(crate) claim_ids: ClaimIds,
 }
@@ -125,8 +131,21 @@ impl Settings {
             retention,
             default_lease,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            call_timeout_setting: STORE_TIMEOUT_SETTING,
             claim_ids: ClaimIds::default(),
         })
+    }
+
+    /// The credential check: the store answers, speaks a protocol with atomic creates, and
+    /// the token opens this namespace (a KV container binds tokens to namespaces: a key of the
+    /// namespace that never exists is read).
+    pub(crate) async fn check_store<S: EventStore>(&self, store: &S, timeout: Duration) -> Result<Probe, StoreError> {
+        let probe = tokio::time::timeout(timeout, store.probe())
+            .await
+            .map_err(|_| StoreError::Timeout(timeout.as_millis() as u64))??;
+        let key = storage_key(self.namespace.as_deref(), "stateful-tool-credential-probe");
+        store.read(&key, timeout).await?;
+        Ok(probe)
     }
 
     /// The store-side TTL of a record with this lease: the retention, extended when needed

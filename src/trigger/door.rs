@@ -22,6 +22,10 @@ pub(crate) const RETRY_AFTER_S: u32 = 5;
 /// input-line cap there too (a claim whose invoke cannot be read would stall the delivery).
 pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
+/// What the sender is told about a subscription it cannot be served by.
+pub(crate) const MISCONFIGURED: &str =
+    "the webhook subscription is misconfigured; its owner can see why in Dify's plugin log";
+
 /// A delivery that passed every check that needs no store.
 #[derive(Debug)]
 pub(crate) struct Checked {
@@ -42,8 +46,12 @@ pub(crate) fn is_builder(subscription: &Value) -> bool {
 /// Everything before the store: configuration, the raw request, signature, id.
 pub(crate) fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<Checked, Box<Verdict>> {
     let props = subscription.get("properties").cloned().unwrap_or(Value::Null);
-    let door = Door::from_properties(&props)
-        .map_err(|e| refused(500, "misconfigured", format!("the trigger subscription is misconfigured: {e}")))?;
+    let door = Door::from_properties(&props).map_err(|e| {
+        // The sender is outside: the reason (property names and values) goes to the log, and
+        // to the subscription builder's log, where a test ping shows it before the first delivery.
+        tracing::warn!("the trigger subscription is misconfigured: {e}");
+        refused(500, "misconfigured", MISCONFIGURED)
+    })?;
     let request = RawRequest::from_hex(raw_hex).map_err(|e| refused(400, "bad_request", e))?;
     if request.body.len() > MAX_BODY_BYTES {
         return Err(refused(
@@ -58,9 +66,25 @@ pub(crate) fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<C
     }
     // Parsed once: the id, the type and the workflow's `body_json` all come from it.
     let body_json: Option<Value> = serde_json::from_slice(&request.body).ok();
+    let delivery_id = identify(&door, &request, body_json.as_ref()).map_err(|e| {
+        // Where the id was looked for is the subscription's business, not the sender's.
+        tracing::info!("delivery refused: {e}");
+        refused(400, "no_id", "the request carries no usable delivery id")
+    })?;
+    let event_type = match &door.event_type {
+        TypeSource::None => None,
+        TypeSource::Header(name) => request.header(name),
+        TypeSource::JsonPointer(p) => body_json.as_ref().and_then(|b| b.pointer(p)).and_then(scalar),
+    }
+    .filter(|t| !t.is_empty() && t.len() <= 64 && !t.chars().any(char::is_control));
+    Ok(Checked { door, request, delivery_id, event_type, body_json })
+}
+
+/// The delivery id, from where the subscription says it is; the error says what is missing.
+pub(crate) fn identify(door: &Door, request: &RawRequest, body_json: Option<&Value>) -> Result<String, String> {
     let delivery_id = match &door.id {
         IdSource::Header(name) => request.header(name),
-        IdSource::JsonPointer(p) => body_json.as_ref().and_then(|b| b.pointer(p)).and_then(scalar),
+        IdSource::JsonPointer(p) => body_json.and_then(|b| b.pointer(p)).and_then(scalar),
         IdSource::BodySha256 => Some(hex::encode(Sha256::digest(&request.body))),
     };
     let where_ = match &door.id {
@@ -69,18 +93,10 @@ pub(crate) fn check(subscription: &Value, raw_hex: &str, now_s: i64) -> Result<C
         IdSource::BodySha256 => "body".to_owned(),
     };
     let Some(delivery_id) = delivery_id.filter(|id| !id.is_empty()) else {
-        return Err(refused(400, "no_id", format!("no delivery id: the {where_} is missing or empty")));
+        return Err(format!("no delivery id: the {where_} is missing or empty"));
     };
-    if let Err(e) = validate_event_id(&delivery_id) {
-        return Err(refused(400, "no_id", format!("the delivery id in the {where_} is unusable: {e}")));
-    }
-    let event_type = match &door.event_type {
-        TypeSource::None => None,
-        TypeSource::Header(name) => request.header(name),
-        TypeSource::JsonPointer(p) => body_json.as_ref().and_then(|b| b.pointer(p)).and_then(scalar),
-    }
-    .filter(|t| !t.is_empty() && t.len() <= 64 && !t.chars().any(char::is_control));
-    Ok(Checked { door, request, delivery_id, event_type, body_json })
+    validate_event_id(&delivery_id).map_err(|e| format!("the delivery id in the {where_} is unusable: {e}"))?;
+    Ok(delivery_id)
 }
 
 /// A refusal before the store (boxed: a `Verdict` is large next to `Checked`).
@@ -97,16 +113,18 @@ fn scalar(v: &Value) -> Option<String> {
     }
 }
 
-/// Claims the delivery through the tool's own claim path and decides the answer.
+/// Claims the delivery through the tool's own claim path and decides the answer. The claim is
+/// a reservation for the subscription's start window: the run Dify starts for it takes it
+/// over (`invoke_trigger_event`), and a delivery after the window finds it `never_started`.
 pub(crate) async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict {
     let Checked { door, request, delivery_id, event_type, body_json } = checked;
     let record_type = event_type.clone().unwrap_or_else(|| EVENT.to_owned());
-    let lease_ms = (!door.settings.default_lease.is_zero()).then_some(door.settings.default_lease.as_millis() as i64);
-    let req = IngestRequest::without_payload(delivery_id.clone(), record_type, lease_ms);
+    let window_ms = door.start_window.as_millis() as i64;
+    let req = IngestRequest::at_door(delivery_id.clone(), record_type.clone(), window_ms);
     let key = storage_key(door.settings.namespace.as_deref(), &delivery_id);
     let answer = match ingest(store, &door.settings, req).await {
         Ok(answer) => answer,
-        Err(e) => return failed(e, &delivery_id, door.duplicate_status),
+        Err(e) => return failed(e, &delivery_id, &record_type, door.duplicate_status),
     };
     let Some(rec) = answer.shown_record() else {
         return Verdict::refuse(503, "store_unavailable", "the store gave no record").with("retry", json!(true));
@@ -135,7 +153,13 @@ pub(crate) async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict
             "key": key,
         }),
     );
-    let mut v = base(Verdict::refuse(200, "accepted", format!("delivery {delivery_id} accepted")));
+    let taken_over = answer.get("taken_over").and_then(Value::as_str).map(str::to_owned);
+    let mut v = base(Verdict::refuse(200, "accepted", format!("delivery {delivery_id} accepted")))
+        .with("retry", json!(taken_over.is_some()));
+    if let Some(reason) = taken_over {
+        tracing::info!(delivery_id, attempt = rec.attempt, reason, "delivery taken over as a new attempt");
+        v = v.with("reason", json!(reason));
+    }
     v.start = true;
     v.payload = payload;
     v
@@ -143,18 +167,25 @@ pub(crate) async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict
 
 /// A claim that did not happen: the store failed (503, retry later) or the id is taken by
 /// another event type (treated as a duplicate, and logged).
-fn failed(e: ToolError, delivery_id: &str, duplicate_status: u16) -> Verdict {
+fn failed(e: ToolError, delivery_id: &str, event_type: &str, duplicate_status: u16) -> Verdict {
     match e.class {
         ErrorClass::Conflict => {
-            tracing::warn!(delivery_id, "delivery id already claimed for different content: {}", e.message);
-            Verdict::refuse(
-                duplicate_status,
-                "conflict",
-                format!("delivery {delivery_id} was already received with different content"),
-            )
-            .with("delivery_id", json!(delivery_id))
+            tracing::warn!(delivery_id, "delivery id already claimed for another event type: {}", e.message);
+            // The door compares no payload: only the event type can differ.
+            let stored = e.details.as_ref().and_then(|d| d.get("stored_event_type")).and_then(Value::as_str);
+            let message = match stored {
+                Some(stored) => format!(
+                    "delivery {delivery_id} was already received as event type {stored:?}; this delivery says \
+                     {event_type:?}"
+                ),
+                None => format!("delivery {delivery_id} was already received as another event type"),
+            };
+            Verdict::refuse(duplicate_status, "conflict", message).with("delivery_id", json!(delivery_id))
         }
-        ErrorClass::ParamInvalid => Verdict::refuse(500, "misconfigured", e.message),
+        ErrorClass::ParamInvalid => {
+            tracing::warn!(delivery_id, "the trigger subscription is misconfigured: {}", e.message);
+            Verdict::refuse(500, "misconfigured", MISCONFIGURED)
+        }
         _ => {
             tracing::warn!(delivery_id, "claim failed, the sender is asked to retry: {}", e.message);
             let mut v = Verdict::refuse(503, "store_unavailable", "the dedup store is unavailable; retry later")

@@ -15,7 +15,13 @@ fn raw(headers: &[(&str, &str)], body: &str) -> String {
     hex::encode(text)
 }
 
-fn sub(props: Value) -> Value {
+/// A built subscription with `props`; the two properties without a default (the store and
+/// the signature scheme) are filled in where a case leaves them out.
+fn sub(mut props: Value) -> Value {
+    if let Some(map) = props.as_object_mut() {
+        map.entry("kv_url").or_insert(json!("http://127.0.0.1:8123"));
+        map.entry("signature_scheme").or_insert(json!("none"));
+    }
     json!({"endpoint": "https://dify.example/triggers/plugin/e1", "expires_at": -1, "parameters": {}, "properties": props})
 }
 
@@ -133,18 +139,23 @@ async fn ids_come_from_a_header_a_json_pointer_or_the_body_hash() {
 
 #[tokio::test]
 async fn store_failures_ask_the_sender_to_retry_and_conflicts_are_duplicates() {
-    let v = failed(ToolError::upstream("the store at x is unreachable"), "d", 200);
+    let v = failed(ToolError::upstream("the store at x is unreachable"), "d", "push", 200);
     assert_eq!((v.status, v.outcome, v.retry_after, v.start), (503, "store_unavailable", Some(RETRY_AFTER_S), false));
     let head = String::from_utf8(super::super::reply::http_response(&v)).unwrap();
     assert!(head.starts_with("HTTP/1.1 503 ") && head.contains("Retry-After: 5\r\n"), "{head}");
-    let c = failed(ToolError::conflict("different type"), "d", 202);
+    let c = failed(ToolError::conflict("different type"), "d", "push", 202);
     assert_eq!((c.status, c.outcome), (202, "conflict"));
-    // The same id claimed earlier under another event type is that conflict.
+    // The same id claimed earlier under another event type is that conflict, and says so.
     let s = store();
     let r = |t: &str| raw(&[("X-GitHub-Delivery", "same"), ("X-GitHub-Event", t)], "{}");
     let props = json!({"event_type_header": "X-GitHub-Event"});
     assert_eq!(deliver(&s, props.clone(), &r("push")).await.outcome, "accepted");
-    assert_eq!(deliver(&s, props, &r("issues")).await.outcome, "conflict");
+    let conflict = deliver(&s, props, &r("issues")).await;
+    assert_eq!(conflict.outcome, "conflict");
+    assert_eq!(
+        conflict.message,
+        r#"delivery same was already received as event type "push"; this delivery says "issues""#
+    );
 }
 
 #[test]
@@ -159,4 +170,88 @@ fn oversized_bodies_are_refused_before_the_claim() {
     let big = "x".repeat(MAX_BODY_BYTES + 1);
     let v = check(&sub(json!({})), &raw(&[("X-GitHub-Delivery", "big")], &big), 0).unwrap_err();
     assert_eq!((v.status, v.outcome), (413, "too_large"));
+}
+
+/// A door whose store and clock the test holds: the clock moves only when the test moves it.
+struct Held {
+    now: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    store: MemoryStore,
+}
+
+impl Held {
+    fn new() -> Held {
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_780_000_000_000));
+        Held { store: MemoryStore::new(Clock::manual(now.clone()), 0), now }
+    }
+    fn pass(&self, ms: i64) {
+        self.now.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+    async fn deliver(&self, props: &Value, r: &str) -> Verdict {
+        deliver(&self.store, props.clone(), r).await
+    }
+    async fn invoke(&self, props: &Value, attempt: u32) -> crate::trigger::start::Taken {
+        let door = Door::from_properties(&sub(props.clone())["properties"]).unwrap();
+        let key = storage_key(None, "r-1");
+        crate::trigger::start::take_in(&self.store, &door, &key, attempt, std::time::Duration::from_secs(5)).await
+    }
+    async fn record(&self) -> crate::store::record::Record {
+        let cur = self.store.read("evt_r-1", std::time::Duration::from_secs(5)).await.unwrap().unwrap();
+        crate::store::record::Record::from_bytes(&cur.value).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_claim_no_run_took_within_its_start_window_is_taken_over_by_the_next_delivery() {
+    use crate::trigger::start::Taken;
+    let h = Held::new();
+    let props = json!({"start_within_seconds": 60, "lease_seconds": 600});
+    let r = raw(&[("X-GitHub-Delivery", "r-1")], "{}");
+    let first = h.deliver(&props, &r).await;
+    assert_eq!((first.outcome, &first.fields["retry"]), ("accepted", &json!(false)));
+    let rec = h.record().await;
+    assert!(rec.waiting_for_run(), "a door claim waits for its run: {rec:?}");
+    assert_eq!(rec.lease_until_ms, Some(1_780_000_000_000 + 60_000), "the lease is the start window");
+    // Within the window a redelivery is in progress, as before.
+    h.pass(59_999);
+    assert_eq!(h.deliver(&props, &r).await.outcome, "in_progress");
+    // No run took it: the next delivery takes it over as attempt 2 and says why.
+    h.pass(1);
+    let second = h.deliver(&props, &r).await;
+    assert_eq!(
+        (second.outcome, &second.fields["attempt"], &second.fields["retry"], &second.fields["reason"]),
+        ("accepted", &json!(2), &json!(true), &json!("never_started"))
+    );
+    assert!(second.start);
+    assert!(h.record().await.waiting_for_run(), "attempt 2 is a reservation again");
+    // Attempt 1's run, started late, is cancelled; attempt 2's takes the claim.
+    assert_eq!(h.invoke(&props, 1).await, Taken::Superseded(2));
+    let Taken::Started(rec) = h.invoke(&props, 2).await else { panic!("attempt 2's run did not start") };
+    assert_eq!(rec.door.as_ref().map(|d| d.runs), Some(1));
+    assert_eq!(rec.lease_until_ms, Some(h.now.load(std::sync::atomic::Ordering::SeqCst) + 600_000));
+}
+
+#[tokio::test]
+async fn an_invoked_claim_keeps_its_run_lease_and_later_invokes_are_runs_of_the_same_delivery() {
+    use crate::trigger::start::Taken;
+    let h = Held::new();
+    let props = json!({"start_within_seconds": 60, "lease_seconds": 600});
+    let r = raw(&[("X-GitHub-Delivery", "r-1")], "{}");
+    assert_eq!(h.deliver(&props, &r).await.outcome, "accepted");
+    h.pass(5_000);
+    let Taken::Started(first) = h.invoke(&props, 1).await else { panic!("no start") };
+    let door = first.door.clone().unwrap();
+    assert_eq!((door.runs, door.started_at.is_some()), (1, true));
+    assert_eq!(first.lease_until_ms, Some(1_780_000_005_000 + 600_000), "the run's lease from its start");
+    // A second subscribed workflow: the same attempt, one more run, the lease unchanged.
+    h.pass(1_000);
+    let Taken::Started(second) = h.invoke(&props, 1).await else { panic!("no start") };
+    assert_eq!((second.door.as_ref().unwrap().runs, second.lease_until_ms), (2, first.lease_until_ms));
+    assert_eq!(second.door.as_ref().unwrap().started_at, door.started_at, "started once");
+    // Past the start window, but within the run's lease: a redelivery is in progress.
+    h.pass(120_000);
+    assert_eq!(h.deliver(&props, &r).await.outcome, "in_progress");
+    // Past the run's lease: an ordinary expired lease, not never_started.
+    h.pass(600_000);
+    let next = h.deliver(&props, &r).await;
+    assert_eq!((next.outcome, &next.fields["reason"]), ("accepted", &json!("lease_expired")));
 }

@@ -2,14 +2,18 @@
 //! sender's request, before Dify starts any workflow) through the tools' own claim path.
 //!
 //! `dispatch_trigger_event` answers the sender and names the events to start; it never ends
-//! in a session error (Dify would hand the sender a 400 with our error text).
-//! `invoke_trigger_event` is pure: it turns dispatch's payload into workflow variables.
+//! in a session error (Dify would hand the sender a 400 with our error text). Its claim is a
+//! reservation for the subscription's start window.
+//! `invoke_trigger_event` (once per subscribed workflow, just before its run) turns that
+//! reservation into the run's claim and dispatch's payload into the workflow's variables.
 
+mod builder;
 mod config;
 mod door;
 mod raw;
 pub(crate) mod reply;
 pub(crate) mod signature;
+mod start;
 mod verdict;
 
 use serde_json::{json, Value};
@@ -32,11 +36,7 @@ pub(crate) use dify_plugin::runtime::session_loop::OVERSIZE_KEY;
 pub(crate) async fn handle(stores: &StoreCache, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {
     match action {
         "dispatch_trigger_event" => Ok(vec![reply::dispatch_chunk(&dispatch(stores, data).await)]),
-        "invoke_trigger_event" => {
-            let raw = data.get("raw_http_request").and_then(Value::as_str);
-            let variables = reply::variables(data.get("payload").unwrap_or(&Value::Null), raw);
-            Ok(vec![json!({ "variables": variables, "cancelled": false })])
-        }
+        "invoke_trigger_event" => Ok(vec![start::invoke(stores, data).await]),
         // A manual subscription has no credentials: there is nothing to check.
         "validate_trigger_credentials" => Ok(vec![json!({ "result": true })]),
         "subscribe_trigger" | "unsubscribe_trigger" | "refresh_trigger" => Err(ToolError::param(format!(
@@ -62,20 +62,25 @@ async fn dispatch(stores: &StoreCache, data: &Value) -> Verdict {
         );
     }
     let subscription = data.get("subscription").unwrap_or(&Value::Null);
-    if door::is_builder(subscription) {
-        // Subscription creation: Dify starts nothing, and a test ping must not eat an id.
-        return Verdict::refuse(200, "builder", "subscription not built yet: the delivery was not claimed");
-    }
     let raw = data.get("raw_http_request").and_then(Value::as_str).unwrap_or("");
+    if door::is_builder(subscription) {
+        // Subscription creation: Dify starts nothing, and a test ping must not eat an id; its
+        // answer (in the builder's log) names what a real delivery would run into.
+        return builder::diagnose(stores, subscription, raw).await;
+    }
     let mut checked = match door::check(subscription, raw, chrono::Utc::now().timestamp()) {
         Ok(checked) => checked,
         Err(verdict) => return *verdict,
     };
     let timeout = stores.door_timeout();
     checked.door.settings.call_timeout = timeout;
+    checked.door.settings.call_timeout_setting = crate::tools::settings::TRIGGER_TIMEOUT_SETTING;
     let store = match tokio::time::timeout(timeout, stores.get(&checked.door.settings.store)).await {
         Ok(Ok(store)) => store,
-        Ok(Err(StoreError::BadUrl(e))) => return Verdict::refuse(500, "misconfigured", e),
+        Ok(Err(StoreError::BadUrl(e))) => {
+            tracing::warn!("the trigger subscription's store URL is unusable: {e}");
+            return Verdict::refuse(500, "misconfigured", door::MISCONFIGURED);
+        }
         Ok(Err(e)) => return unavailable(&e.to_string()),
         Err(_) => return unavailable("the store did not answer in time"),
     };

@@ -69,7 +69,9 @@ mod store_client_limits;
 
 // The trigger package: dedup at the door (both backends), the captured daemon lines replayed.
 mod trigger_captures;
+mod trigger_answers;
 mod trigger_door;
+mod trigger_start;
 
 // The signed package: building, validating, signing, the spec's vectors, the marketplace check.
 mod marketplace;

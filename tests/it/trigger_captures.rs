@@ -98,8 +98,9 @@ fn the_matrix_shows_each_rule_is_a_real_failure() {
 fn ours(mut data: Value, kv_url: &str) -> Value {
     data["provider"] = json!("stateful_trigger");
     let built = data["subscription"]["endpoint"].as_str().is_some_and(|e| e.contains('/'));
-    if data["action"] == "dispatch_trigger_event" && built {
-        data["subscription"]["properties"] = json!({"kv_url": kv_url, "id_json_pointer": "/id"});
+    if built {
+        data["subscription"]["properties"] =
+            json!({"kv_url": kv_url, "signature_scheme": "none", "id_json_pointer": "/id"});
     }
     data
 }

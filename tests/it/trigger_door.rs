@@ -28,14 +28,28 @@ pub fn raw_request(headers: &[(&str, &str)], body: &str) -> String {
     hex::encode(text)
 }
 
+/// A built (manual) subscription with these properties.
+pub fn subscription(props: Value) -> Value {
+    json!({"endpoint": "https://dify.example/triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001",
+           "expires_at": -1, "parameters": {}, "properties": props})
+}
+
 /// `dispatch_trigger_event` data for a built (manual) subscription with these properties.
 pub fn dispatch_data(props: Value, raw_hex: &str) -> Value {
     json!({
         "action": "dispatch_trigger_event", "credential_type": "unauthorized", "credentials": {},
-        "provider": "stateful_trigger", "raw_http_request": raw_hex,
-        "subscription": {"endpoint": "https://dify.example/triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001",
-                         "expires_at": -1, "parameters": {}, "properties": props},
+        "provider": "stateful_trigger", "raw_http_request": raw_hex, "subscription": subscription(props),
         "type": "trigger", "user_id": ""
+    })
+}
+
+/// `invoke_trigger_event` data, as Dify's Celery task sends it for one subscribed workflow:
+/// the payload dispatch returned, and the same subscription.
+pub fn invoke_data(props: Value, payload: &Value) -> Value {
+    json!({
+        "action": "invoke_trigger_event", "credential_type": "unauthorized", "credentials": {},
+        "event": "webhook_received", "parameters": {}, "payload": payload, "provider": "stateful_trigger",
+        "raw_http_request": "", "subscription": subscription(props), "type": "trigger", "user_id": ""
     })
 }
 
@@ -72,7 +86,7 @@ async fn deliver(p: &Plugin, props: &Value, id: &str) -> Value {
 /// The whole life of one delivery on the store at `url`.
 async fn lifecycle(url: &str) {
     let p = Plugin::spawn(&ENV).await;
-    let props = json!({"kv_url": url, "event_type_header": "X-GitHub-Event", "lease_seconds": "600"});
+    let props = json!({"kv_url": url, "signature_scheme": "none", "event_type_header": "X-GitHub-Event", "lease_seconds": "600"});
     let id = format!("dlv-{:x}", rand::random::<u64>());
     let first = deliver(&p, &props, &id).await;
     assert!(started(&first), "{first}");
@@ -83,22 +97,25 @@ async fn lifecycle(url: &str) {
     let (status, _, body) = http(&second);
     assert_eq!((status, body["outcome"].as_str()), (200, Some("in_progress")));
 
-    // invoke: pure, all the declared variables, straight from dispatch's payload.
-    let inv = p
-        .request(json!({
-            "action": "invoke_trigger_event", "credential_type": "unauthorized", "credentials": {}, "event": "webhook_received",
-            "parameters": {}, "payload": first["payload"], "provider": "stateful_trigger", "raw_http_request": "",
-            "subscription": {}, "type": "trigger", "user_id": ""
-        }))
-        .await;
-    let vars = &inv.chunks[0]["variables"];
-    assert_eq!((&vars["delivery_id"], &vars["event_type"], &vars["attempt"]), (&json!(id), &json!("push"), &json!(1)));
-    assert_eq!(vars["body_json"], json!({"ref": "refs/heads/main"}));
-
-    // The tool sees the door's record and finishes it; the next delivery takes it over.
+    // Before a run takes it, the tool sees a claim at the door that no run started.
     let creds = json!({"kv_url": url});
     let st = p.invoke("event_status", &creds, json!({"event_id": id})).await;
     assert_eq!((st.json()["status"].as_str(), st.json()["event_type"].as_str()), (Some("processing"), Some("push")));
+    assert_eq!((&st.json()["waiting_for_run"], &st.json()["started_at"]), (&json!(true), &Value::Null), "{st:?}");
+    assert!(st.text().contains("no workflow run has started it yet"), "{st:?}");
+
+    // invoke: the run takes the claim; all the declared variables, from dispatch's payload.
+    let inv = p.request(invoke_data(props.clone(), &first["payload"])).await;
+    assert_eq!(inv.chunks[0]["cancelled"], false, "{inv:?}");
+    let vars = &inv.chunks[0]["variables"];
+    assert_eq!((&vars["delivery_id"], &vars["event_type"], &vars["attempt"]), (&json!(id), &json!("push"), &json!(1)));
+    assert_eq!(vars["body_json"], json!({"ref": "refs/heads/main"}));
+    let st = p.invoke("event_status", &creds, json!({"event_id": id})).await;
+    assert_eq!(st.json()["waiting_for_run"], false, "{st:?}");
+    assert!(st.json()["started_at"].is_string(), "{st:?}");
+    assert_eq!(vars["lease_until"], st.json()["lease_until"], "the run's variables carry the run's lease");
+
+    // The tool finishes the door's record; the next delivery takes it over.
     let failed = p.invoke("event_complete", &creds, json!({"event_id": id, "attempt": 1, "status": "failed"})).await;
     assert!(failed.error.is_none(), "{failed:?}");
     let third = deliver(&p, &props, &id).await;
@@ -116,7 +133,7 @@ async fn race(url: &str, processes: usize, per_process: usize) {
     for _ in 0..processes {
         plugins.push(Arc::new(Plugin::spawn(&ENV).await));
     }
-    let props = json!({"kv_url": url});
+    let props = json!({"kv_url": url, "signature_scheme": "none"});
     let id = format!("race-{:x}", rand::random::<u64>());
     let mut tasks = vec![];
     for p in &plugins {
@@ -140,7 +157,7 @@ async fn race(url: &str, processes: usize, per_process: usize) {
 
 async fn store_down(url: &str) {
     let p = Plugin::spawn(&[]).await;
-    let c = deliver(&p, &json!({"kv_url": url}), "down-1").await;
+    let c = deliver(&p, &json!({"kv_url": url, "signature_scheme": "none"}), "down-1").await;
     assert_eq!(c["events"], json!([]), "a failure never starts a run");
     let (status, headers, body) = http(&c);
     assert_eq!((status, body["outcome"].as_str()), (503, Some("store_unavailable")), "{body}");
@@ -200,6 +217,7 @@ async fn a_request_line_too_long_to_hold_is_refused_with_413_not_an_error() {
     let c = chunk(&reply);
     assert_eq!((c["events"].clone(), http(c).0), (json!([]), 413));
     // The plugin keeps serving.
-    let after = chunk(&p.request(dispatch_data(json!({}), &raw_request(&[], "{}"))).await).clone();
+    let props = json!({"kv_url": "http://127.0.0.1:1", "signature_scheme": "none"});
+    let after = chunk(&p.request(dispatch_data(props, &raw_request(&[], "{}"))).await).clone();
     assert_eq!(http(&after).0, 400, "no id in the next delivery: {after}");
 }

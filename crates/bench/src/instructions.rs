@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::plugin::Plugin;
 use super::procs::TempDir;
-use super::workload::{event_ids, ingest_lines_from};
+use super::workload::{dispatch_lines, event_ids, ingest_lines_from, invoke_lines};
 
 /// Lines fed to the shorter and the longer replay, and sessions kept in flight.
 pub const SHORT: usize = 400;
@@ -52,6 +52,24 @@ impl Caller {
         match self {
             Caller::Workflow => (Some("bench-app"), None),
             Caller::Agent => (Some("bench-app"), Some("bench-message")),
+        }
+    }
+}
+
+/// The trigger's two calls: the claim at the door, and a run taking it.
+#[derive(Debug, Clone, Copy)]
+pub enum Door {
+    Dispatch,
+    Invoke,
+}
+
+impl Door {
+    pub const ALL: [Door; 2] = [Door::Dispatch, Door::Invoke];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Door::Dispatch => "trigger dispatch",
+            Door::Invoke => "trigger invoke",
         }
     }
 }
@@ -92,25 +110,94 @@ pub async fn measure(
     caller: Caller,
     run: &mut u32,
 ) -> anyhow::Result<Count> {
-    let mut totals = [0u64; 2];
-    for (total, n) in totals.iter_mut().zip([SHORT, LONG]) {
-        *run += 1;
-        let tag = format!("ir-{store}-{}-{n}-{run}", caller.name().replace(' ', "-"));
-        let out = keep.join(format!("{}-{}-{n}.callgrind", store, caller.name().replace(' ', "-")));
-        let wrapper: Vec<String> = ["valgrind", "--tool=callgrind", &format!("--callgrind-out-file={}", out.display())]
-            .map(str::to_owned)
-            .to_vec();
-        let mut p = Plugin::spawn(exe, &wrapper, &tmp.path().join(format!("{tag}.log"))).await?;
-        let (app, message) = caller.envelope();
-        let lines = ingest_lines_from(*run, url, &event_ids(&tag, n), app, message);
-        let m = p.run(*run, &lines, IN_FLIGHT, REPLAY_CAP, store_pid, "accepted").await?;
-        anyhow::ensure!(m.ops == n && m.unexpected == 0, "callgrind replay {tag}: {:?}", m.outcomes);
-        p.shutdown().await?;
-        let text = std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
-        *total = total_ir(&text).with_context(|| format!("no instruction total in {}", out.display()))?;
+    let (app, message) = caller.envelope();
+    let lines = |run: u32, ids: &[String]| ingest_lines_from(run, url, ids, app, message);
+    let replay = Replay { exe, tmp, keep, store, what: caller.name(), store_pid, expected: "accepted" };
+    replay.pair(run, lines).await
+}
+
+/// The trigger's dispatch (a new delivery claimed at the door) or invoke (a run taking a
+/// claim: its deliveries are dispatched first, outside callgrind), per call.
+#[allow(clippy::too_many_arguments)]
+pub async fn measure_door(
+    exe: &Path,
+    tmp: &TempDir,
+    keep: &Path,
+    store: &'static str,
+    url: &str,
+    store_pid: u32,
+    door: Door,
+    run: &mut u32,
+) -> anyhow::Result<Count> {
+    let expected = match door {
+        Door::Dispatch => "dispatched",
+        Door::Invoke => "invoked",
+    };
+    let replay = Replay { exe, tmp, keep, store, what: door.name(), store_pid, expected };
+    match door {
+        Door::Dispatch => replay.pair(run, |run, ids| dispatch_lines(run, url, ids)).await,
+        Door::Invoke => {
+            replay
+                .pair_after(run, |run, ids| dispatch_lines(run, url, ids), |run, ids| invoke_lines(run, url, ids))
+                .await
+        }
     }
-    let per_ingest = totals[1].saturating_sub(totals[0]) as f64 / (LONG - SHORT) as f64;
-    Ok(Count { store, caller: caller.name(), short_ir: totals[0], long_ir: totals[1], per_ingest })
+}
+
+/// Fresh plugin processes under callgrind, fed SHORT and LONG request lines of one kind.
+struct Replay<'a> {
+    exe: &'a Path,
+    tmp: &'a TempDir,
+    keep: &'a Path,
+    store: &'static str,
+    what: &'static str,
+    store_pid: u32,
+    /// The outcome every line must have.
+    expected: &'static str,
+}
+
+impl Replay<'_> {
+    async fn pair(&self, run: &mut u32, lines: impl Fn(u32, &[String]) -> Vec<Vec<u8>>) -> anyhow::Result<Count> {
+        self.pair_after(run, |_, _| Vec::new(), lines).await
+    }
+
+    /// Like [`Replay::pair`], each replay's ids first sent as `before` lines to a plugin
+    /// outside callgrind (to claim what the measured lines need).
+    async fn pair_after(
+        &self,
+        run: &mut u32,
+        before: impl Fn(u32, &[String]) -> Vec<Vec<u8>>,
+        lines: impl Fn(u32, &[String]) -> Vec<Vec<u8>>,
+    ) -> anyhow::Result<Count> {
+        let mut totals = [0u64; 2];
+        let label = self.what.replace(' ', "-");
+        for (total, n) in totals.iter_mut().zip([SHORT, LONG]) {
+            *run += 1;
+            let tag = format!("ir-{}-{label}-{n}-{run}", self.store);
+            let ids = event_ids(&tag, n);
+            let first = before(*run, &ids);
+            if !first.is_empty() {
+                let log = self.tmp.path().join(format!("{tag}-before.log"));
+                let mut p = Plugin::spawn(self.exe, &[], &log).await?;
+                p.run(*run, &first, IN_FLIGHT, REPLAY_CAP, self.store_pid, "dispatched").await?;
+                p.shutdown().await?;
+                *run += 1;
+            }
+            let out = self.keep.join(format!("{}-{label}-{n}.callgrind", self.store));
+            let wrapper: Vec<String> =
+                ["valgrind", "--tool=callgrind", &format!("--callgrind-out-file={}", out.display())]
+                    .map(str::to_owned)
+                    .to_vec();
+            let mut p = Plugin::spawn(self.exe, &wrapper, &self.tmp.path().join(format!("{tag}.log"))).await?;
+            let m = p.run(*run, &lines(*run, &ids), IN_FLIGHT, REPLAY_CAP, self.store_pid, self.expected).await?;
+            anyhow::ensure!(m.ops == n && m.unexpected == 0, "callgrind replay {tag}: {:?}", m.outcomes);
+            p.shutdown().await?;
+            let text = std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+            *total = total_ir(&text).with_context(|| format!("no instruction total in {}", out.display()))?;
+        }
+        let per_ingest = totals[1].saturating_sub(totals[0]) as f64 / (LONG - SHORT) as f64;
+        Ok(Count { store: self.store, caller: self.what, short_ir: totals[0], long_ir: totals[1], per_ingest })
+    }
 }
 
 /// The `Ir` total of a callgrind output file (its `totals:` line, or `summary:` in older ones).

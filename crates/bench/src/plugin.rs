@@ -222,7 +222,24 @@ fn session_line(line: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
 /// The `outcome` of a `json` chunk; other chunks (text, variables) give None.
 fn json_outcome(rest: &[u8]) -> Option<&str> {
     const JSON: &[u8] = b",\"data\":{\"type\":\"json\",\"message\":{\"json_object\":{\"outcome\":\"";
-    string_at(rest.strip_prefix(JSON)?)
+    string_at(rest.strip_prefix(JSON)?).or_else(|| trigger_outcome(rest))
+}
+
+/// A trigger chunk's outcome: `dispatched` (dispatch named the event: a run starts),
+/// `turned_away` (it named none), `invoked` or `cancelled` (invoke's answer).
+fn trigger_outcome(rest: &[u8]) -> Option<&'static str> {
+    let has = |needle: &[u8]| rest.windows(needle.len()).any(|w| w == needle);
+    if has(b"\"events\":[\"webhook_received\"]") {
+        Some("dispatched")
+    } else if has(b"\"events\":[]") {
+        Some("turned_away")
+    } else if has(b"\"cancelled\":false") {
+        Some("invoked")
+    } else if has(b"\"cancelled\":true") {
+        Some("cancelled")
+    } else {
+        None
+    }
 }
 
 fn error_type(rest: &[u8]) -> Option<&str> {

@@ -119,13 +119,14 @@ fn instruction_table(s: &mut String, r: &Results) {
     }
     let _ = writeln!(
         s,
-        "\nPlugin instructions per new event_ingest (user space, callgrind: fresh processes fed {SHORT} and {LONG} \
-         lines, {IN_FLIGHT} in flight, difference ÷ {}):\n",
+        "\nPlugin instructions per call: a new event_ingest by caller kind, and the trigger's dispatch (a new \
+         delivery claimed at the door) and invoke (a run taking that claim) (user space, callgrind: fresh \
+         processes fed {SHORT} and {LONG} lines, {IN_FLIGHT} in flight, difference ÷ {}):\n",
         LONG - SHORT
     );
     let _ = writeln!(
         s,
-        "| store | caller | instructions per ingest | main (2bde3f2) | vs main |\n|---|---|---:|---:|---:|"
+        "| store | call | instructions per call | main (2bde3f2) | vs main |\n|---|---|---:|---:|---:|"
     );
     for c in &r.instructions {
         let main = main_figure(c.store, c.caller);

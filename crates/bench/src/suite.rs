@@ -124,6 +124,13 @@ async fn instructions(
         eprintln!("  instr  {name:<9} {:<13} {:>9.0} instructions per ingest", count.caller, count.per_ingest);
         res.instructions.push(count);
     }
+    for door in super::instructions::Door::ALL {
+        let keep = &cfg.callgrind_dir;
+        let count =
+            super::instructions::measure_door(&cfg.plugin, tmp, keep, name, url, store_pid, door, run_id).await?;
+        eprintln!("  instr  {name:<9} {:<16} {:>9.0} instructions per call", count.caller, count.per_ingest);
+        res.instructions.push(count);
+    }
     Ok(())
 }
 

@@ -86,6 +86,69 @@ pub fn ingest_lines_from(
         .collect()
 }
 
+/// A GitHub-like delivery of id `id` (headers as Dify's WSGI server writes them), in hex as
+/// Dify hands it to the trigger.
+fn webhook_hex(i: usize, id: &str) -> String {
+    let body = payload(i);
+    let head = format!(
+        "POST /triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001 HTTP/1.1\r\nHost: dify\r\n\
+         Content-Type: application/json\r\nUser-Agent: GitHub-Hookshot/bench\r\nX-Github-Delivery: {id}\r\n\
+         X-Github-Event: push\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut out = String::with_capacity(2 * (head.len() + body.len()));
+    for b in head.bytes().chain(body.bytes()) {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// The trigger subscription the door lines use: unsigned GitHub ids, the bench's store.
+fn subscription(kv_url: &str) -> Value {
+    json!({"endpoint": "https://dify.example/triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001",
+           "expires_at": -1, "parameters": {},
+           "properties": {"kv_url": kv_url, "signature_scheme": "none", "event_type_header": "X-GitHub-Event",
+                          "lease_seconds": LEASE_SECONDS.to_string()}})
+}
+
+/// `dispatch_trigger_event` request lines: one new delivery each, as Dify sends them.
+pub fn dispatch_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let data = json!({
+                "action": "dispatch_trigger_event", "credential_type": "unauthorized", "credentials": {},
+                "provider": "stateful_trigger", "raw_http_request": webhook_hex(i, id),
+                "subscription": subscription(kv_url), "type": "trigger", "user_id": "",
+            });
+            request_line(&session_id(run, i), data).into_bytes()
+        })
+        .collect()
+}
+
+/// `invoke_trigger_event` request lines for deliveries already dispatched (attempt 1): the
+/// payload dispatch returns for them, as Dify hands it back.
+pub fn invoke_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let body: Value = serde_json::from_str(&payload(i)).expect("the bench's payload is JSON");
+            let payload = json!({
+                "delivery_id": id, "event_type": "push", "attempt": 1, "claimed_at": "2026-12-04 12:00:00 UTC",
+                "lease_until": "2026-12-04 12:01:00 UTC", "key": storage_key(None, id),
+                "headers": {"content-type": "application/json", "x-github-delivery": id, "x-github-event": "push"},
+                "content_type": "application/json", "body_text": payload(i), "body_json": body, "body_truncated": false,
+            });
+            let data = json!({
+                "action": "invoke_trigger_event", "credential_type": "unauthorized", "credentials": {},
+                "event": "webhook_received", "parameters": {}, "payload": payload, "provider": "stateful_trigger",
+                "raw_http_request": "", "subscription": subscription(kv_url), "type": "trigger", "user_id": "",
+            });
+            request_line(&session_id(run, i), data).into_bytes()
+        })
+        .collect()
+}
+
 /// `event_status` request lines.
 pub fn status_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
     ids.iter()
@@ -121,6 +184,7 @@ pub fn record_value(id: &str) -> Vec<u8> {
         result: None,
         claim_id: new_claim_id(),
         run_id: None,
+        door: None,
     }
     .to_bytes()
 }

@@ -17,6 +17,7 @@ impl Clock {
     pub fn system() -> Self {
         Clock { offset_ms: 0, manual: None }
     }
+    #[cfg(test)]
     pub(crate) fn with_offset(offset_ms: i64) -> Self {
         Clock { offset_ms, manual: None }
     }

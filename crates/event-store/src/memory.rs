@@ -15,7 +15,8 @@ struct StoredValue {
 }
 
 /// A mutex-guarded map with the same atomicity as the real backends. Its "store clock" is
-/// the real wall clock plus `store_skew_ms`, so tests can skew host and store apart.
+/// the host clock it was given (a test's manual clock moves it too) plus `store_skew_ms`, so
+/// tests can skew host and store apart.
 pub struct MemoryStore {
     map: Mutex<(HashMap<String, StoredValue>, u64)>,
     clock: StoreClock,
@@ -31,7 +32,7 @@ impl MemoryStore {
     }
 
     fn store_now(&self) -> i64 {
-        Clock::with_offset(self.store_skew_ms).now_ms()
+        self.clock.host().now_ms() + self.store_skew_ms
     }
 
     /// Refuses a write whose deadline has passed by this store's clock.

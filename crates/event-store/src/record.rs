@@ -48,6 +48,30 @@ pub struct Record {
     /// call of the same run finding its claim still `processing` is that run's retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// Set when the trigger's door made this claim: a reservation until a workflow run takes
+    /// it (Dify's `invoke_trigger_event`). Absent for the tools' own claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door: Option<DoorClaim>,
+}
+
+/// What became of a claim made at the trigger's door. Until a run takes it, its lease is the
+/// subscription's start window; a delivery after that window takes the event over
+/// (`never_started`), as after any expired lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DoorClaim {
+    /// When the first workflow run took this attempt (absent: no run has started yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// Workflow runs started for this attempt: one per subscribed workflow (Dify's fan-out).
+    #[serde(default)]
+    pub runs: u32,
+}
+
+impl DoorClaim {
+    /// True while no workflow run has taken the claim.
+    pub fn waiting(&self) -> bool {
+        self.started_at.is_none()
+    }
 }
 
 impl Record {
@@ -99,6 +123,17 @@ impl Record {
             o.extend_from_slice(b",\"run_id\":");
             write_str(o, run);
         }
+        if let Some(door) = &self.door {
+            o.extend_from_slice(b",\"door\":{");
+            if let Some(at) = &door.started_at {
+                o.extend_from_slice(b"\"started_at\":");
+                write_str(o, at);
+                o.push(b',');
+            }
+            o.extend_from_slice(b"\"runs\":");
+            put_int(o, door.runs.into());
+            o.push(b'}');
+        }
         o.push(b'}');
         out
     }
@@ -120,6 +155,11 @@ impl Record {
     /// True when a lease was set and the store's clock has reached it.
     pub fn lease_expired(&self, store_now_ms: i64) -> bool {
         self.lease_until_ms.is_some_and(|until| store_now_ms >= until)
+    }
+
+    /// True while the record is a door claim that no workflow run has taken yet.
+    pub fn waiting_for_run(&self) -> bool {
+        self.status == Status::Processing && self.door.as_ref().is_some_and(DoorClaim::waiting)
     }
 }
 
@@ -282,8 +322,10 @@ mod tests {
             result: Some(String::new()),
             claim_id: new_claim_id(),
             run_id: Some("run \"1\"".into()),
+            door: Some(DoorClaim { started_at: Some(odd.into()), runs: 2 }),
         };
         let mut variants = vec![base.clone()];
+        variants.push(Record { door: Some(DoorClaim::default()), ..base.clone() });
         for status in [Status::Completed, Status::Failed] {
             variants.push(Record {
                 status,
@@ -292,6 +334,7 @@ mod tests {
                 completed_at: None,
                 result: None,
                 run_id: None,
+                door: None,
                 attempt: u32::MAX,
                 claim_id: String::new(),
                 ..base.clone()
@@ -362,6 +405,7 @@ mod tests {
             result: None,
             claim_id: new_claim_id(),
             run_id: None,
+            door: None,
         };
         assert_eq!(Record::from_bytes(&r.to_bytes()).unwrap(), r);
         assert!(r.lease_expired(10) && !r.lease_expired(9));

@@ -20,3 +20,4 @@ pub mod redis;
 pub mod redis_ha;
 pub mod redis_tls;
 pub mod scenarios;
+pub mod store_time;

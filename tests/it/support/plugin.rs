@@ -42,6 +42,10 @@ impl Reply {
     pub fn message(&self) -> &str {
         self.error.as_ref().and_then(|e| e["message"].as_str()).unwrap_or("")
     }
+    /// The `text` message's sentence ("" when there is none).
+    pub fn text(&self) -> &str {
+        self.chunks.iter().find(|c| c["type"] == "text").and_then(|c| c["message"]["text"].as_str()).unwrap_or("")
+    }
 }
 
 pub struct Plugin {

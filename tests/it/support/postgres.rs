@@ -88,6 +88,8 @@ pub struct PgServer {
     pub port: u16,
     dir: tempfile::TempDir,
     settings: Vec<String>,
+    /// Extra environment of the server processes (e.g. a [`super::store_time::StoreTime`]).
+    env: Vec<(&'static str, String)>,
 }
 
 impl PgServer {
@@ -103,7 +105,15 @@ impl PgServer {
         let out = Command::new("cp").arg("-a").arg(template()).arg(dir.path().join("data")).output().unwrap();
         assert!(out.status.success(), "copying the template: {}", String::from_utf8_lossy(&out.stderr));
         prepare(&dir.path().join("data"));
-        Self::launch(dir, settings)
+        Self::launch(dir, settings, vec![])
+    }
+
+    /// Like [`PgServer::start`], every server process with `env` added.
+    pub fn start_with_env(settings: &[&str], env: Vec<(&'static str, String)>) -> PgServer {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("cp").arg("-a").arg(template()).arg(dir.path().join("data")).output().unwrap();
+        assert!(out.status.success(), "copying the template: {}", String::from_utf8_lossy(&out.stderr));
+        Self::launch(dir, settings, env)
     }
 
     /// A streaming standby of `primary` (pg_basebackup), reporting itself as `name`, with
@@ -136,14 +146,14 @@ impl PgServer {
             "primary_conninfo=host=127.0.0.1 port={} user={ADMIN} password={ADMIN_PASSWORD} application_name={name}",
             primary.port
         );
-        Self::launch(dir, &[&[conninfo.as_str()], settings].concat())
+        Self::launch(dir, &[&[conninfo.as_str()], settings].concat(), vec![])
     }
 
-    fn launch(dir: tempfile::TempDir, settings: &[&str]) -> PgServer {
+    fn launch(dir: tempfile::TempDir, settings: &[&str], env: Vec<(&'static str, String)>) -> PgServer {
         give(dir.path());
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let settings = settings.iter().map(|s| s.to_string()).collect();
-        let mut s = PgServer { child: None, port, dir, settings };
+        let mut s = PgServer { child: None, port, dir, settings, env };
         s.spawn();
         s
     }
@@ -153,7 +163,15 @@ impl PgServer {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = server_command(bin("postgres"));
+        // Extra environment is set by `env` after the switch to the postgres user, so that a
+        // preloaded library (libfaketime) starts in the server, not in setpriv as root.
+        let mut cmd = if self.env.is_empty() {
+            server_command(bin("postgres"))
+        } else {
+            let mut c = server_command("/usr/bin/env".into());
+            c.args(self.env.iter().map(|(k, v)| format!("{k}={v}"))).arg(bin("postgres"));
+            c
+        };
         cmd.arg("-D").arg(self.data()).args(["-p", &self.port.to_string()]);
         // No fsync: the tests kill processes, not machines; the page cache survives a kill -9.
         for s in ["listen_addresses=127.0.0.1", "unix_socket_directories=", "fsync=off", "max_connections=200"]

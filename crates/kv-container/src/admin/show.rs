@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::source::Item;
 use event_store::key::parse_storage_key;
-use event_store::record::{format_time, Record};
+use event_store::record::{format_time, Record, Status};
 
 /// `6d23h59m`, `42s`, `850ms`.
 pub(crate) fn duration(ms: i64) -> String {
@@ -75,6 +75,18 @@ pub(crate) fn table(items: &[Item]) -> String {
     out
 }
 
+/// The lease line: the end of a running lease, or why there is none.
+fn lease_text(r: &Record, now_ms: i64) -> String {
+    match (r.lease_until_ms, r.status) {
+        (Some(until), _) if r.waiting_for_run() => {
+            format!("until {} ({}; the start window of a claim no run took yet)", format_time(until), lease(r, now_ms))
+        }
+        (Some(until), _) => format!("until {} ({})", format_time(until), lease(r, now_ms)),
+        (None, Status::Processing) => "none (stays processing until completed)".to_owned(),
+        (None, status) => format!("none (the run is over: {})", status.as_str()),
+    }
+}
+
 /// Every field of one record, one per line; a value that is not an event record is printed raw.
 pub(crate) fn detail(item: &Item) -> String {
     let mut out = String::new();
@@ -93,11 +105,14 @@ pub(crate) fn detail(item: &Item) -> String {
             field("attempt", &r.attempt.to_string());
             field("received_at", &r.received_at);
             field("updated_at", &r.updated_at);
-            let lease_text = match r.lease_until_ms {
-                Some(until) => format!("until {} ({})", format_time(until), lease(&r, item.now_ms)),
-                None => "none (stays processing until completed)".to_owned(),
-            };
-            field("lease", &lease_text);
+            field("lease", &lease_text(&r, item.now_ms));
+            if let Some(door) = &r.door {
+                let text = match &door.started_at {
+                    None => "claimed at the door, no run started".to_owned(),
+                    Some(at) => format!("claimed at the door, taken by a run at {at} ({} run(s) started)", door.runs),
+                };
+                field("trigger", &text);
+            }
             field("completed_at", r.completed_at.as_deref().unwrap_or("-"));
             field("result", r.result.as_deref().unwrap_or("-"));
             field("fingerprint", &r.fingerprint);

@@ -8,6 +8,8 @@
 //! other fingerprint = conflict; a stored record that failed or whose lease ran out (by
 //! this server's clock) = not a duplicate, the client will claim it again with an
 //! `If-Match` swap to a `processing` record, counted as reclaimed; otherwise a duplicate.
+//! The trigger's swap that records a workflow run taking a door claim (`door.started_at`
+//! set) is no claim: the claim was counted when the door made it.
 //! Values that are not event records (another client) count as `other`.
 
 use std::borrow::Cow;
@@ -28,6 +30,15 @@ struct Fields<'a> {
     claim_id: Cow<'a, str>,
     #[serde(default)]
     lease_until_ms: Option<i64>,
+    #[serde(default)]
+    door: Option<Door>,
+}
+
+/// The part of a door claim's record that tells a run's start from a claim.
+#[derive(Deserialize)]
+struct Door {
+    #[serde(default)]
+    started_at: Option<serde::de::IgnoredAny>,
 }
 
 fn fields(value: &[u8]) -> Option<Fields<'_>> {
@@ -43,9 +54,9 @@ pub(crate) fn classify(pre: Precondition, sent: &[u8], outcome: &WriteOutcome, n
             refused(sent, &stored.value, now_ms)
         }
         (Precondition::IfAbsent, WriteOutcome::PreconditionFailed(None)) => Some(Claim::Other),
-        (Precondition::IfRev(_), WriteOutcome::Replaced(_)) => {
-            fields(sent).filter(|f| f.status == "processing").map(|_| Claim::Reclaimed)
-        }
+        (Precondition::IfRev(_), WriteOutcome::Replaced(_)) => fields(sent)
+            .filter(|f| f.status == "processing" && !f.door.as_ref().is_some_and(|d| d.started_at.is_some()))
+            .map(|_| Claim::Reclaimed),
         _ => None,
     }
 }
