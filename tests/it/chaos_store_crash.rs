@@ -10,10 +10,10 @@
 //! acknowledged writes on a crash).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::support::kv::KvServer;
-use crate::support::load::{check_calls, event, Load};
+use crate::support::load::{check_calls, event, Call, Load};
 use crate::support::plugin::{creds, Plugin};
 use crate::support::redis::RedisServer;
 use serde_json::json;
@@ -22,11 +22,10 @@ use stateful_tool::store::record::{Record, Status};
 
 const PROCESSES: usize = 3;
 const SESSIONS: usize = 16;
-/// Load before the crash, outage, load after the restart.
-const BEFORE: Duration = Duration::from_millis(1500);
-/// Longer than the plugin's store timeout, so calls start and end within it.
-const OUTAGE: Duration = Duration::from_millis(2500);
-const AFTER: Duration = Duration::from_millis(1500);
+/// How many calls each phase waits for (claims accepted before the crash, calls answered
+/// while the store is down, claims accepted after the restart): as many as there are
+/// sessions, so each phase runs under the whole load however long a loaded machine takes.
+const PER_PHASE: usize = PROCESSES * SESSIONS;
 
 async fn plugins() -> Vec<Arc<Plugin>> {
     let mut ps = vec![];
@@ -34,6 +33,33 @@ async fn plugins() -> Vec<Arc<Plugin>> {
         ps.push(Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "1000")]).await));
     }
     ps
+}
+
+/// Runs the load through a crash of `store` and its restart, each phase ended by what happened
+/// in it rather than by a stretch of time. Returns when the store was down (from the kill to
+/// the restart) and when it was back.
+async fn crash_and_restart<S>(
+    load: &Load,
+    store: &mut S,
+    kill: fn(&mut S),
+    restart: fn(&mut S),
+) -> ((Instant, Instant), Instant) {
+    let accepted_since = |t: Option<Instant>, calls: &[Call]| {
+        calls.iter().filter(|c| c.outcome == "accepted" && t.is_none_or(|t| c.started > t)).count()
+    };
+    load.wait_for("claims accepted before the crash", PER_PHASE, |calls| accepted_since(None, calls)).await;
+    kill(store);
+    let down = Instant::now();
+    // Calls that start and end while the store is down (check_calls: all upstream_error).
+    load.wait_for("calls answered while the store is down", PER_PHASE, |calls| {
+        calls.iter().filter(|c| c.started > down).count()
+    })
+    .await;
+    let back = Instant::now();
+    restart(store);
+    let restarted = Instant::now();
+    load.wait_for("claims accepted after the restart", PER_PHASE, |calls| accepted_since(Some(restarted), calls)).await;
+    ((down, back), restarted)
 }
 
 /// A stored value must be one whole record of this id: a claim in progress, or a claim whose
@@ -51,7 +77,7 @@ fn assert_whole_record(id: &str, raw: &[u8]) -> Record {
 async fn verify<F, Fut>(
     plugin: &Plugin,
     url: &str,
-    calls: &[crate::support::load::Call],
+    calls: &[Call],
     ids: &[String],
     outage: (Instant, Instant),
     restarted: Instant,
@@ -123,22 +149,15 @@ async fn kv_container_kill9_under_load_loses_no_accepted_event() {
     let url = kv.url();
     let ps = plugins().await;
     let load = Load::start(&ps, &creds(&url), SESSIONS, &format!("kv9-{:x}", rand::random::<u32>()));
-    tokio::time::sleep(BEFORE).await;
-    kv.kill9();
-    let down = Instant::now();
-    tokio::time::sleep(OUTAGE).await;
-    let back = Instant::now();
     // Same address and data directory: the plugins keep their kv_url.
-    kv.restart();
-    let restarted = Instant::now();
-    tokio::time::sleep(AFTER).await;
+    let (outage, restarted) = crash_and_restart(&load, &mut kv, KvServer::kill9, KvServer::restart).await;
     let (calls, ids) = load.stop().await;
     let http = reqwest::Client::new();
     let read = |id: String| {
         let (http, url) = (http.clone(), url.clone());
         async move { crate::support::kv::raw_event(&http, &url, &id).await }
     };
-    let held = verify(&ps[0], &url, &calls, &ids, (down, back), restarted, read).await;
+    let held = verify(&ps[0], &url, &calls, &ids, outage, restarted, read).await;
     // And nothing but those records is on disk.
     kv.terminate();
     let inv = stateful_tool::kv_server::inventory(dir.path()).unwrap();
@@ -151,14 +170,7 @@ async fn redis_restart_under_load_loses_no_accepted_event() {
     let url = r.url();
     let ps = plugins().await;
     let load = Load::start(&ps, &creds(&url), SESSIONS, &format!("rd9-{:x}", rand::random::<u32>()));
-    tokio::time::sleep(BEFORE).await;
-    r.kill9();
-    let down = Instant::now();
-    tokio::time::sleep(OUTAGE).await;
-    let back = Instant::now();
-    r.relaunch();
-    let restarted = Instant::now();
-    tokio::time::sleep(AFTER).await;
+    let (outage, restarted) = crash_and_restart(&load, &mut r, RedisServer::kill9, RedisServer::relaunch).await;
     let (calls, ids) = load.stop().await;
     let client = r.client();
     let read = |id: String| {
@@ -170,6 +182,6 @@ async fn redis_restart_under_load_loses_no_accepted_event() {
             v
         }
     };
-    let held = verify(&ps[0], &url, &calls, &ids, (down, back), restarted, read).await;
+    let held = verify(&ps[0], &url, &calls, &ids, outage, restarted, read).await;
     assert_eq!(r.keys("*").len(), held, "nothing but whole event records in Redis");
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
@@ -27,12 +27,18 @@ pub fn event(id: &str) -> Value {
     json!({"event_id": id, "event_type": "created", "payload": format!("{{\"id\":\"{id}\"}}")})
 }
 
+/// How long [`Load::wait_for`] waits without its count growing before it calls the load stuck:
+/// a hang, not a slow machine.
+const STALL: Duration = Duration::from_secs(120);
+
 /// Workers that keep calling `event_ingest` until stopped: mostly new ids, and about one call
 /// in five a redelivery of an id issued before.
 pub struct Load {
     stop: Arc<AtomicBool>,
-    workers: Vec<JoinHandle<Vec<Call>>>,
+    workers: Vec<JoinHandle<()>>,
     issued: Arc<Mutex<Vec<String>>>,
+    /// Every call finished so far, in the order they finished.
+    finished: Arc<Mutex<Vec<Call>>>,
 }
 
 impl Load {
@@ -40,14 +46,14 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicU64::new(0));
         let issued: Arc<Mutex<Vec<String>>> = Arc::default();
+        let finished: Arc<Mutex<Vec<Call>>> = Arc::default();
         let mut workers = vec![];
         for p in plugins {
             for _ in 0..sessions_per_plugin {
-                let (p, creds, stop, next, issued) =
-                    (p.clone(), creds.clone(), stop.clone(), next.clone(), issued.clone());
+                let (p, creds, stop, next, issued, calls) =
+                    (p.clone(), creds.clone(), stop.clone(), next.clone(), issued.clone(), finished.clone());
                 let tag = tag.to_owned();
                 workers.push(tokio::spawn(async move {
-                    let mut calls = vec![];
                     while !stop.load(Ordering::SeqCst) {
                         let id = {
                             let mut ids = issued.lock().unwrap();
@@ -63,26 +69,45 @@ impl Load {
                         let r = p.invoke("event_ingest", &creds, event(&id)).await;
                         let attempt = r.error.is_none().then(|| r.json()["attempt"].as_u64()).flatten();
                         let failed = r.error.is_some();
-                        calls.push(Call { id, started, ended: Instant::now(), outcome: r.outcome(), attempt });
+                        let call = Call { id, started, ended: Instant::now(), outcome: r.outcome(), attempt };
+                        calls.lock().unwrap().push(call);
                         if failed {
                             // A sender backs off after an error instead of spinning.
-                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
                         }
                     }
-                    calls
                 }));
             }
         }
-        Load { stop, workers, issued }
+        Load { stop, workers, issued, finished }
+    }
+
+    /// Waits until `count` over the calls finished so far reaches `target`. The phases of a
+    /// crash test are events (so many claims accepted, so many calls answered while the store
+    /// was down), not stretches of time: a loaded machine only makes them later. Fails when
+    /// the count has not grown for [`STALL`].
+    pub async fn wait_for(&self, what: &str, target: usize, count: impl Fn(&[Call]) -> usize) {
+        let (mut last, mut grew) = (0, Instant::now());
+        loop {
+            let n = count(&self.finished.lock().unwrap());
+            if n >= target {
+                return;
+            }
+            if n > last {
+                (last, grew) = (n, Instant::now());
+            }
+            assert!(grew.elapsed() < STALL, "{what}: stuck at {n} of {target} for {STALL:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Stops the workers and returns every call they made, and every id they issued.
     pub async fn stop(self) -> (Vec<Call>, Vec<String>) {
         self.stop.store(true, Ordering::SeqCst);
-        let mut calls = vec![];
         for w in self.workers {
-            calls.extend(w.await.unwrap());
+            w.await.unwrap();
         }
+        let calls = std::mem::take(&mut *self.finished.lock().unwrap());
         let ids = self.issued.lock().unwrap().clone();
         (calls, ids)
     }
