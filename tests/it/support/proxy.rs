@@ -57,6 +57,8 @@ struct Shared {
     /// Of those, the requests the fault itself held (not the ones queued behind them).
     held_forwarded: AtomicUsize,
     connections: AtomicUsize,
+    /// Connections the store has closed (its answers ended).
+    store_closed: AtomicUsize,
     stop: AtomicBool,
     sockets: Mutex<Vec<TcpStream>>,
 }
@@ -83,6 +85,7 @@ impl Proxy {
             released: AtomicUsize::new(0),
             held_forwarded: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
+            store_closed: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             sockets: Mutex::new(vec![]),
         });
@@ -106,7 +109,11 @@ impl Proxy {
                 let (c2, s2, m2, sh2) =
                     (client.try_clone().unwrap(), store.try_clone().unwrap(), mode.clone(), s.clone());
                 std::thread::spawn(move || requests(c2, s2, m2, sh2));
-                std::thread::spawn(move || answers(store, client, mode));
+                let sh3 = s.clone();
+                std::thread::spawn(move || {
+                    answers(store, client, mode);
+                    sh3.store_closed.fetch_add(1, Ordering::SeqCst);
+                });
             }
         });
         Proxy { addr, shared }
@@ -154,6 +161,12 @@ impl Proxy {
     /// Connections accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Connections whose answers have ended so far: the store closed them (or a `Cut` did), so
+    /// it is done with every request they carried.
+    pub fn store_closed(&self) -> usize {
+        self.shared.store_closed.load(Ordering::SeqCst)
     }
 }
 
@@ -283,6 +296,9 @@ fn queued_trigger(fault: &Fault) -> Option<&'static [u8]> {
 /// Store → client: forwards, holds or swallows according to the connection's mode.
 fn answers(mut store: TcpStream, mut client: TcpStream, mode: Arc<Mutex<Mode>>) {
     let mut buf = vec![0u8; 64 * 1024];
+    // Once the client is gone, the store's answers are read and dropped until it closes, so
+    // the end of this function is the store being done with the connection.
+    let mut client_gone = false;
     loop {
         let n = match store.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -308,9 +324,7 @@ fn answers(mut store: TcpStream, mut client: TcpStream, mode: Arc<Mutex<Mode>>) 
                 }
             }
         };
-        if client.write_all(&out).is_err() {
-            break;
-        }
+        client_gone = client_gone || client.write_all(&out).is_err();
     }
     let _ = client.shutdown(Shutdown::Write);
 }
