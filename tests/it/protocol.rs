@@ -1,6 +1,10 @@
 //! The real binary over real pipes: concurrency, heartbeats, EOF, EPIPE, abuse.
 
+use std::io::Read;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::fake::silent_store;
@@ -9,30 +13,86 @@ use crate::support::plugin::{creds, request_line, Plugin, BIN};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+/// Longer than anything here takes on a loaded machine: a bound that only catches a hang.
+const HANG: Duration = Duration::from_secs(120);
+
+/// A store that takes connections and answers nothing until released, then closes them and
+/// every later one at once: a store slower than the test, whose slowness ends on cue.
+struct HeldStore {
+    port: u16,
+    received: Arc<AtomicUsize>,
+    /// The held connections; `None` once released.
+    held: Arc<Mutex<Option<Vec<TcpStream>>>>,
+}
+
+impl HeldStore {
+    fn start() -> HeldStore {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (received, held) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Some(vec![]))));
+        let (r, h) = (received.clone(), held.clone());
+        std::thread::spawn(move || {
+            for mut c in l.incoming().flatten() {
+                match h.lock().unwrap().as_mut() {
+                    Some(held) => held.push(c.try_clone().unwrap()),
+                    None => continue, // released: closed at once
+                }
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = c.read(&mut buf) {
+                        r.fetch_add(n, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        HeldStore { port, received, held }
+    }
+
+    /// Bytes of requests received so far.
+    fn received(&self) -> usize {
+        self.received.load(Ordering::SeqCst)
+    }
+
+    fn release(&self) {
+        for c in self.held.lock().unwrap().take().unwrap() {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_store_never_blocks_other_sessions() {
     let kv = ScratchKv::start();
-    let p = std::sync::Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "3000")]).await);
-    let slow_url = format!("http://127.0.0.1:{}", silent_store());
+    // The store timeout is a hang bound: the slow call ends when the test releases its store.
+    let p = Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "120000")]).await);
+    let store = HeldStore::start();
+    let slow_url = format!("http://127.0.0.1:{}", store.port);
     let p2 = p.clone();
     let slow = tokio::spawn(async move {
-        let r = p2.invoke("event_ingest", &creds(&slow_url), json!({"event_id": "S", "event_type": "created"})).await;
-        (Instant::now(), r)
+        p2.invoke("event_ingest", &creds(&slow_url), json!({"event_id": "S", "event_type": "created"})).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The slow session's request is at its store, unanswered, before the fast one is sent.
+    let start = Instant::now();
+    while store.received() == 0 {
+        assert!(start.elapsed() < HANG, "the slow session never reached its store");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A plugin that served sessions one at a time would never answer this one (the slow
+    // store only answers once it has).
     let fast = p.invoke("event_ingest", &creds(&kv.url()), json!({"event_id": "F", "event_type": "created"})).await;
-    let fast_done = Instant::now();
     assert_eq!(fast.outcome(), "accepted");
-    let (slow_done, slow) = slow.await.unwrap();
+    assert!(!slow.is_finished(), "the slow session was still waiting when the fast one finished");
+    store.release();
+    let slow = slow.await.unwrap();
     assert_eq!(slow.error_type(), Some("upstream_error"), "{slow:?}");
-    assert!(fast_done < slow_done, "the fast session finished while the slow one was still waiting");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heartbeats_repeat_while_idle() {
     let p = Plugin::spawn(&[("STATEFUL_TOOL_HEARTBEAT_MS", "50")]).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while p.heartbeats.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+    let deadline = Instant::now() + HANG;
+    while p.heartbeats.load(Ordering::SeqCst) < 4 {
         assert!(Instant::now() < deadline, "heartbeats stopped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -97,7 +157,7 @@ async fn stdout_closed_makes_the_plugin_exit() {
             break;
         }
     }
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("plugin exits").unwrap();
+    let status = tokio::time::timeout(HANG, child.wait()).await.expect("plugin exits").unwrap();
     assert!(!status.success(), "a broken stdout is not a clean exit: {status:?}");
 }
 
