@@ -162,11 +162,40 @@ async fn idle_keep_alive_and_partial_heads_are_closed_by_the_timeouts() {
     assert_eq!(healthz(&client, &server).await, 200);
 }
 
+/// Waits until the server has read every byte sent to it on at least `n` established
+/// connections: none has unread bytes in its receive queue (`/proc/net/tcp`). Fails only when
+/// that stops changing for [`CLOSE_DEADLINE`].
+fn wait_until_read(server: SocketAddr, n: usize) {
+    let table = if server.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+    let port = format!(":{:04X}", server.port());
+    let (mut seen, mut changed) = ((0, 0), Instant::now());
+    loop {
+        let (mut conns, mut unread) = (0usize, 0u64);
+        for line in std::fs::read_to_string(table).unwrap().lines().skip(1) {
+            // sl local_address rem_address st tx_queue:rx_queue …; st 01 is ESTABLISHED.
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f[1].ends_with(&port) && f[3] == "01" {
+                conns += 1;
+                unread += u64::from_str_radix(f[4].split_once(':').unwrap().1, 16).unwrap();
+            }
+        }
+        if conns >= n && unread == 0 {
+            return;
+        }
+        if (conns, unread) != seen {
+            (seen, changed) = ((conns, unread), Instant::now());
+        }
+        assert!(changed.elapsed() < CLOSE_DEADLINE, "{conns} connections, {unread} bytes unread");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn partial_heads_do_not_pin_memory() {
     ensure_fd_limit(2048);
     let dir = tempfile::tempdir().unwrap();
-    let server = KvServer::start(dir.path(), &[]);
+    // The header timeout far past the test: the heads stay held until measured.
+    let server = KvServer::start(dir.path(), &["--header-timeout-ms", "600000"]);
     let before = status_kib(server.pid(), "VmHWM:");
     // 600 heads of ~15 KiB each (just under the 16 KiB head limit), never finished.
     let line = format!("X-Pad: {}\r\n", "p".repeat(1000));
@@ -180,7 +209,8 @@ fn partial_heads_do_not_pin_memory() {
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // The peak is read once the server holds every head, however long a loaded machine takes.
+    wait_until_read(server.addr(), held.len());
     let after = status_kib(server.pid(), "VmHWM:");
     eprintln!("kv VmHWM {before} KiB before, {after} KiB with 600 partial 15 KiB heads held");
     // Unbounded, this was ~250 KiB per connection (150 MB); bounded it is the head buffer.

@@ -178,7 +178,7 @@ async fn no_credential_reaches_a_log_or_an_answer() {
     let debug = [("STATEFUL_TOOL_LOG", "debug"), ("STATEFUL_TOOL_STORE_TIMEOUT_MS", "1000")];
     let kv = KvServer::start_logged(data.path(), &["--token", KV_SECRET], &debug, &kv_log);
     let redis = RedisServer::start(&["--requirepass", REDIS_SECRET]);
-    let p = Plugin::spawn_logged(&debug, &plugin_log).await;
+    let mut p = Plugin::spawn_logged(&debug, &plugin_log).await;
     let closed = crate::support::fake::closed_port();
     let kv_good = json!({"kv_url": kv.url(), "kv_token": KV_SECRET});
     let kv_wrong = json!({"kv_url": kv.url(), "kv_token": format!("{KV_SECRET}x")});
@@ -210,9 +210,11 @@ async fn no_credential_reaches_a_log_or_an_answer() {
     assert_eq!(p.request(json!({"type": "tool", "action": "nope"})).await.error_type(), Some("param_invalid"));
     // Under the daemon the plugin logs as protocol `log` events; stderr has the rest.
     let events = p.logs.lock().unwrap().join("\n");
-    drop(p);
+    // The plugin ends at the end of its input, its log written whole; the container is
+    // killed and reaped.
+    p.close_stdin().await;
+    tokio::time::timeout(Duration::from_secs(120), p.child.wait()).await.expect("the plugin exits").unwrap();
     drop(kv);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let plugin_text = std::fs::read_to_string(&plugin_log).unwrap() + &events;
     let kv_text = std::fs::read_to_string(&kv_log).unwrap();
     assert!(plugin_text.contains("DEBUG"), "debug logging was on in the plugin:\n{plugin_text}");
