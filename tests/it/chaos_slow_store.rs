@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 
 /// The plugin's per-call store timeout in these tests: the held answers wait past it.
 const TIMEOUT_MS: &str = "1200";
+/// A bound that only catches a hang, far past anything a loaded machine takes.
+const HANG: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Backend {
@@ -220,24 +222,30 @@ async fn silent_connection_neither_double_accepts_nor_wedges(backend: Backend) {
     assert!(["accepted", "error:upstream_error"].contains(&first_outcome.as_str()), "{first:?}");
     let mut answers = vec![first];
 
-    // Redeliveries until well past the lease.
-    let deadline = Instant::now() + Duration::from_millis(4500);
-    while Instant::now() < deadline {
+    // Redeliveries until the abandoned claim is taken over once its lease ran out (not lost),
+    // then three more: not wedged, those answers come from the store again. However slow the
+    // machine, only a plugin stuck behind the silent connection or a lease that never ends
+    // keeps attempt 2 away for the hang bound.
+    let start = Instant::now();
+    let reclaimed = |a: &Reply| a.outcome() == "accepted" && a.json()["attempt"] == 2;
+    while !answers.iter().any(reclaimed) {
+        let outcomes: Vec<String> = answers.iter().map(Reply::outcome).collect();
+        assert!(start.elapsed() < HANG, "the abandoned claim was never re-claimed: {outcomes:?}");
         answers.push(p.invoke("event_ingest", &c, ev.clone()).await);
         tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    for _ in 0..3 {
+        answers.push(p.invoke("event_ingest", &c, ev.clone()).await);
     }
     assert_never_accepted_twice(&answers);
     let outcomes: Vec<String> = answers.iter().map(Reply::outcome).collect();
     eprintln!("{backend:?}: outcomes through a silent connection: {outcomes:?}");
-    // Not wedged: the last answers come from the store again.
     assert!(
         outcomes.iter().rev().take(3).all(|o| o != "error:upstream_error"),
         "the plugin stayed stuck behind the silent connection: {outcomes:?}"
     );
-    // Not lost: the claim is accepted once per attempt, and attempt 2 takes over after the lease.
     let attempts: Vec<u64> =
         answers.iter().filter(|a| a.outcome() == "accepted").map(|a| a.json()["attempt"].as_u64().unwrap()).collect();
-    assert!(attempts.contains(&2), "the abandoned claim was re-claimed after its lease: {outcomes:?}");
     let st = p.invoke("event_status", &c, json!({"event_id": id})).await;
     assert_eq!(st.json()["status"], "processing");
     assert_eq!(st.json()["attempt"].as_u64(), attempts.iter().max().copied());

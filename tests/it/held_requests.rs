@@ -16,6 +16,8 @@ use crate::support::proxy::Fault;
 /// The plugin's store timeout here; every hold outlasts it.
 const TIMEOUT_MS: &str = "1000";
 const HOLD: Duration = Duration::from_millis(1500);
+/// How long a held request may take to reach the store: a bound that only catches a hang.
+const HANG: Duration = Duration::from_secs(120);
 
 fn held(trigger: &'static [u8], cut_after: Option<Duration>) -> Fault {
     Fault::HoldRequest { trigger, times: 1, hold: HOLD, cut_after, queue: true }
@@ -51,7 +53,7 @@ async fn held_reclaim_never_lands(backend: Backend) {
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!(proxy.fired(), 1, "the re-claim was held");
     let landed = final_failure_or_own_claim(&first);
-    proxy.until_released(1, Duration::from_secs(5)).await;
+    proxy.until_released(1, HANG).await;
     let next = p.invoke("event_ingest", &c, ev).await;
     let expected = if landed { "duplicate" } else { "accepted" };
     assert_eq!((next.outcome().as_str(), next.json()["attempt"].as_u64()), (expected, Some(2)), "{next:?}");
@@ -72,7 +74,7 @@ async fn claim_held_across_a_reconnect_never_lands(backend: Backend) {
     assert_eq!(proxy.fired(), 1, "the claim was held");
     assert!(proxy.connections() >= 2, "the plugin reconnected");
     let landed = final_failure_or_own_claim(&first);
-    proxy.until_released(1, Duration::from_secs(5)).await;
+    proxy.until_released(1, HANG).await;
     let next = p.invoke("event_ingest", &c, ev).await;
     let expected = if landed { "duplicate" } else { "accepted" };
     assert_eq!((next.outcome().as_str(), next.json()["attempt"].as_u64()), (expected, Some(1)), "{next:?}");
@@ -92,7 +94,7 @@ async fn node_retry_after_a_held_claim_is_accepted(backend: Backend, run_id: Opt
     let ev = json!({"event_id": id, "event_type": "created", "payload": "{\"order\":7}", "run_id": run_id});
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!(first.outcome(), "error:upstream_error", "{first:?}");
-    proxy.until_released(1, Duration::from_secs(5)).await;
+    proxy.until_released(1, HANG).await;
     let retry = p.invoke("event_ingest", &c, ev.clone()).await;
     assert_eq!((retry.outcome().as_str(), retry.json()["attempt"].as_u64()), ("accepted", Some(1)), "{retry:?}");
     held_claim_stays(&p, &store, &id, &retry).await;
