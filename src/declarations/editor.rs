@@ -141,7 +141,7 @@ pub(super) enum Target {
     /// An If/Else condition with this operator.
     IfElse(&'static str),
     /// Any field of this kind (a Code node's input, an LLM prompt's text).
-    Field(Field),
+    Kind(Field),
 }
 
 /// A wiring the docs tell a user to build, and the file and words that say so.
@@ -158,6 +158,7 @@ const TRIGGER_README: &str = "trigger/README.md";
 const INGEST: Node = Node::Tool("event_ingest");
 const STATUS: Node = Node::Tool("event_status");
 const COMPLETE: Node = Node::Tool("event_complete");
+const TRIGGER: Node = Node::Trigger;
 
 const fn wire(from: Node, output: &'static str, into: Target, file: &'static str, words: &'static str) -> Wiring {
     Wiring { from, output, into, said: (file, words) }
@@ -165,22 +166,26 @@ const fn wire(from: Node, output: &'static str, into: Target, file: &'static str
 
 /// Every wiring our READMEs (the panels Dify shows) and docs/trigger.md tell a user to click.
 #[rustfmt::skip]
-pub(super) const WIRINGS: [Wiring; 14] = [
-    wire(INGEST, "attempt", Target::Param("event_complete", "attempt"), PANEL, "`attempt` = Ingest event's `attempt`"),
-    wire(INGEST, "outcome", Target::IfElse("is"), PANEL, "**If/Else** on the node's `outcome`"),
-    wire(INGEST, "attempt", Target::IfElse("="), TRIGGER_README, "`attempt` = 1"),
-    wire(INGEST, "status", Target::IfElse("is"), PANEL, "`status`"),
-    wire(STATUS, "status", Target::IfElse("is"), TRIGGER_README, "Event status's `status`"),
-    wire(STATUS, "lease_until", Target::IfElse("empty"), TRIGGER_README, "its `lease_until` is empty"),
-    wire(COMPLETE, "outcome", Target::IfElse("is"), PANEL, "`outcome` (Complete event)"),
-    wire(Node::Trigger, "delivery_id", Target::Param("event_complete", "event_id"), TRIGGER_README, "**Event ID** = `delivery_id`"),
-    wire(Node::Trigger, "attempt", Target::Param("event_complete", "attempt"), TRIGGER_README, "**Attempt** = `attempt`"),
-    wire(Node::Trigger, "attempt", Target::IfElse("="), TRIGGER_README, "`attempt` = 1"),
-    wire(Node::Trigger, "delivery_id", Target::Param("event_status", "event_id"), TRIGGER_README, "give Event status the `delivery_id`"),
-    wire(Node::Trigger, "body_text", Target::Param("event_ingest", "payload"), TRIGGER_README, "Ingest event's Payload or a prompt, pick `body_text`"),
-    wire(Node::Trigger, "body_json", Target::Field(Field::CodeInput), TRIGGER_README, "`body_json` is for If/Else conditions and Code nodes"),
-    wire(Node::Trigger, "lease_until", Target::Field(Field::Text), "docs/trigger.md", "`lease_until`"),
-];
+pub(super) const WIRINGS: [Wiring; 14] = {
+    use Target::{IfElse, Kind, Param};
+    const README: &str = TRIGGER_README;
+    [
+        wire(INGEST, "attempt", Param("event_complete", "attempt"), PANEL, "`attempt` = Ingest event's `attempt`"),
+        wire(INGEST, "outcome", IfElse("is"), PANEL, "**If/Else** on the node's `outcome`"),
+        wire(INGEST, "attempt", IfElse("="), README, "`attempt` = 1"),
+        wire(INGEST, "status", IfElse("is"), PANEL, "`status`"),
+        wire(STATUS, "status", IfElse("is"), README, "Event status's `status`"),
+        wire(STATUS, "lease_until", IfElse("empty"), README, "its `lease_until` is empty"),
+        wire(COMPLETE, "outcome", IfElse("is"), PANEL, "`outcome` (Complete event)"),
+        wire(TRIGGER, "delivery_id", Param("event_complete", "event_id"), README, "**Event ID** = `delivery_id`"),
+        wire(TRIGGER, "attempt", Param("event_complete", "attempt"), README, "**Attempt** = `attempt`"),
+        wire(TRIGGER, "attempt", IfElse("="), README, "`attempt` = 1"),
+        wire(TRIGGER, "delivery_id", Param("event_status", "event_id"), README, "Event status the `delivery_id`"),
+        wire(TRIGGER, "body_text", Param("event_ingest", "payload"), README, "Payload or a prompt, pick `body_text`"),
+        wire(TRIGGER, "body_json", Kind(Field::CodeInput), README, "`body_json` is for If/Else conditions and Code"),
+        wire(TRIGGER, "lease_until", Kind(Field::Text), "docs/trigger.md", "`lease_until`"),
+    ]
+};
 
 /// The field a wiring lands in.
 pub(super) fn field_of(into: Target) -> Field {
@@ -191,7 +196,7 @@ pub(super) fn field_of(into: Target) -> Field {
             tool_field(param.unwrap_or_else(|| panic!("{t} has no parameter {p}"))["type"].as_str().unwrap())
         }
         Target::IfElse(_) => Field::IfElse,
-        Target::Field(f) => f,
+        Target::Kind(f) => f,
     }
 }
 
