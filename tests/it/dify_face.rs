@@ -226,6 +226,11 @@ async fn an_output_every_answer_leaves_null_says_so() {
         for (output, decl) in tool(name).unwrap()["output_schema"]["properties"].as_object().unwrap() {
             let always_null = replays.iter().filter(|r| r.0 == name).all(|r| r.2["tool_node"][output].is_null());
             let description = decl["description"].as_str().unwrap();
+            // The tools' lifecycle claims nothing at the trigger's door: an output only such a
+            // claim fills (its description says so) is null throughout it.
+            if always_null && description.contains("the trigger claimed") {
+                continue;
+            }
             assert_eq!(description.starts_with("Always null"), always_null, "{name}.{output}: {description:?}");
         }
     }
