@@ -97,7 +97,8 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
         "backwards" => (None, None),
         _ => (Some("cli-app"), None),
     };
-    let line = request_line_from(&session_id, request_data(&args)?, app_id, message_id);
+    let request = request_data(&args)?;
+    let line = request_line_from(&session_id, request.clone(), app_id, message_id);
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let mut child = tokio::process::Command::new(exe)
         .arg("serve")
@@ -126,6 +127,7 @@ async fn call(args: CallArgs) -> anyhow::Result<ExitCode> {
         }
         let data = &msg["data"]["data"];
         match msg["data"]["type"].as_str() {
+            Some("stream") if !args.raw && args.tool == "validate" => print_validation(data, &request)?,
             Some("stream") if !args.raw => print_chunk(data)?,
             Some("error") => {
                 failed = true;
@@ -162,6 +164,21 @@ fn print_chunk(chunk: &Value) -> std::io::Result<()> {
         )),
         _ => emit(format_args!("{chunk}")),
     }
+}
+
+/// `validate` answers `{"result": true}` and nothing else; say what that means in a sentence,
+/// as the tools' answers do, then show the answer itself. The URL is shown redacted: it may
+/// carry a password.
+fn print_validation(chunk: &Value, request: &Value) -> std::io::Result<()> {
+    if chunk["result"] == true {
+        let url = request["credentials"]["kv_url"].as_str().unwrap_or_default();
+        emit(format_args!(
+            "text: The credentials are valid: the store at {} is reachable, accepts them and can create records \
+             atomically; save them in the provider's credential form.",
+            crate::store::url::redact(url)
+        ))?;
+    }
+    emit(format_args!("json: {chunk}"))
 }
 
 /// Writes one line to stdout. A reader that went away (`call … | head`) ends the output

@@ -198,6 +198,31 @@ fn redis_password_refusals_say_which_mistake_it_is() {
     }
     let right = validate(format!("redis://:s3cret@127.0.0.1:{}/0", locked.port));
     assert!(right.contains(r#"{"result":true}"#), "{right}");
+    // A sentence like the tools' answers, naming the store without its password.
+    let said =
+        format!("text: The credentials are valid: the store at redis://***@127.0.0.1:{}/0 is reachable", locked.port);
+    assert!(right.starts_with(&said) && !right.contains("s3cret"), "{right}");
+}
+
+#[test]
+fn validate_says_in_a_sentence_that_the_credentials_work() {
+    let kv = ScratchKv::start();
+    let out = call("validate", &[], &kv.url());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "text: The credentials are valid: the store at {} is reachable, accepts them and can create \
+                 records atomically; save them in the provider's credential form.",
+                kv.url()
+            )
+            .as_str(),
+            r#"json: {"result":true}"#,
+        ]
+    );
 }
 
 #[test]
