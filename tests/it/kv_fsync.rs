@@ -140,7 +140,7 @@ fn a_new_store_fsyncs_its_directory_after_creating_the_data_file() {
         .args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(&data)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(crate::support::child_log::captured("kv serve"))
         .spawn()
         .expect("spawn strace");
     let mut first = String::new();

@@ -31,7 +31,8 @@ fn spawn(dir: &Path, env: &[(&str, &str)], capture: bool) -> Child {
         cmd.env_remove(k);
     });
     let out = || if capture { Stdio::piped() } else { Stdio::inherit() };
-    cmd.envs(env.iter().copied()).stdin(Stdio::null()).stdout(out()).stderr(out()).kill_on_drop(true);
+    let err = if capture { Stdio::piped() } else { crate::support::child_log::captured("plugin") };
+    cmd.envs(env.iter().copied()).stdin(Stdio::null()).stdout(out()).stderr(err).kill_on_drop(true);
     cmd.spawn().expect("spawn stateful-tool serve")
 }
 

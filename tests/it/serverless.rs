@@ -32,6 +32,7 @@ pub(crate) async fn start(method: &str) -> Server {
         .env(format!("{prefix}_PORT"), "0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(crate::support::child_log::captured("plugin"))
         .kill_on_drop(true)
         .spawn()
         .unwrap();

@@ -58,13 +58,15 @@ impl KvServer {
             .args(l.extra_args)
             // An ambient token must not leak into tests that expect an open store.
             .env_remove("KV_TOKEN")
-            // Quiet by default; KV_TEST_LOG=debug shows the server's log on stderr.
+            // Quiet by default; KV_TEST_LOG=debug logs more (shown for a failing test, or live
+            // with --nocapture).
             .env("STATEFUL_TOOL_LOG", std::env::var("KV_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped());
         match l.stderr {
             Some(path) => cmd.stderr(std::fs::File::create(path).expect("create the server log file")),
-            None => cmd.stderr(Stdio::inherit()),
+            // Through the harness's capture: a passing test's provoked errors stay quiet.
+            None => cmd.stderr(super::child_log::captured("kv serve")),
         };
         for (k, v) in l.env {
             cmd.env(k, v);

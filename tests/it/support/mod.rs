@@ -4,6 +4,7 @@
 
 pub mod arb;
 pub mod browser;
+pub mod child_log;
 pub mod daemon;
 pub mod fake;
 pub mod kv;

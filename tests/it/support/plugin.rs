@@ -62,12 +62,12 @@ pub struct Plugin {
 impl Plugin {
     /// Spawns `serve` with extra environment and waits for its first heartbeat.
     pub async fn spawn(env: &[(&str, &str)]) -> Plugin {
-        Self::spawn_with_stderr(BIN, env, Stdio::inherit()).await
+        Self::spawn_with_stderr(BIN, env, super::child_log::captured("plugin")).await
     }
 
     /// Like [`Plugin::spawn`], running another build of the binary (e.g. the release one).
     pub async fn spawn_bin(bin: &str, env: &[(&str, &str)]) -> Plugin {
-        Self::spawn_with_stderr(bin, env, Stdio::inherit()).await
+        Self::spawn_with_stderr(bin, env, super::child_log::captured("plugin")).await
     }
 
     /// Like [`Plugin::spawn`], with the plugin's stderr (its log) written to `log`.
