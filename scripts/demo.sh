@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # `make run`: the main job on the default store. Starts our KV container with on-disk data,
 # sends the same event twice through the plugin (as the Dify daemon would), shows
-# "accepted" then "duplicate", and stops the container.
+# "accepted" then "duplicate", completes the run as a workflow would, and stops the container.
+# Completed, the record stays a duplicate for every later delivery (until its retention ends),
+# so the closing promise holds: a record left `processing` would be taken over once its lease
+# ran out.
 #   BIN       the stateful-tool binary (default target/release/stateful-tool)
 #   DATA_DIR  the container's data directory (default ./data)
+#   EVENT_ID  the event's id (default EVT-<today>-001: a new event each day)
 set -euo pipefail
 bin=${BIN:-target/release/stateful-tool}
 data=${DATA_DIR:-./data}
 work=$(mktemp -d)
 kv=""
-trap '[ -z "$kv" ] || kill "$kv" 2>/dev/null || true; rm -rf "$work"' EXIT
+# Waits for the container to exit: it holds the data directory's lock until then, and a
+# `make run` right after this one must find the directory free.
+trap '[ -z "$kv" ] || { kill "$kv" 2>/dev/null; wait "$kv" 2>/dev/null; } || true; rm -rf "$work"' EXIT
 
 # The pid of the process holding a lock on $1 (from /proc/locks), if any. A KV container
 # holds its database file locked for as long as it runs.
@@ -48,17 +54,34 @@ while [ -z "$url" ]; do
   url=$(sed -n 's/^listening on //p' "$work/out" | head -n1)
   [ -n "$url" ] || sleep 0.05
 done
-id="EVT-$(date +%Y%m%d)-001"
+id=${EVENT_ID:-EVT-$(date +%Y%m%d)-001}
 echo "KV container: $url (data in $data)"
 echo
 echo "== first delivery of $id (called as a workflow tool node would: text, json, one variable per output)"
-KV_URL=$url "$bin" call event_ingest --param "event_id=$id" --param event_type=created --param 'payload={"order":42}' || true
+KV_URL=$url "$bin" call event_ingest --param "event_id=$id" --param event_type=created --param 'payload={"order":42}' \
+  | tee "$work/first" || true
 echo
 echo "== the sender retries the same event (called as an agent app would: no variables)"
 KV_URL=$url "$bin" call event_ingest --caller agent --param "event_id=$id" --param event_type=created --param 'payload={ "order": 42 }' || true
 echo
+# The first delivery's own variables say what this run owns: an accepted claim (its attempt)
+# or a duplicate of an earlier run's record (its status).
+outcome=$(sed -n 's/^variable outcome = "\(.*\)"$/\1/p' "$work/first")
+attempt=$(sed -n 's/^variable attempt = \([0-9]*\)$/\1/p' "$work/first")
+status=$(sed -n 's/^variable status = "\(.*\)"$/\1/p' "$work/first")
+lease=$(sed -n 's/^variable lease_until = "\(.*\)"$/\1/p' "$work/first")
+if [ "$outcome" = accepted ] && [ -n "$attempt" ]; then
+  echo "== the workflow did the work: it completes attempt $attempt"
+  if KV_URL=$url "$bin" call event_complete --caller agent --param "event_id=$id" --param "attempt=$attempt" \
+    --param status=completed --param result=shipped; then
+    status=completed
+  fi
+  echo
+fi
 if [ "$data" = "$work/data" ]; then
   echo "(this run's data was temporary; stop the other container to keep records in ${DATA_DIR:-./data})"
+elif [ "$status" = completed ]; then
+  echo "(the record persists in $data, completed: run 'make run' again today and its first delivery is a duplicate too; tomorrow's event id is a new event)"
 else
-  echo "(the record persists in $data: run 'make run' again and the first delivery is a duplicate too)"
+  echo "($id is ${status:-not completed} in $data, not completed: until its lease ends (${lease:-20 minutes after the claim, by default}) deliveries are duplicates; after that, the next one takes the event over as a new attempt)"
 fi

@@ -68,8 +68,8 @@ mod shim;
 mod store_client_limits;
 
 // The trigger package: dedup at the door (both backends), the captured daemon lines replayed.
-mod trigger_captures;
 mod trigger_answers;
+mod trigger_captures;
 mod trigger_door;
 mod trigger_start;
 
@@ -78,6 +78,7 @@ mod marketplace;
 mod package_build;
 mod package_cli;
 mod package_cli_keys;
+mod package_cli_script;
 mod package_trigger;
 mod package_validate;
 mod package_vectors;
@@ -89,6 +90,7 @@ mod prop_tools;
 
 // A new user's first hour: `make run`/`make test` scripts, first-contact messages, help.
 mod first_run;
+mod first_run_make;
 
 // The long soak (`--ignored`, run by CI on release). The bench's smoke run is the bench
 // crate's own test (crates/bench/tests/quick.rs).

@@ -67,8 +67,9 @@ pub struct PackageArgs {
 
 #[derive(clap::Args)]
 pub struct KeygenArgs {
-    /// Directory for the two PEM files.
-    #[arg(long, default_value = ".")]
+    /// Directory for the two PEM files, created (mode 0700) when missing. The default, keys/,
+    /// is ignored by the repository's git, so a key pair made there is never committed.
+    #[arg(long, default_value = "keys")]
     pub(crate) out_dir: PathBuf,
     /// File name prefix: NAME.private.pem and NAME.public.pem.
     #[arg(long, default_value = "stateful_tool_signing_key")]
@@ -159,6 +160,11 @@ pub fn run_keygen(args: KeygenArgs) -> anyhow::Result<ExitCode> {
     let (private, public) = keys::write_key_pair(&args.out_dir, &args.name, args.bits).map_err(anyhow::Error::msg)?;
     println!("private key: {} (mode 0600; keep it secret)", private.display());
     println!("public key: {} (mode 0644; give it to the daemon)", public.display());
+    println!(
+        "sign with: make package SIGNING_KEY={} (in the repository), or stateful-tool sign <package> --key {}",
+        private.display(),
+        private.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
