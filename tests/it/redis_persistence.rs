@@ -3,13 +3,16 @@
 //! claims lost, reported for the README. Only `always` is asserted (it must lose none).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
-use crate::support::load::{event, Load};
+use crate::support::load::{event, Call, Load};
 use crate::support::plugin::{creds, Plugin};
 use crate::support::redis::RedisServer;
 use crate::support::redis_ha::accepted_twice;
 use stateful_tool::store::key::storage_key;
+
+/// Sessions in flight per plugin process (three processes).
+const SESSIONS: usize = 8;
 
 /// Acknowledged claims lost by one crash: (ids accepted, lost).
 async fn crash_once(setting: &str, extra: &[&str]) -> (usize, usize) {
@@ -20,11 +23,19 @@ async fn crash_once(setting: &str, extra: &[&str]) -> (usize, usize) {
         plugins.push(Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "1000")]).await));
     }
     let tag = format!("p{:x}", rand::random::<u32>());
-    let load = Load::start(&plugins, &creds(&url), 8, &tag);
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let load = Load::start(&plugins, &creds(&url), SESSIONS, &tag);
+    // The crash comes once claims have been accepted under the whole load, and the load runs
+    // on until as many are accepted after the restart: events, however long a loaded machine
+    // takes for them.
+    let accepted_since = |t: Option<Instant>, calls: &[Call]| {
+        calls.iter().filter(|c| c.outcome == "accepted" && t.is_none_or(|t| c.started > t)).count()
+    };
+    load.wait_for("claims accepted before the crash", 3 * SESSIONS, |calls| accepted_since(None, calls)).await;
     r.kill9();
     r.relaunch();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let restarted = Instant::now();
+    load.wait_for("claims accepted after the restart", 3 * SESSIONS, |calls| accepted_since(Some(restarted), calls))
+        .await;
     let (calls, _) = load.stop().await;
     let mut accepted: Vec<&String> = calls.iter().filter(|c| c.outcome == "accepted").map(|c| &c.id).collect();
     accepted.sort();
