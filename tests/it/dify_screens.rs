@@ -16,6 +16,10 @@ use crate::dify_face::{path, PANEL_README, TRIGGER_README};
 #[path = "dify_screens_trigger.rs"]
 mod trigger;
 
+/// The screenshots the tests below take, as kept in docs/screenshots/ (scripts/screenshots.sh).
+const SHOTS: [&str; 5] =
+    ["dify-icons", "dify-panel-readme", "dify-trigger-form", "dify-trigger-node", "dify-trigger-readme"];
+
 /// Width of Dify's README drawer (`plugins/readme-panel`: `w-[600px]`, content `px-4`).
 const DRAWER_WIDTH: u32 = 600;
 
@@ -219,4 +223,15 @@ fn the_icons_read_on_light_and_dark_beside_difys_corner_check() {
             }
         }
     }
+}
+
+#[test]
+fn docs_keep_every_screenshot_and_no_other() {
+    let mut kept: Vec<String> = std::fs::read_dir(path("docs/screenshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    let taken: Vec<String> = SHOTS.iter().map(|name| format!("{name}.png")).collect();
+    assert_eq!(kept, taken, "run scripts/screenshots.sh");
 }
