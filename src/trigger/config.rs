@@ -273,11 +273,17 @@ mod tests {
         assert_eq!(d.settings.default_lease, Duration::from_secs(60));
         assert_eq!(d.settings.namespace.as_deref(), Some("shop"));
         assert_eq!(d.start_window, Duration::from_secs(120));
-        let sha = Door::from_properties(
-            &json!({"id_body_sha256": true, "id_json_pointer": "/id", "kv_url": STORE, "signature_scheme": "none"}),
-        )
-        .unwrap();
-        assert_eq!(sha.id, IdSource::BodySha256, "the explicit choice wins");
+        // A boolean (as older subscriptions stored it) or the form's select value, text.
+        for chosen in [json!(true), json!("true")] {
+            let sha = Door::from_properties(
+                &json!({"id_body_sha256": chosen, "id_json_pointer": "/id", "kv_url": STORE, "signature_scheme": "none"}),
+            )
+            .unwrap();
+            assert_eq!(sha.id, IdSource::BodySha256, "the explicit choice wins");
+        }
+        let header =
+            Door::from_properties(&json!({"id_body_sha256": "false", "kv_url": STORE, "signature_scheme": "none"}));
+        assert_eq!(header.unwrap().id, IdSource::Header(DEFAULT_ID_HEADER.into()));
     }
 
     #[test]

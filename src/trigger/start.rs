@@ -105,7 +105,8 @@ pub(crate) async fn take_in<S: EventStore>(
         let now = cur.store_now_ms;
         let claim = rec.door.clone().unwrap_or_default();
         let first = claim.waiting();
-        let lease_ms = (!door.settings.default_lease.is_zero()).then(|| door.settings.default_lease.as_millis() as i64);
+        let lease_ms =
+            (!door.settings.default_lease.is_zero()).then_some(door.settings.default_lease.as_millis() as i64);
         let next = Record {
             updated_at: format_time(now),
             // The first run gets the run's lease; the others run within it.

@@ -10,6 +10,9 @@ use crate::support::kv::KvServer;
 use crate::support::plugin::Plugin;
 use crate::trigger_door::{chunk, dispatch_data, http, raw_request, ENV};
 
+/// What is sent (the subscription's properties and extra headers) and what the sender gets.
+type Case<'a> = (&'a str, Value, Vec<(&'a str, &'a str)>, u16, &'a str);
+
 const SECRET: &str = "s3cr3t-webhook-value";
 const TOKEN: &str = "kv-token-value-42";
 
@@ -62,7 +65,7 @@ async fn no_answer_to_a_sender_carries_a_host_a_url_or_a_property_value() {
     };
     let id = format!("leak-{:x}", rand::random::<u64>());
     let headers = [("X-Github-Delivery", id.as_str())];
-    let cases: Vec<(&str, Value, Vec<(&str, &str)>, u16, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "bogus store scheme",
             json!({"kv_url": "redis+bogus://user:pw-x@10.0.0.5:6379/0", "signature_scheme": "none", "namespace": "tenant-ns-7"}),
