@@ -124,10 +124,8 @@ fn instruction_table(s: &mut String, r: &Results) {
          processes fed {SHORT} and {LONG} lines, {IN_FLIGHT} in flight, difference ÷ {}):\n",
         LONG - SHORT
     );
-    let _ = writeln!(
-        s,
-        "| store | call | instructions per call | main (2bde3f2) | vs main |\n|---|---|---:|---:|---:|"
-    );
+    let _ =
+        writeln!(s, "| store | call | instructions per call | main (2bde3f2) | vs main |\n|---|---|---:|---:|---:|");
     for c in &r.instructions {
         let main = main_figure(c.store, c.caller);
         let _ = writeln!(

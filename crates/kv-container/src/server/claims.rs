@@ -55,7 +55,7 @@ pub(crate) fn classify(pre: Precondition, sent: &[u8], outcome: &WriteOutcome, n
         }
         (Precondition::IfAbsent, WriteOutcome::PreconditionFailed(None)) => Some(Claim::Other),
         (Precondition::IfRev(_), WriteOutcome::Replaced(_)) => fields(sent)
-            .filter(|f| f.status == "processing" && !f.door.as_ref().is_some_and(|d| d.started_at.is_some()))
+            .filter(|f| f.status == "processing" && f.door.as_ref().is_none_or(|d| d.started_at.is_none()))
             .map(|_| Claim::Reclaimed),
         _ => None,
     }
