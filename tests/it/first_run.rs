@@ -94,7 +94,10 @@ fn ensure_scripts_install_only_through_apt_install_which_waits_for_the_lock() {
         assert!(body[..at].trim_end().ends_with("\"$here/wait-apt-lock.sh\""), "no wait before: {run}");
     }
     // The ensure scripts never run apt-get themselves.
-    for name in ["ensure-redis.sh", "ensure-postgres.sh", "ensure-ui-tools.sh", "ensure-faketime.sh"] {
+    let names = fs::read_dir(script("")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap());
+    let ensure: Vec<String> = names.filter(|n| n.starts_with("ensure-") && n.ends_with(".sh")).collect();
+    assert!(ensure.len() >= 5, "{ensure:?}");
+    for name in &ensure {
         let body = fs::read_to_string(script(name)).unwrap();
         let own = body.lines().find(|l| l.contains("apt-get ") && !l.trim_start().starts_with('#'));
         assert!(own.is_none(), "{name} runs apt-get itself: {own:?}");
@@ -270,6 +273,8 @@ fn stateful_tool_vars(dir: &Path) -> Vec<String> {
             continue;
         }
         let Ok(body) = fs::read_to_string(&path) else { continue };
+        // A file's unit tests (its trailing `#[cfg(test)] mod …`) name settings of their own.
+        let body = body.split("#[cfg(test)]\nmod ").next().unwrap_or_default();
         for piece in body.split("\"STATEFUL_TOOL_").skip(1) {
             let name: String = piece.chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
             if piece[name.len()..].starts_with('"') && !name.starts_with("TEST_") && !out.contains(&name) {
