@@ -1,4 +1,5 @@
-//! Damage to the data file found while the KV container serves: no crash, no wrong answer,
+//! Damage to the data file found while the KV container serves (by a request or by the
+//! background check of every page): no crash, no wrong answer,
 //! `/healthz` 503 with the reason, and the log says what to do.
 
 use std::io::{Seek, SeekFrom, Write};
@@ -141,4 +142,82 @@ async fn a_damaged_value_that_still_parses_is_refused_while_serving_and_at_start
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn health(http: &reqwest::Client, url: &str) -> (u16, serde_json::Value) {
+    let resp = http.get(format!("{url}/healthz")).send().await.expect("the server answers");
+    (resp.status().as_u16(), serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap())
+}
+
+/// Polls `/healthz` until the integrity check is no longer running; returns the last answer.
+async fn check_ended(http: &reqwest::Client, url: &str) -> (u16, serde_json::Value) {
+    let started = std::time::Instant::now();
+    loop {
+        let (code, body) = health(http, url).await;
+        if !["running", "not_run"].contains(&body["integrity"]["state"].as_str().unwrap_or("")) {
+            return (code, body);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the check never ended: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The check of every page runs beside serving (after start, and on demand with
+/// `POST /admin/check`): a page damaged under a running container is reported through
+/// `/healthz`, `/metrics` and the log, and reads and writes stop.
+#[tokio::test]
+async fn the_background_check_reports_a_page_damaged_while_the_container_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let log = tmp.path().join("kv.log");
+    let server = KvServer::start_logged(&data, &[], &[("STATEFUL_TOOL_LOG", "info")], &log);
+    let http = reqwest::Client::new();
+    const MARKER: &str = "integrity-marker";
+    for i in 0..200 {
+        let body = format!("{{\"n\":{i},\"note\":\"{MARKER}-{i:03}\",\"pad\":\"{}\"}}", "x".repeat(400));
+        let (code, text) = status(http.put(format!("{}/state/k{i}", server.url())).body(body)).await;
+        assert_eq!(code, 201, "{text}");
+    }
+    // The check at start found an intact store (it began before these writes, on an empty one).
+    let (code, body) = check_ended(&http, &server.url()).await;
+    assert_eq!((code, body["integrity"]["state"].as_str()), (200, Some("passed")), "{body}");
+    // On demand, it sees every record written since.
+    let (code, text) = status(http.post(format!("{}/admin/check", server.url()))).await;
+    assert_eq!(code, 202, "{text}");
+    let (code, body) = check_ended(&http, &server.url()).await;
+    assert_eq!(
+        (code, &body["integrity"]["state"], &body["integrity"]["records"]),
+        (200, &"passed".into(), &200.into())
+    );
+
+    // One byte of one record changes in every copy the file holds, under the running server.
+    let file = data.join("kv.redb");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let needle = format!("{MARKER}-123");
+    let mut changed = 0;
+    while let Some(at) = find(&bytes, needle.as_bytes()) {
+        bytes[at] = b'J';
+        changed += 1;
+    }
+    assert!(changed >= 1, "the record is in the file");
+    std::fs::write(&file, &bytes).unwrap();
+
+    // The container still serves while the check runs, and the check reports the damage.
+    let (code, text) = status(http.post(format!("{}/admin/check", server.url()))).await;
+    assert_eq!(code, 202, "{text}");
+    let (code, body) = check_ended(&http, &server.url()).await;
+    assert_eq!((code, &body["status"], &body["integrity"]["state"]), (503, &"damaged".into(), &"damaged".into()));
+    assert!(body["reason"].as_str().unwrap().contains("integrity check"), "{body}");
+    let (code, text) = status(http.get(format!("{}/metrics", server.url()))).await;
+    assert_eq!(code, 200, "{text}");
+    for line in ["kv_integrity_damage_found 1", "kv_healthy 0", "kv_integrity_check_running 0"] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in {text}");
+    }
+    // Nothing is read or written from a file known to be damaged.
+    let (code, text) = status(http.get(format!("{}/state/k5", server.url()))).await;
+    assert!((500..600).contains(&code), "{code}: {text}");
+    let (code, text) = status(http.put(format!("{}/state/new", server.url())).body("{}")).await;
+    assert!((500..600).contains(&code), "{code}: {text}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("integrity check") && logged.contains("not a complete, valid store"), "{logged}");
 }

@@ -37,7 +37,7 @@ async fn good_store(dir: &Path, n: usize) {
 type Damage = Box<dyn Fn(&mut Vec<u8>)>;
 
 #[tokio::test]
-async fn damaged_data_files_are_refused_with_what_to_do_and_left_alone() {
+async fn damaged_data_files_are_refused_or_reported_with_what_to_do_and_left_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let good = tmp.path().join("good");
     good_store(&good, 200).await;
@@ -60,20 +60,83 @@ async fn damaged_data_files_are_refused_with_what_to_do_and_left_alone() {
         let mut bytes = original.clone();
         damage(&mut bytes);
         std::fs::write(&file, &bytes).unwrap();
-        for args in [&["check"][..], &["serve", "--listen", "127.0.0.1:0"][..]] {
-            let out = kv(args, &dir);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(!out.status.success(), "{what}: `kv {}` accepted it", args[0]);
-            assert!(
-                stderr.contains(&file.display().to_string()) && stderr.contains("not a complete, valid store"),
-                "{what}: {stderr}"
-            );
-            assert!(stderr.contains("backup"), "{what}: says what to do: {stderr}");
-            assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-            assert!(out.stdout.is_empty(), "{what}: `kv {}` printed {:?}", args[0], out.stdout);
-            assert_eq!(std::fs::read(&file).unwrap(), bytes, "{what}: the file was changed");
+        let out = kv(&["check"], &dir);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: `kv check` accepted it");
+        says_what_is_wrong(what, &file, &stderr);
+        assert!(out.stdout.is_empty(), "{what}: `kv check` printed {:?}", out.stdout);
+        assert_eq!(std::fs::read(&file).unwrap(), bytes, "{what}: `kv check` changed the file");
+        let (served, log) = serve_damaged(&dir, what, &stderr).await;
+        says_what_is_wrong(what, &file, &log);
+        let after = std::fs::read(&file).unwrap();
+        if served {
+            // Served until the background check found the damage: no write reached the
+            // file, only redb's "open" marker in its header page.
+            assert!(what.contains("page") || what.contains("run"), "{what}: a start should have refused it");
+            assert_eq!(after.len(), bytes.len(), "{what}: the file was changed");
+            assert!(after[HEADER_PAGE..] == bytes[HEADER_PAGE..], "{what}: the file was changed past its header");
+        } else {
+            assert_eq!(after, bytes, "{what}: the file was changed");
         }
     }
+}
+
+/// redb's first page: the file header and its commit slots.
+const HEADER_PAGE: usize = 4096;
+
+fn says_what_is_wrong(what: &str, file: &Path, stderr: &str) {
+    assert!(
+        stderr.contains(&file.display().to_string()) && stderr.contains("not a complete, valid store"),
+        "{what}: {stderr}"
+    );
+    assert!(stderr.contains("backup"), "{what}: says what to do: {stderr}");
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+}
+
+/// `kv serve` on a damaged file: refused at start when opening it shows the damage (then
+/// `false`), or else served while the background check reads every page, until the check
+/// reports the damage through `/healthz`, after which reads and writes are refused. Returns
+/// whether it served, and its log.
+async fn serve_damaged(dir: &Path, what: &str, check_said: &str) -> (bool, String) {
+    use std::io::BufRead;
+    let log = dir.with_extension("log");
+    let mut child = Command::new(BIN)
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir)
+        .env_remove("KV_TOKEN")
+        .env("STATEFUL_TOOL_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run stateful-tool kv serve");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let Some(addr) = line.trim().strip_prefix("listening on ") else {
+        assert!(!child.wait().unwrap().success(), "kv serve printed {line:?} and exited");
+        return (false, std::fs::read_to_string(&log).unwrap());
+    };
+    let (http, started) = (reqwest::Client::new(), Instant::now());
+    loop {
+        let resp = http.get(format!("{addr}/healthz")).send().await.unwrap();
+        let code = resp.status().as_u16();
+        let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        if body["integrity"]["state"] == "damaged" {
+            assert_eq!((code, &body["status"]), (503, &serde_json::json!("damaged")), "{body}");
+            break;
+        }
+        let state = body["integrity"]["state"].as_str().unwrap();
+        assert!(["running", "not_run"].contains(&state), "{what} (kv check: {check_said}): {body}");
+        assert!(started.elapsed() < Duration::from_secs(60), "the check never found the damage: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (method, key) in [(reqwest::Method::GET, "k1"), (reqwest::Method::PUT, "new")] {
+        let resp = http.request(method.clone(), format!("{addr}/state/{key}")).body("{}").send().await.unwrap();
+        assert!(resp.status().is_server_error(), "{method} {key} on a damaged store: {}", resp.status());
+    }
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    child.wait().unwrap();
+    (true, std::fs::read_to_string(&log).unwrap())
 }
 
 /// Unmounts on drop.

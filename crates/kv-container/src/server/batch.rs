@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableTable, Table, TableDefinition};
 
+use super::counts::Counter;
 use super::record::{CorruptRecord, StoredValue};
 
 /// key → encoded [`StoredValue`].
@@ -93,9 +94,17 @@ macro_rules! from_redb {
 }
 from_redb!(redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError);
 
+impl From<super::counts::CountError> for BatchError {
+    fn from(e: super::counts::CountError) -> Self {
+        BatchError::Storage(Box::new(e.into()))
+    }
+}
+
 struct Tables<'t> {
     data: Table<'t, &'static str, &'static [u8]>,
     expiry: Table<'t, (u64, &'static str), ()>,
+    /// Records by category, kept in the same transaction (see `counts`).
+    counter: Counter<'t>,
     rev: u64,
     now: u64,
     dirty: bool,
@@ -118,13 +127,21 @@ pub(crate) fn apply(
     let (outcomes, dirty) = {
         let mut meta = txn.open_table(META)?;
         let start_rev = meta.get(REV_KEY)?.map(|g| g.value()).unwrap_or(0);
-        let mut t =
-            Tables { data: txn.open_table(DATA)?, expiry: txn.open_table(EXPIRY)?, rev: start_rev, now, dirty: false };
+        let mut t = Tables {
+            data: txn.open_table(DATA)?,
+            expiry: txn.open_table(EXPIRY)?,
+            counter: Counter::open(&txn)?,
+            rev: start_rev,
+            now,
+            dirty: false,
+        };
         let outcomes = ops.iter().map(|op| t.apply_one(op)).collect::<Result<Vec<_>, _>>()?;
         if t.rev != start_rev {
             meta.insert(REV_KEY, t.rev)?;
         }
-        (outcomes, t.dirty)
+        let dirty = t.dirty;
+        t.counter.finish(&txn)?;
+        (outcomes, dirty)
     };
     if dirty || force_commit {
         txn.commit()?;
@@ -171,6 +188,7 @@ impl Tables<'_> {
             if old.expires_ms != 0 {
                 self.expiry.remove((old.expires_ms, key))?;
             }
+            self.counter.removed(key, old)?;
         }
         self.rev = self.rev.checked_add(1).ok_or(BatchError::RevisionOverflow)?;
         let written = Written {
@@ -180,6 +198,7 @@ impl Tables<'_> {
         };
         let blob = StoredValue::encode(value, written.rev, written.modified_ms, written.expires_ms);
         self.data.insert(key, blob.as_slice())?;
+        self.counter.added(key, value, written.modified_ms)?;
         if written.expires_ms != 0 {
             self.expiry.insert((written.expires_ms, key), ())?;
         }
@@ -203,6 +222,7 @@ impl Tables<'_> {
             return Ok(WriteOutcome::PreconditionFailed(Some(current)));
         }
         self.data.remove(key)?;
+        self.counter.removed(key, &current)?;
         if current.expires_ms != 0 {
             self.expiry.remove((current.expires_ms, key))?;
         }
@@ -226,8 +246,9 @@ impl Tables<'_> {
             self.expiry.remove((*expires, key.as_str()))?;
             // The index entry and the record are written together, but double-check so a
             // purge can never delete a value that was rewritten with a later expiry.
-            if self.load(key)?.is_some_and(|r| r.expires_ms == *expires) {
+            if let Some(old) = self.load(key)?.filter(|r| r.expires_ms == *expires) {
                 self.data.remove(key.as_str())?;
+                self.counter.removed(key, &old)?;
             }
         }
         self.dirty |= !victims.is_empty();

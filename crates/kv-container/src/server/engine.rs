@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{WriteOp, WriteOutcome, DATA};
 use super::health::Health;
+use super::integrity::{CheckJob, Integrity, Verdict};
 use super::metrics::Metrics;
 use super::open::DbSlot;
 use super::record::{ServerClock, StoredValue};
@@ -43,13 +44,17 @@ pub(crate) struct Engine {
     metrics: Arc<Metrics>,
     /// Shared with the writer: when the batch being applied started (IDLE = none).
     busy_since: Arc<AtomicU64>,
+    /// The background check of every page and record.
+    integrity: Arc<Integrity>,
 }
 
 /// Joins the writer thread; it exits once every [`Engine`] handle has been dropped.
-pub(crate) struct WriterHandle(std::thread::JoinHandle<()>);
+pub(crate) struct WriterHandle(std::thread::JoinHandle<()>, Arc<Integrity>);
 
 impl WriterHandle {
+    /// Stops a running integrity check (it holds the database open) and waits for the writer.
     pub(crate) fn join(self) {
+        self.1.stop();
         if self.0.join().is_err() {
             tracing::error!("kv writer thread panicked");
         }
@@ -80,11 +85,7 @@ impl Engine {
     ) -> anyhow::Result<(Engine, WriterHandle)> {
         let (db, checked) = super::open::open(dir, cache_bytes)?;
         if !checked.created {
-            tracing::info!(
-                "kv: {} checked: {} records, every page intact",
-                dir.join(DB_FILE).display(),
-                checked.records
-            );
+            tracing::info!("kv: opened {} ({} records)", dir.join(DB_FILE).display(), checked.records);
         }
         let slot = Arc::new(DbSlot::new(dir.join(DB_FILE), db, cache_bytes));
         let health = Arc::new(Health::default());
@@ -105,8 +106,9 @@ impl Engine {
             hook,
         };
         let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || writer.run())?;
-        let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since };
-        Ok((engine, WriterHandle(thread)))
+        let integrity = Arc::new(Integrity::new(checked.clean_header));
+        let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since, integrity: integrity.clone() };
+        Ok((engine, WriterHandle(thread, integrity)))
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
@@ -141,6 +143,18 @@ impl Engine {
                 Err(EngineError::Storage("the read failed".into()))
             }
         }
+    }
+
+    /// Starts the check of every page and record in the background, unless one runs (`false`).
+    pub(crate) fn check_in_background(&self) -> bool {
+        let job =
+            CheckJob { slot: self.slot.clone(), health: self.health.clone(), metrics: self.metrics.integrity.clone() };
+        self.integrity.start(job)
+    }
+
+    /// What the last integrity check found.
+    pub(crate) fn integrity(&self) -> Verdict {
+        self.integrity.verdict()
     }
 
     /// What `/healthz` reports besides a stopped writer.

@@ -29,7 +29,8 @@ const CAPABILITIES: [&str; 5] = ["conditional-put", "ttl", "server-time", "cas",
 /// The whole HTTP surface. Layers run outside-in: request metrics, time stamp, then auth
 /// (only when a token is configured), then the body limit, then the route — so a 401 is
 /// sent before any body byte is read. `/metrics` sits outside auth with `--metrics-public`.
-/// `POST /admin/reload` (re-read the tokens file) exists when auth is on, and needs `*`.
+/// `POST /admin/reload` (re-read the tokens file) exists when auth is on, and needs `*`;
+/// `/admin/check` (the integrity check) needs `*` too when auth is on.
 pub(crate) fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
     let metrics = state.engine.metrics().clone();
     let public = state.metrics_public;
@@ -38,6 +39,7 @@ pub(crate) fn router(state: Arc<AppState>, auth: Option<Arc<Auth>>) -> Router {
         .route(kv_wire::STATE, get(list_keys))
         .route("/state/{*key}", get(get_value).put(put_value).post(post_value).delete(delete_value))
         .route("/backup", get(backup_snapshot))
+        .route("/admin/check", post(start_check).get(check_state))
         .merge(ui::api_routes());
     if !public {
         routes = routes.route("/metrics", get(metrics_text));
@@ -115,12 +117,26 @@ async fn healthz(State(app): Shared) -> Response {
         "capabilities": CAPABILITIES,
         "version": env!("CARGO_PKG_VERSION"),
         "durability": app.durability.as_str(),
+        "integrity": app.engine.integrity(),
     });
     if let Some(p) = &problem {
         body["reason"] = p.reason.clone().into();
     }
     let status = if problem.is_none() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
+}
+
+/// `POST /admin/check`: starts the check of every page and record in the background (202),
+/// or says one is running (409); `/healthz` and `GET /admin/check` report how it ends.
+async fn start_check(State(app): Shared) -> Response {
+    let started = app.engine.check_in_background();
+    let status = if started { StatusCode::ACCEPTED } else { StatusCode::CONFLICT };
+    (status, Json(serde_json::json!({ "started": started, "integrity": app.engine.integrity() }))).into_response()
+}
+
+/// `GET /admin/check`: what the last (or the running) check found.
+async fn check_state(State(app): Shared) -> Response {
+    Json(serde_json::json!({ "integrity": app.engine.integrity() })).into_response()
 }
 
 async fn unknown_route(uri: Uri) -> ApiError {

@@ -19,6 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use super::integrity::IntegrityMetrics;
 use super::ops_metrics::OpsMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,6 +57,8 @@ pub(crate) struct Metrics {
     auth_failures: Family<ReasonLabels, Counter>,
     /// Claims, write latency, health and census gauges (and the status page's ring).
     pub(crate) ops: OpsMetrics,
+    /// The background integrity check.
+    pub(crate) integrity: IntegrityMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -111,7 +114,9 @@ impl Default for Metrics {
             auth_failures.clone(),
         );
         let ops = OpsMetrics::register(&mut registry);
+        let integrity = IntegrityMetrics::register(&mut registry);
         Metrics {
+            integrity,
             auth_failures,
             registry,
             requests,

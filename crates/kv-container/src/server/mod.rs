@@ -20,6 +20,9 @@ mod backup;
 mod batch;
 mod claims;
 mod conn;
+mod counts;
+#[cfg(test)]
+mod counts_tests;
 mod engine;
 #[cfg(test)]
 mod engine_tests;
@@ -28,6 +31,7 @@ mod gather;
 mod health;
 mod http;
 mod inspect;
+mod integrity;
 mod limits;
 mod listing;
 mod metrics;
@@ -42,6 +46,7 @@ mod tokens;
 mod tracked;
 mod ttl;
 mod ui;
+mod verify;
 mod writer;
 
 use std::io::Write;
@@ -133,7 +138,7 @@ pub(crate) fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     match open::check(&path) {
-        Ok((_, records)) => {
+        Ok(records) => {
             println!("ok: {} is a complete, valid store ({records} records, every page intact)", path.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -171,6 +176,8 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         record::ServerClock::system(),
         (args.cache_mb as usize) << 20,
     )?;
+    // Serving starts now; the check of every page and record runs beside it.
+    engine.check_in_background();
     tracing::info!(
         "kv: data in {} (durability {}, auth {})",
         args.data.join(DB_FILE).display(),

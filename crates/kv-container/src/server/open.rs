@@ -6,13 +6,15 @@ use std::fs::File;
 use std::io::Read;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableTable, ReadableTableMetadata};
 
 use super::batch::{DATA, EXPIRY, META};
 use super::record::StoredValue;
+use super::{counts, verify};
 
 /// The database file inside `--data`.
 pub(crate) const DB_FILE: &str = "kv.redb";
@@ -39,14 +41,22 @@ pub(crate) struct Damaged {
 }
 
 /// What a check found in a valid store.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Checked {
     pub(crate) records: u64,
     pub(crate) created: bool,
+    /// The file's first page as found, when it was closed cleanly: the first background check
+    /// sees the file as it was at start through it (see `integrity`).
+    pub(crate) clean_header: Option<Vec<u8>>,
 }
 
-/// Opens `<dir>/kv.redb`, creating it only when the directory holds no data file; checks
-/// every page and record of an existing one first.
+/// redb's file header lives in the first page; its flags byte follows the signature, and
+/// this bit of it says the file was not closed cleanly.
+const HEADER_PAGE: usize = 4096;
+const RECOVERY_REQUIRED: u8 = 2;
+
+/// Opens `<dir>/kv.redb`, creating it only when the directory holds no data file; an existing
+/// one is refused unless it opens as a store (its pages are checked later, see `integrity`).
 pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, Checked)> {
     use anyhow::Context;
     if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
@@ -70,17 +80,33 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, 
             sync_dir(dir)?;
             let db = create_tables(db)?;
             tracing::info!("kv: created a new, empty store at {}", path.display());
-            Ok((db, Checked { records: 0, created: true }))
+            Ok((db, Checked { records: 0, created: true, clean_header: None }))
         }
         Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         Ok(_) => {
             refuse_if_open_elsewhere(&path)?;
-            let (db, records) = check_cached(&path, cache_bytes).map_err(|why| damaged(&path, dir, why))?;
-            // The verification copy came and went in this directory.
-            sync_dir(dir)?;
-            Ok((create_tables(db)?, Checked { records, created: false }))
+            let clean_header = clean_header(&path);
+            let db = open_existing(&path, cache_bytes).map_err(|why| damaged(&path, dir, why))?;
+            let db = create_tables(db)?;
+            let records = db.begin_read()?.open_table(DATA)?.len()?;
+            Ok((db, Checked { records, created: false, clean_header }))
         }
     }
+}
+
+/// The first page of a file closed cleanly (`None` after a crash: redb's recovery at open
+/// rewrites what it points to).
+fn clean_header(path: &Path) -> Option<Vec<u8>> {
+    let page = header_page(path).ok()?;
+    let flags = *page.get(REDB_MAGIC.len())?;
+    (flags & RECOVERY_REQUIRED == 0).then_some(page)
+}
+
+/// The file's first page (its header).
+pub(crate) fn header_page(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut page = Vec::with_capacity(HEADER_PAGE);
+    File::open(path)?.take(HEADER_PAGE as u64).read_to_end(&mut page)?;
+    Ok(page)
 }
 
 /// A store held by another process (redb locks its file while a database is open) is in
@@ -97,13 +123,22 @@ fn refuse_if_open_elsewhere(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Checks an existing data file (server stopped); `Err` says what is wrong with it.
-pub(crate) fn check(path: &Path) -> Result<(Database, u64), String> {
-    check_cached(path, DEFAULT_CACHE_MB << 20)
+/// Checks an existing data file (server stopped): every page, then every record; `Err` says
+/// what is wrong with it. Nothing is written to the file, and no copy of it is made.
+pub(crate) fn check(path: &Path) -> Result<u64, String> {
+    looks_like_a_store(path)?;
+    let never: verify::StopWhen = Arc::new(|| false);
+    // redb's recovery of an unclean file (a power loss mid-commit goes back to the commit
+    // before) is what a start does too: not damage here.
+    let db = quietly(|| verify::verify_pages(path, never, verify::View::Stopped))?.map_err(|f| match f {
+        verify::Failed::Damaged(why) | verify::Failed::Incomplete(why) => why,
+    })?;
+    let db = db.ok_or("the check kept no database")?;
+    quietly(|| scan(&db))?
 }
 
-/// [`check`], the database opened with a page cache of `cache_bytes`.
-fn check_cached(path: &Path, cache_bytes: usize) -> Result<(Database, u64), String> {
+/// What can be seen without reading the store: a regular, non-empty file with redb's signature.
+fn looks_like_a_store(path: &Path) -> Result<(), String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
     if !meta.is_file() {
         return Err("it is not a regular file".into());
@@ -118,10 +153,15 @@ fn check_cached(path: &Path, cache_bytes: usize) -> Result<(Database, u64), Stri
     if head != REDB_MAGIC {
         return Err("it does not start with the store's file signature (overwritten, or not a store)".into());
     }
-    verify_copy(path)?;
-    let db = quietly(|| builder(cache_bytes).open(path))?.map_err(|e| format!("it cannot be opened: {e}"))?;
-    let records = quietly(|| scan(&db))??;
-    Ok((db, records))
+    Ok(())
+}
+
+/// Opens an existing data file to serve it: redb's recovery runs here after an unclean
+/// shutdown (committed data is intact); the check of every page runs later, in the
+/// background (`integrity`), so a start takes seconds whatever the file's size.
+fn open_existing(path: &Path, cache_bytes: usize) -> Result<Database, String> {
+    looks_like_a_store(path)?;
+    quietly(|| builder(cache_bytes).open(path))?.map_err(|e| format!("it cannot be opened: {e}"))
 }
 
 fn builder(cache_bytes: usize) -> redb::Builder {
@@ -133,32 +173,7 @@ fn builder(cache_bytes: usize) -> redb::Builder {
     builder
 }
 
-/// Verifies every page checksum on a copy: redb's integrity check repairs what it finds
-/// (rolling back to an older commit), and the original must stay as it is for the operator
-/// to restore or inspect. Without room for a copy the check is skipped with a warning;
-/// every record is still read once.
-fn verify_copy(path: &Path) -> Result<(), String> {
-    let copy = path.with_extension("redb.verify");
-    let _ = std::fs::remove_file(&copy);
-    if let Err(e) = std::fs::copy(path, &copy) {
-        let _ = std::fs::remove_file(&copy);
-        tracing::warn!("kv: no page checksum check of {} (cannot copy it: {e}); reading every record", path.display());
-        return Ok(());
-    }
-    let verdict = quietly(|| -> Result<(), String> {
-        let mut db = builder(DEFAULT_CACHE_MB << 20).open(&copy).map_err(|e| format!("it cannot be opened: {e}"))?;
-        match db.check_integrity() {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("some page checksums do not match".into()),
-            Err(e) => Err(format!("its pages are damaged: {e}")),
-        }
-    });
-    let _ = std::fs::remove_file(&copy);
-    verdict?
-}
-
-/// Reads every record once, so damage a checksum cannot see (a foreign layout) is found now
-/// rather than by a client.
+/// Reads every record once, so damage a checksum cannot see (a foreign layout) is found.
 fn scan(db: &Database) -> Result<u64, String> {
     let bad = |e: &dyn std::fmt::Display| format!("reading it failed: {e}");
     let txn = db.begin_read().map_err(|e| bad(&e))?;
@@ -179,11 +194,32 @@ fn scan(db: &Database) -> Result<u64, String> {
 }
 
 fn create_tables(db: Database) -> anyhow::Result<Database> {
+    // A store that has them is not written to at start: a file found damaged later is then
+    // as it was, but for redb's "open" marker in its header.
+    let read = db.begin_read()?;
+    let complete = read.open_table(DATA).is_ok()
+        && read.open_table(EXPIRY).is_ok()
+        && read.open_table(META).is_ok()
+        && read.open_table(counts::COUNTS).is_ok()
+        && read.open_table(counts::LISTED).is_ok();
+    drop(read);
+    if complete {
+        return Ok(db);
+    }
     // Create the tables up front so readers never see "table does not exist".
     let txn = db.begin_write()?;
     txn.open_table(DATA)?;
     txn.open_table(EXPIRY)?;
     txn.open_table(META)?;
+    if !counts::present(&txn)? {
+        // A store from before the counts: one scan, once, in the same transaction.
+        let started = Instant::now();
+        let records = counts::build(&txn)?;
+        tracing::info!(
+            "kv: record counts built from {records} records ({:.1} s, once)",
+            started.elapsed().as_secs_f64()
+        );
+    }
     txn.commit()?;
     Ok(db)
 }
@@ -230,6 +266,12 @@ pub(crate) struct DbSlot {
     path: PathBuf,
     cache_bytes: usize,
     db: RwLock<Option<Arc<Database>>>,
+    /// Counts reopens: a background check holding the old handle stops when it moves, so the
+    /// reopen is not kept waiting for it.
+    generation: Arc<AtomicU64>,
+    /// Held by the writer for each commit, and by an integrity check while it takes its
+    /// snapshot and reads the file's header.
+    commits: std::sync::Mutex<()>,
 }
 
 /// How long a reopen waits for in-flight reads to let go of the old handle.
@@ -237,7 +279,33 @@ const READERS_GRACE: Duration = Duration::from_secs(2);
 
 impl DbSlot {
     pub(crate) fn new(path: PathBuf, db: Database, cache_bytes: usize) -> Self {
-        DbSlot { path, cache_bytes, db: RwLock::new(Some(Arc::new(db))) }
+        DbSlot {
+            path,
+            cache_bytes,
+            db: RwLock::new(Some(Arc::new(db))),
+            generation: Arc::default(),
+            commits: std::sync::Mutex::default(),
+        }
+    }
+
+    /// `<data>/kv.redb`.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// No commit runs while this is held.
+    pub(crate) fn commit_gate(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.commits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many reopens there were so far.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The reopen counter itself, for a check that watches it from another thread.
+    pub(crate) fn generation_counter(&self) -> Arc<AtomicU64> {
+        self.generation.clone()
     }
 
     /// The current handle; `None` while a reopen is under way or failed.
@@ -245,9 +313,18 @@ impl DbSlot {
         self.db.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Lets go of the database without closing it: a file found damaged gets no further
+    /// write, not even the clean close (redb's recovery runs at the next start instead).
+    pub(crate) fn leave_unclosed(&self) {
+        if let Some(db) = self.db.write().unwrap_or_else(|p| p.into_inner()).take() {
+            std::mem::forget(db);
+        }
+    }
+
     /// Closes the database and opens it again (redb repairs it as after a crash: committed,
     /// fsync'd transactions survive). Readers in flight keep their handle until they finish.
     pub(crate) fn reopen(&self) -> Result<(), String> {
+        self.generation.fetch_add(1, Ordering::SeqCst);
         let old = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(mut old) = old {
             let deadline = Instant::now() + READERS_GRACE;

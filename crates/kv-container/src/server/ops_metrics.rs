@@ -36,6 +36,23 @@ pub(crate) struct Census {
     pub(crate) stuck: u64,
 }
 
+impl Census {
+    /// From the counts kept by category (`counts::Counts`); a category the census does not
+    /// name yet counts as `other`.
+    pub(crate) fn from_counts(counts: &std::collections::BTreeMap<String, u64>, stuck: u64) -> Census {
+        let mut c = Census { stuck, ..Census::default() };
+        for (category, &n) in counts {
+            match category.as_str() {
+                "processing" => c.processing += n,
+                "completed" => c.completed += n,
+                "failed" => c.failed += n,
+                _ => c.other += n,
+            }
+        }
+        c
+    }
+}
+
 pub(crate) struct OpsMetrics {
     claims: Family<OutcomeLabels, Counter>,
     write_seconds: Histogram,

@@ -181,6 +181,10 @@ impl Writer {
                 tracing::error!("kv: final flush failed: {e}");
             }
         }
+        if self.health.damage().is_some() {
+            self.slot.leave_unclosed();
+            tracing::warn!("kv: the damaged data file is left as it is (not closed cleanly)");
+        }
         let commits = self.stats.commits.load(Ordering::Relaxed);
         let total = self.stats.ops.load(Ordering::Relaxed);
         tracing::info!("kv writer stopped: {total} operations in {commits} commits");
@@ -221,8 +225,12 @@ impl Writer {
         self.busy_since.store(self.clock.now_ms(), Ordering::SeqCst);
         let now = self.clock.now_ms();
         let (durability, force) = if recovering { (Durability::Immediate, true) } else { (durability, force_commit) };
-        let applied =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batch::apply(&db, ops, now, durability, force)));
+        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // A commit rewrites the file's header before the pages it points to are all
+            // written: an integrity check takes its view of the file between commits.
+            let _between = self.slot.commit_gate();
+            batch::apply(&db, ops, now, durability, force)
+        }));
         self.busy_since.store(IDLE, Ordering::SeqCst);
         match applied {
             Ok(Ok(done)) => {

@@ -46,7 +46,8 @@ async fn census(app: &AppState) -> Result<Arc<Snapshot>, String> {
 async fn now(State(app): Shared) -> Response {
     let ops = &app.engine.metrics().ops;
     let problem = health_problem(&app);
-    let mut health = json!({"status": problem.as_ref().map_or("ok", |p| p.status)});
+    let mut health =
+        json!({"status": problem.as_ref().map_or("ok", |p| p.status), "integrity": app.engine.integrity()});
     if let Some(p) = &problem {
         health["reason"] = p.reason.clone().into();
     }

@@ -1,22 +1,23 @@
 //! The census: records by status, the stuck count and the 50 most recent failed and stuck
-//! records, from one scan of an MVCC snapshot, cached and rate-limited.
+//! records, read from the counts the writer keeps (`counts`), cached and rate-limited.
 //!
-//! Why a cached scan and not counts kept on every write: "stuck" depends on the clock (a
-//! lease runs out with no write at all), and keeping counts exact would put a JSON parse of
-//! the old and new value into the writer's commit loop. Instead a scan runs on a blocking
-//! thread, never blocking writers, at most once per `--census-interval-ms` (5 s) and never
-//! more often than every 20× its own duration, so it costs at most ~5 % of one core on a
-//! store of any size. A read that finds the result due starts a scan and waits for it up to
-//! a second; past that it gets the previous result (with its age) while the scan finishes.
+//! Counts are kept as writes happen, so a census costs no scan of the records: it reads the
+//! counts, the `processing` records' leases ("stuck" depends on the clock: a lease runs out
+//! with no write at all), the newest failed records, and the few records expired but not yet
+//! purged. It still runs on a blocking thread at most once per `--census-interval-ms` (5 s),
+//! so a page polled by many browsers costs one census per interval. A read that finds the
+//! result due starts one and waits for it up to a second; past that it gets the previous
+//! result (with its age).
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redb::ReadableTable;
+use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
 
-use crate::server::batch::DATA;
+use crate::server::batch::{DATA, EXPIRY};
+use crate::server::counts;
 use crate::server::engine::{Engine, ReadError};
 use crate::server::ops_metrics;
 use crate::server::record::{system_now_ms, StoredValue};
@@ -129,52 +130,83 @@ pub(crate) struct Snapshot {
     pub(crate) stuck: Vec<Brief>,
 }
 
-/// The newest `LIST_LEN` rows by `modified_ms`, kept while scanning in O(n log k).
-fn keep_newest(list: &mut Vec<Brief>, b: Brief) {
-    list.push(b);
-    if list.len() >= 4 * LIST_LEN {
-        newest_first(list);
-    }
-}
-
+/// The newest `LIST_LEN` rows by `modified_ms`.
 fn newest_first(list: &mut Vec<Brief>) {
     list.sort_by(|a, b| b.modified_ms.cmp(&a.modified_ms).then_with(|| a.key.cmp(&b.key)));
     list.truncate(LIST_LEN);
 }
 
-/// Scans every live record of `db` as of `now_ms`.
+/// The census of `db` as of `now_ms`, from the counts kept as writes happen (see
+/// `counts`): no scan of the records. Reads the counts, the records expired but not yet
+/// purged (a purge interval's worth; they no longer count), every `processing` record's
+/// lease (to judge "stuck" by the clock) and the newest failed records.
 fn scan(db: &redb::Database, now_ms: u64, stuck_after_ms: u64) -> Result<Snapshot, ReadError> {
     let started = Instant::now();
     let txn = db.begin_read()?;
-    let table = txn.open_table(DATA)?;
-    let (mut counts, mut keys) = (ops_metrics::Census::default(), 0u64);
-    let (mut failed, mut stuck) = (Vec::new(), Vec::new());
-    for item in table.iter()? {
-        let (k, v) = item?;
-        let rec = StoredValue::decode(v.value())
-            .map_err(|e| ReadError::Damaged(format!("the record under key {:?}: {e}", k.value())))?;
-        if !rec.is_live(now_ms) {
-            continue;
+    let data = txn.open_table(DATA)?;
+    let load = |key: &str| -> Result<Option<StoredValue>, ReadError> {
+        match data.get(key)? {
+            Some(v) => Ok(Some(
+                StoredValue::decode(v.value())
+                    .map_err(|e| ReadError::Damaged(format!("the record under key {key:?}: {e}")))?,
+            )),
+            None => Ok(None),
         }
-        keys += 1;
-        let b = Brief::of(k.value(), &rec, now_ms, stuck_after_ms);
-        match b.status {
-            "processing" => counts.processing += 1,
-            "completed" => counts.completed += 1,
-            "failed" => counts.failed += 1,
-            _ => counts.other += 1,
-        }
-        if b.stuck.is_some() {
-            counts.stuck += 1;
-            keep_newest(&mut stuck, b);
-        } else if b.status == "failed" {
-            keep_newest(&mut failed, b);
+    };
+    let mut by_category = counts::read(&txn)?;
+    let mut keys = data.len()?;
+    // Expired, not purged yet: absent for every client, so not counted either.
+    let expiry = txn.open_table(EXPIRY)?;
+    for entry in expiry.range::<(u64, &str)>(..(now_ms.saturating_add(1), ""))? {
+        let (k, _) = entry?;
+        let (expires, key) = k.value();
+        if let Some(rec) = load(key)?.filter(|r| r.expires_ms == expires) {
+            let n = by_category.entry(counts::classify(&rec.value).category.to_owned()).or_default();
+            *n = n.saturating_sub(1);
+            keys = keys.saturating_sub(1);
         }
     }
+    let listed = txn.open_table(counts::LISTED)?;
+    let mut stuck_rows = Vec::new();
+    for entry in listed.range::<(&str, u64, &str)>(("processing", 0, "")..=("processing", u64::MAX, ""))? {
+        let (k, lease) = entry?;
+        let (_, modified_ms, key) = k.value();
+        let lease = Some(lease.value()).filter(|l| *l != counts::NO_LEASE);
+        if stuck("processing", lease, modified_ms, now_ms, stuck_after_ms).is_some() {
+            stuck_rows.push(key.to_owned());
+        }
+    }
+    let (mut stuck_list, mut failed) = (Vec::new(), Vec::new());
+    for key in &stuck_rows {
+        if let Some(rec) = load(key)?.filter(|r| r.is_live(now_ms)) {
+            stuck_list.push(Brief::of(key, &rec, now_ms, stuck_after_ms));
+        }
+    }
+    // Newest first, skipping the expired ones not purged yet.
+    for entry in listed.range::<(&str, u64, &str)>(("failed", 0, "")..=("failed", u64::MAX, ""))?.rev() {
+        if failed.len() >= LIST_LEN {
+            break;
+        }
+        let (k, _) = entry?;
+        let key = k.value().2;
+        if let Some(rec) = load(key)?.filter(|r| r.is_live(now_ms)) {
+            failed.push(Brief::of(key, &rec, now_ms, stuck_after_ms));
+        }
+    }
+    let stuck_count = stuck_list.len() as u64;
     newest_first(&mut failed);
-    newest_first(&mut stuck);
+    newest_first(&mut stuck_list);
+    let counts = ops_metrics::Census::from_counts(&by_category, stuck_count);
     let scan_ms = started.elapsed().as_millis() as u64;
-    Ok(Snapshot { as_of_ms: now_ms, scan_ms, keys, counts, stuck_after_s: stuck_after_ms / 1000, failed, stuck })
+    Ok(Snapshot {
+        as_of_ms: now_ms,
+        scan_ms,
+        keys,
+        counts,
+        stuck_after_s: stuck_after_ms / 1000,
+        failed,
+        stuck: stuck_list,
+    })
 }
 
 type Latest = Option<Result<Arc<Snapshot>, String>>;

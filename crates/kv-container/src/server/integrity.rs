@@ -1,0 +1,263 @@
+//! The integrity check of a serving store: every page (redb's checksums, see `verify`) and
+//! every record (its own checksum), in a thread of its own, once after start and on demand
+//! (`POST /admin/check`). Its state is reported by `/healthz` (`integrity`), the log and
+//! `/metrics` (`kv_integrity_*`); damage it finds stops reads and writes like damage a
+//! request finds.
+//!
+//! Why not before serving, as the store once did: the check reads the whole file (minutes
+//! at ten million records), and a start that waits for it takes the store away for as long.
+//! Power loss needs no check: redb's own recovery of an unclean file stays on the start
+//! path, and a commit is checksummed; the check is for damage done to the file since.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use redb::ReadableTable;
+
+use super::batch::DATA;
+use super::health::Health;
+use super::open::{header_page, Damaged, DbSlot};
+use super::record::{system_now_ms, StoredValue};
+use super::verify::{self, Failed};
+
+/// Records read between two looks at the stop flag.
+const STOP_EVERY: u64 = 4096;
+
+/// What the last check found; `/healthz` shows it as `integrity`.
+#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub(crate) enum Verdict {
+    /// No check since start.
+    NotRun,
+    Running {
+        started_ms: u64,
+    },
+    Passed {
+        started_ms: u64,
+        finished_ms: u64,
+        records: u64,
+    },
+    Damaged {
+        started_ms: u64,
+        finished_ms: u64,
+        reason: String,
+    },
+    /// Stopped (shutdown, the store reopened after failed writes) or the file unreadable.
+    Incomplete {
+        started_ms: u64,
+        finished_ms: u64,
+        reason: String,
+    },
+}
+
+/// `kv_integrity_*`: whether a check runs, when one last passed, whether one found damage.
+#[derive(Clone)]
+pub(crate) struct IntegrityMetrics {
+    running: Gauge,
+    passed: Gauge,
+    damaged: Gauge,
+}
+
+impl IntegrityMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> IntegrityMetrics {
+        let m = IntegrityMetrics { running: Gauge::default(), passed: Gauge::default(), damaged: Gauge::default() };
+        registry.register(
+            "integrity_check_running",
+            "1 while the check of every page and record runs",
+            m.running.clone(),
+        );
+        registry.register_with_unit(
+            "integrity_check_passed",
+            "Unix time the last complete check of every page and record passed; 0 = none since start",
+            Unit::Seconds,
+            m.passed.clone(),
+        );
+        registry.register("integrity_damage_found", "1 once a check found damage in the data file", m.damaged.clone());
+        m
+    }
+}
+
+/// The check's state and its thread; one check at a time.
+#[derive(Default)]
+pub(crate) struct Integrity {
+    /// The first page of the data file at start, until the first check takes it.
+    header_at_start: Mutex<Option<Vec<u8>>>,
+    verdict: Mutex<Option<Verdict>>,
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What a check needs of the engine (not the engine itself: its queue would keep the
+/// writer alive at shutdown).
+pub(crate) struct CheckJob {
+    pub(crate) slot: Arc<DbSlot>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) metrics: IntegrityMetrics,
+}
+
+/// The snapshot a check reads, taken when it is asked for, on the caller's thread and
+/// between two commits (so the first check's is taken before the first write): the
+/// database handle, a read transaction held to the end (it keeps every page the check reads
+/// from being reused, see `verify`), the reopen count then, and the file's header as of the
+/// read transaction. The first check of a file closed cleanly uses the header the file had
+/// before it was opened: it then also compares the free-page state stored at the clean
+/// close with the pages in use, as the check of a stopped file does.
+struct Snapshot {
+    db: Arc<redb::Database>,
+    txn: redb::ReadTransaction,
+    savepoint: redb::Savepoint,
+    generation: u64,
+    header: Vec<u8>,
+}
+
+impl Integrity {
+    pub(crate) fn new(header_at_start: Option<Vec<u8>>) -> Integrity {
+        Integrity { header_at_start: Mutex::new(header_at_start), ..Integrity::default() }
+    }
+
+    pub(crate) fn verdict(&self) -> Verdict {
+        self.verdict.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or(Verdict::NotRun)
+    }
+
+    fn set(&self, v: Verdict) {
+        *self.verdict.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
+    }
+
+    /// Starts a check unless one runs (then `false`).
+    pub(crate) fn start(self: &Arc<Self>, job: CheckJob) -> bool {
+        let mut thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(self.verdict(), Verdict::Running { .. }) || self.stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        if let Some(done) = thread.take() {
+            let _ = done.join();
+        }
+        let started_ms = system_now_ms();
+        let generation = job.slot.generation();
+        let taken = job.slot.get().ok_or_else(|| "the store is being reopened".to_owned()).and_then(|db| {
+            let _between = job.slot.commit_gate();
+            // While a savepoint exists redb frees even its own bookkeeping pages (the system
+            // and free-page trees, which a check reads too) only once no reader needs them;
+            // without one it reuses them at the next commit.
+            let write = db.begin_write().map_err(|e| e.to_string())?;
+            let savepoint = write.ephemeral_savepoint().map_err(|e| e.to_string())?;
+            write.abort().map_err(|e| e.to_string())?;
+            let txn = db.begin_read().map_err(|e| e.to_string())?;
+            let at_start = self.header_at_start.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let header = match at_start {
+                Some(page) => page,
+                None => header_page(job.slot.path()).map_err(|e| format!("cannot read the file's header: {e}"))?,
+            };
+            Ok(Snapshot { db, txn, savepoint, generation, header })
+        });
+        let snapshot = match taken {
+            Ok(s) => s,
+            Err(why) => {
+                self.set(Verdict::Incomplete { started_ms, finished_ms: started_ms, reason: why });
+                return true;
+            }
+        };
+        self.set(Verdict::Running { started_ms });
+        job.metrics.running.set(1);
+        let me = self.clone();
+        let spawned =
+            std::thread::Builder::new().name("kv-check".into()).spawn(move || me.run(job, snapshot, started_ms));
+        match spawned {
+            Ok(handle) => *thread = Some(handle),
+            Err(e) => self.set(Verdict::Incomplete {
+                started_ms,
+                finished_ms: system_now_ms(),
+                reason: format!("cannot start the check: {e}"),
+            }),
+        }
+        true
+    }
+
+    /// Ends a running check and waits for it (shutdown: it holds the database open).
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+    }
+
+    fn run(&self, job: CheckJob, snapshot: Snapshot, started_ms: u64) {
+        lower_priority();
+        let started = Instant::now();
+        tracing::info!("kv: integrity check of every page and record started");
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.check(&job.slot, snapshot)))
+            .unwrap_or_else(|_| {
+                Err(Failed::Damaged("the storage engine failed reading a record (an internal assertion)".into()))
+            });
+        let finished_ms = system_now_ms();
+        job.metrics.running.set(0);
+        let verdict = match result {
+            Ok(records) => {
+                tracing::info!(
+                    "kv: integrity check passed: {records} records, every page intact ({:.1} s)",
+                    started.elapsed().as_secs_f64()
+                );
+                job.metrics.passed.set(i64::try_from(finished_ms / 1000).unwrap_or(i64::MAX));
+                Verdict::Passed { started_ms, finished_ms, records }
+            }
+            Err(Failed::Damaged(why)) => {
+                let path = job.slot.path();
+                let dir = path.parent().unwrap_or(path).display().to_string();
+                tracing::error!(
+                    "kv: integrity check: {}",
+                    Damaged { path: path.display().to_string(), dir, why: why.clone() }
+                );
+                job.metrics.damaged.set(1);
+                job.health.damaged(&format!("the integrity check found: {why}"));
+                Verdict::Damaged { started_ms, finished_ms, reason: why }
+            }
+            Err(Failed::Incomplete(why)) => {
+                tracing::warn!("kv: integrity check did not complete: {why}");
+                Verdict::Incomplete { started_ms, finished_ms, reason: why }
+            }
+        };
+        self.set(verdict);
+    }
+
+    /// Pages first (redb's checksums), then every record of the same snapshot.
+    fn check(&self, slot: &DbSlot, snap: Snapshot) -> Result<u64, Failed> {
+        let (stop, counter, generation) = (self.stop.clone(), slot.generation_counter(), snap.generation);
+        let stopping = move || stop.load(Ordering::SeqCst) || counter.load(Ordering::SeqCst) != generation;
+        let stop_when: verify::StopWhen = Arc::new(stopping.clone());
+        let Snapshot { db, txn, savepoint, header, .. } = snap;
+        verify::verify_pages(slot.path(), stop_when, verify::View::Running(&header))?;
+        let records = count_records(&txn, &stopping);
+        drop((savepoint, txn, db));
+        records
+    }
+}
+
+/// Reads every record of `snapshot`, checking its own checksum.
+fn count_records(snapshot: &redb::ReadTransaction, stopping: &dyn Fn() -> bool) -> Result<u64, Failed> {
+    let table = snapshot.open_table(DATA).map_err(|e| Failed::Damaged(e.to_string()))?;
+    let mut records = 0u64;
+    for entry in table.iter().map_err(|e| Failed::Damaged(e.to_string()))? {
+        let (key, value) = entry.map_err(|e| Failed::Damaged(format!("reading a record failed: {e}")))?;
+        StoredValue::decode(value.value())
+            .map_err(|e| Failed::Damaged(format!("the record under key {:?} is damaged: {e}", key.value())))?;
+        records += 1;
+        if records.is_multiple_of(STOP_EVERY) && stopping() {
+            return Err(Failed::Incomplete(verify::STOPPED.into()));
+        }
+    }
+    Ok(records)
+}
+
+/// The check yields the cores to requests: it runs at a lower scheduling priority (Linux
+/// sets `nice` per thread).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain system calls on this thread's own id; a failure only leaves the priority as it was.
+        let tid = unsafe { libc::gettid() };
+        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
+    }
+}

@@ -1,0 +1,163 @@
+//! redb's check of every page checksum, run on a data file without copying it and without
+//! writing to it: redb opens the file through [`Overlay`], a storage backend that reads the
+//! file and keeps every write redb makes (its "open" marker, what a repair would change) in
+//! memory, so no free disk is needed and the file stays exactly as it is.
+//!
+//! On a running store the caller takes, between two commits, an ephemeral savepoint, a read
+//! transaction and the file's header, and holds the first two for the whole check: redb
+//! then reuses no page of that commit (its records, and, because a savepoint exists, its
+//! own system and free-page trees too) while the writer goes on, so the check reads exactly
+//! the commit the header names.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use redb::{Database, StorageBackend};
+
+/// Asked before every page read; `true` ends the check (shutdown, a reopen of the store).
+pub(crate) type StopWhen = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// What the read error of a stopped check says, so it is not taken for damage.
+pub(crate) const STOPPED: &str = "integrity check stopped";
+
+/// Page cache of the checking database: the check reads each page about three times in
+/// tree order, so a small cache does; it bounds the check's memory whatever the file's size.
+const CHECK_CACHE_BYTES: usize = 32 << 20;
+
+/// The outcome of [`verify_pages`] that is not a pass.
+#[derive(Debug)]
+pub(crate) enum Failed {
+    /// Pages whose checksums do not match, or a file redb cannot read as a store.
+    Damaged(String),
+    /// Stopped on request, or the file could not be read (an I/O error, not damage).
+    Incomplete(String),
+}
+
+/// How [`verify_pages`] sees the file.
+pub(crate) enum View<'a> {
+    /// A stopped file; after a power loss redb going back to the commit before is its
+    /// ordinary recovery of a commit cut short, not damage.
+    Stopped,
+    /// Open in a running store, seen through `header` (the file's first page, read between
+    /// two commits while the caller began the read transaction it holds to the end): its
+    /// newest commit is complete, so redb going back to the one before means damage.
+    Running(&'a [u8]),
+}
+
+/// Runs redb's integrity check of every page reachable from the newest commit of `path`;
+/// the checking database is handed back for a stopped file (to read its records through).
+pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>) -> Result<Option<Database>, Failed> {
+    let file = File::open(path).map_err(|e| Failed::Incomplete(format!("cannot read {}: {e}", path.display())))?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let overlay = Overlay { file, writes: Mutex::default(), len: Mutex::default(), stop, closed: closed.clone() };
+    let live = !matches!(view, View::Stopped);
+    if let View::Running(page) = view {
+        overlay.writes.lock().unwrap_or_else(|p| p.into_inner()).push((0, page.to_vec()));
+    }
+    // redb reports 0.3 only when the newest commit's pages fail their checksums and it falls
+    // back to the commit before: for the check that is damage, whatever it recovers.
+    let rolled_back = Arc::new(AtomicBool::new(false));
+    let seen = rolled_back.clone();
+    let mut builder = Database::builder();
+    builder.set_cache_size(CHECK_CACHE_BYTES).set_repair_callback(move |s| {
+        if (s.progress() - 0.3).abs() < 0.01 {
+            seen.store(true, Ordering::SeqCst);
+        }
+    });
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut db = builder.create_with_backend(overlay)?;
+        let clean = db.check_integrity()?;
+        if live {
+            // Closing writes redb's free-page state, which reads pages the running store may
+            // since have reused: the file is not read any more, so the close does nothing.
+            closed.store(true, Ordering::SeqCst);
+            drop(db);
+            return Ok::<_, redb::DatabaseError>((None, clean));
+        }
+        Ok((Some(db), clean))
+    }));
+    match outcome {
+        Err(p) => {
+            let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+            Err(Failed::Damaged(format!("the storage engine failed reading it ({})", msg.unwrap_or_default())))
+        }
+        Ok(Err(e)) if e.to_string().contains(STOPPED) => Err(Failed::Incomplete(STOPPED.into())),
+        Ok(Err(
+            e @ (redb::DatabaseError::Storage(redb::StorageError::Io(_)) | redb::DatabaseError::DatabaseAlreadyOpen),
+        )) => Err(Failed::Incomplete(format!("reading the file failed: {e}"))),
+        Ok(Err(e)) => Err(Failed::Damaged(format!("its pages are damaged: {e}"))),
+        Ok(Ok(_)) if live && rolled_back.load(Ordering::SeqCst) => {
+            Err(Failed::Damaged("the newest commit's page checksums do not match".into()))
+        }
+        Ok(Ok((_, false))) => Err(Failed::Damaged("some page checksums do not match".into())),
+        Ok(Ok((db, true))) => Ok(db),
+    }
+}
+
+/// The data file, read-only, with redb's writes kept in memory on top of it.
+struct Overlay {
+    file: File,
+    /// (offset, bytes) in the order written; a rewrite of the same range replaces it.
+    writes: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// The length redb set, once it sets one; until then the file's own.
+    len: Mutex<Option<u64>>,
+    stop: StopWhen,
+    /// Set once the check is done: every read fails from then on.
+    closed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Overlay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Overlay").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
+impl StorageBackend for Overlay {
+    fn len(&self) -> io::Result<u64> {
+        match *self.len.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(len) => Ok(len),
+            None => Ok(self.file.metadata()?.len()),
+        }
+    }
+
+    fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        if self.closed.load(Ordering::SeqCst) || (self.stop)() {
+            return Err(io::Error::other(STOPPED));
+        }
+        let mut buf = vec![0u8; len];
+        // Past the file's end (a length redb set) reads as zeros, as the trait asks.
+        let in_file = self.file.metadata()?.len().saturating_sub(offset).min(len as u64) as usize;
+        self.file.read_exact_at(&mut buf[..in_file], offset)?;
+        let end = offset + len as u64;
+        for (at, data) in self.writes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let (from, to) = ((*at).max(offset), (at + data.len() as u64).min(end));
+            if from < to {
+                let dst = (from - offset) as usize..(to - offset) as usize;
+                buf[dst].copy_from_slice(&data[(from - at) as usize..(to - at) as usize]);
+            }
+        }
+        Ok(buf)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        *self.len.lock().unwrap_or_else(|p| p.into_inner()) = Some(len);
+        Ok(())
+    }
+
+    fn sync_data(&self, _eventual: bool) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        match writes.iter_mut().find(|(at, old)| *at == offset && old.len() == data.len()) {
+            Some((_, old)) => old.copy_from_slice(data),
+            None => writes.push((offset, data.to_vec())),
+        }
+        Ok(())
+    }
+}
