@@ -94,7 +94,7 @@ impl OpsMetrics {
         let records = Family::<StatusLabels, Gauge>::default();
         registry.register(
             "records",
-            "Live keys by record status (a cached scan, at most seconds old)",
+            "Live keys by record status (counts kept as writes happen, read at most seconds ago)",
             records.clone(),
         );
         let stuck = Gauge::default();
