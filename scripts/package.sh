@@ -15,6 +15,11 @@ dist=${DIST:-dist}
 # ignored by git.
 keygen_hint="$bin keygen --out-dir keys"
 [ -x "$bin" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+# A missing key is said before any package (or the arm64 binary) is built, with how to make one.
+if [ -n "${SIGNING_KEY:-}" ] && [ ! -r "$SIGNING_KEY" ]; then
+  echo "no signing key at $SIGNING_KEY; make a key pair with: $keygen_hint" >&2
+  exit 1
+fi
 args=(--out "$dist" --bin "amd64=${AMD64_BIN:-$bin}")
 if [ "${ARM64:-0}" != 0 ]; then
   cat <<MSG

@@ -19,6 +19,12 @@ fn root() -> &'static Path {
 /// Runs scripts/package.sh into `dir/dist`, packaging a small fake amd64 binary (a debug
 /// build is over the daemon's size limit); `env` adds SIGNING_KEY and the like.
 fn package_sh(dir: &Path, env: &[(&str, &str)]) -> String {
+    let (ok, all) = try_package_sh(dir, env);
+    assert!(ok, "{all}");
+    all
+}
+
+fn try_package_sh(dir: &Path, env: &[(&str, &str)]) -> (bool, String) {
     let (_, fake) = fake_bins(dir).remove(0);
     let out = Command::new("bash")
         .arg(root().join("scripts/package.sh"))
@@ -32,8 +38,7 @@ fn package_sh(dir: &Path, env: &[(&str, &str)]) -> String {
         .output()
         .unwrap();
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{all}");
-    all
+    (out.status.success(), all)
 }
 
 #[test]
@@ -101,4 +106,15 @@ fn the_key_pair_hint_is_the_same_everywhere_and_writes_into_the_ignored_keys_dir
     assert_eq!(entries, ["keys"], "{text}");
     assert!(cwd.path().join("keys/stateful_tool_signing_key.public.pem").is_file());
     assert!(text.contains(&format!("sign with: make package {SIGNING_KEY} ")), "{text}");
+}
+
+#[test]
+fn a_missing_signing_key_is_said_with_the_hint_before_any_package_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("keys/stateful_tool_signing_key.private.pem");
+    let (ok, all) = try_package_sh(dir.path(), &[("SIGNING_KEY", s(&missing))]);
+    assert!(!ok, "{all}");
+    let want = format!("no signing key at {}; make a key pair with: {BIN} {HINT}", missing.display());
+    assert_eq!(all.trim_end(), want);
+    assert!(!dir.path().join("dist").exists(), "packages were built: {all}");
 }
