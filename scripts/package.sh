@@ -7,6 +7,7 @@
 #   BIN        the stateful-tool binary that packages and signs (default target/release/stateful-tool)
 #   AMD64_BIN  the binary packaged for amd64 (default: BIN)
 #   DIST       the output directory (default dist)
+#   ARM64_BUILD  the arm64 build's bash script (default scripts/build-arm64.sh; prints the binary's path last)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BIN:-target/release/stateful-tool}
@@ -28,7 +29,7 @@ if [ "${ARM64:-0}" != 0 ]; then
    libstd-rust-web-dev:arm64, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user, installed
    when missing if run as root (dpkg --add-architecture arm64). Leave ARM64 unset for amd64 only.
 MSG
-  arm=$(./scripts/build-arm64.sh | tail -n1)
+  arm=$(bash "${ARM64_BUILD:-./scripts/build-arm64.sh}" | tail -n1)
   args+=(--bin "arm64=$arm")
 else
   echo "== amd64 only (a Dify on an arm64 host, e.g. Docker on Apple silicon, needs: make package ARM64=1," \

@@ -59,6 +59,26 @@ fn make_package_builds_amd64_only_unless_asked_and_says_how_to_add_arm64_before_
 }
 
 #[test]
+fn arm64_says_what_it_builds_how_long_and_how_to_skip_it_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, arm) = fake_bins(dir.path()).remove(1);
+    // Stands in for the 35-minute cross build: says it started, prints the binary's path last.
+    let build = dir.path().join("build-arm64.sh");
+    fs::write(&build, format!("echo 'cross build started' >&2\necho '{}'\n", arm.display())).unwrap();
+    let all = package_sh(dir.path(), &[("ARM64", "1"), ("ARM64_BUILD", s(&build))]);
+    let heading = all.find("== arm64: cross-building the arm64 binary").expect(&all);
+    let started = all.find("cross build started").expect(&all);
+    assert!(heading < started, "the build started before it was announced:\n{all}");
+    let announced = &all[heading..started];
+    for needed in
+        ["About 35 minutes on 2 cores", "qemu-user", "gcc-aarch64-linux-gnu", "Leave ARM64 unset for amd64 only"]
+    {
+        assert!(announced.contains(needed), "{needed:?} not in: {announced}");
+    }
+    assert!(all.contains("binary arm64: bin/stateful-tool-arm64 (38 bytes)"), "{all}");
+}
+
+#[test]
 fn the_signed_run_says_each_identifier_once_and_verifies_both_packages() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys");
