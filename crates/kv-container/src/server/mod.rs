@@ -137,7 +137,7 @@ pub(crate) fn check(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
         eprintln!("kv check: {} does not exist (no store in {})", path.display(), dir.display());
         return Ok(ExitCode::FAILURE);
     }
-    match open::check(&path) {
+    match verify::check(&path) {
         Ok(records) => {
             println!("ok: {} is a complete, valid store ({records} records, every page intact)", path.display());
             Ok(ExitCode::SUCCESS)

@@ -10,11 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableTable, ReadableTableMetadata};
+use redb::{Database, ReadableTableMetadata};
 
 use super::batch::{DATA, EXPIRY, META};
-use super::record::StoredValue;
-use super::{counts, verify};
+use super::counts;
 
 /// The database file inside `--data`.
 pub(crate) const DB_FILE: &str = "kv.redb";
@@ -123,22 +122,8 @@ fn refuse_if_open_elsewhere(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Checks an existing data file (server stopped): every page, then every record; `Err` says
-/// what is wrong with it. Nothing is written to the file, and no copy of it is made.
-pub(crate) fn check(path: &Path) -> Result<u64, String> {
-    looks_like_a_store(path)?;
-    let never: verify::StopWhen = Arc::new(|| false);
-    // redb's recovery of an unclean file (a power loss mid-commit goes back to the commit
-    // before) is what a start does too: not damage here.
-    let db = quietly(|| verify::verify_pages(path, never, verify::View::Stopped))?.map_err(|f| match f {
-        verify::Failed::Damaged(why) | verify::Failed::Incomplete(why) => why,
-    })?;
-    let db = db.ok_or("the check kept no database")?;
-    quietly(|| scan(&db))?
-}
-
 /// What can be seen without reading the store: a regular, non-empty file with redb's signature.
-fn looks_like_a_store(path: &Path) -> Result<(), String> {
+pub(super) fn looks_like_a_store(path: &Path) -> Result<(), String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
     if !meta.is_file() {
         return Err("it is not a regular file".into());
@@ -171,26 +156,6 @@ fn builder(cache_bytes: usize) -> redb::Builder {
         tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", s.progress() * 100.0)
     });
     builder
-}
-
-/// Reads every record once, so damage a checksum cannot see (a foreign layout) is found.
-fn scan(db: &Database) -> Result<u64, String> {
-    let bad = |e: &dyn std::fmt::Display| format!("reading it failed: {e}");
-    let txn = db.begin_read().map_err(|e| bad(&e))?;
-    let mut records = 0;
-    match txn.open_table(DATA) {
-        Ok(table) => {
-            for entry in table.iter().map_err(|e| bad(&e))? {
-                let (key, value) = entry.map_err(|e| bad(&e))?;
-                StoredValue::decode(value.value())
-                    .map_err(|e| format!("the record under key {:?} is damaged: {e}", key.value()))?;
-                records += 1;
-            }
-        }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(bad(&e)),
-    }
-    Ok(records)
 }
 
 fn create_tables(db: Database) -> anyhow::Result<Database> {
@@ -245,7 +210,7 @@ pub(crate) fn sync_dir(dir: &Path) -> anyhow::Result<()> {
 
 /// Runs `f`, turning a panic inside the storage engine (it asserts on some damaged files)
 /// into an error, without the panic message on stderr.
-fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+pub(super) fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     let hook = panic::take_hook();
     panic::set_hook(Box::new(|_| {}));
     let result = panic::catch_unwind(AssertUnwindSafe(f));

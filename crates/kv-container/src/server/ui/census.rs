@@ -37,8 +37,6 @@ struct Fields<'a> {
     event_id: Cow<'a, str>,
     #[serde(borrow)]
     event_type: Cow<'a, str>,
-    #[serde(borrow)]
-    status: Cow<'a, str>,
     attempt: u32,
     #[serde(default)]
     lease_until_ms: Option<i64>,
@@ -87,11 +85,10 @@ impl Brief {
         let Some(f) = serde_json::from_slice::<Fields>(&rec.value).ok().filter(|f| f.v == 1) else {
             return b;
         };
-        b.status = match f.status.as_ref() {
-            "processing" => "processing",
-            "completed" => "completed",
-            "failed" => "failed",
-            _ => return b,
+        // One classification for the counts and the lists (`counts::classify`).
+        b.status = match counts::classify(&rec.value).category {
+            "other" => return b,
+            category => category,
         };
         b.stuck = stuck(b.status, f.lease_until_ms, rec.modified_ms, now_ms, stuck_after_ms);
         b.event_id = Some(f.event_id.into_owned());
