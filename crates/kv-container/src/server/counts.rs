@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use redb::{ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, TableHandle, WriteTransaction};
 use serde::Deserialize;
 
 use super::batch::DATA;
@@ -136,8 +136,32 @@ pub(crate) fn present(txn: &WriteTransaction) -> Result<bool, CountError> {
     Ok(txn.list_tables()?.any(|t| t.name() == COUNTS.name()))
 }
 
-/// Builds both tables from one scan of the data table (a store from before them).
+/// Whether the counts add up to the records in the data table (a count redb keeps): they do
+/// not once a release from before the counts has created or deleted records in the file.
+pub(crate) fn agree(txn: &redb::ReadTransaction) -> Result<bool, CountError> {
+    let Ok(counts) = txn.open_table(COUNTS) else { return Ok(false) };
+    let mut sum = 0u64;
+    for entry in counts.iter()? {
+        sum += entry?.1.value();
+    }
+    Ok(sum == txn.open_table(DATA)?.len()?)
+}
+
+/// [`agree`] inside a write transaction.
+pub(crate) fn agree_in(txn: &WriteTransaction) -> Result<bool, CountError> {
+    let counts = txn.open_table(COUNTS)?;
+    let mut sum = 0u64;
+    for entry in counts.iter()? {
+        sum += entry?.1.value();
+    }
+    Ok(sum == txn.open_table(DATA)?.len()?)
+}
+
+/// Builds both tables from one scan of the data table (a store from before them, or whose
+/// counts no longer add up), replacing what they held.
 pub(crate) fn build(txn: &WriteTransaction) -> anyhow::Result<u64> {
+    txn.delete_table(COUNTS)?;
+    txn.delete_table(LISTED)?;
     let data = txn.open_table(DATA)?;
     let mut counter = Counter::open(txn)?;
     let mut records = 0;

@@ -124,7 +124,7 @@ async fn counts_equal_a_full_scan_across_writes_completions_expiry_and_restart()
 }
 
 #[tokio::test]
-async fn a_store_from_before_the_counts_gets_them_from_one_scan_at_start() {
+async fn a_store_from_before_the_counts_or_written_by_an_older_release_gets_them_from_one_scan_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, writer, _) = open(dir.path(), T0);
     for (i, status) in ["processing", "completed", "failed", "failed"].iter().enumerate() {
@@ -142,6 +142,19 @@ async fn a_store_from_before_the_counts_gets_them_from_one_scan_at_start() {
     let (engine, writer, _) = open(dir.path(), T0);
     let c = assert_exact(&engine, "after the build at start");
     assert_eq!((c["processing"], c["completed"], c["failed"]), (1, 1, 2));
+    drop(engine);
+    writer.join();
+    // An older release, which keeps no counts, deletes a record: the next start sees the
+    // counts no longer add up and builds them again.
+    {
+        let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert!(txn.open_table(DATA).unwrap().remove("evt_2").unwrap().is_some());
+        txn.commit().unwrap();
+    }
+    let (engine, writer, _) = open(dir.path(), T0);
+    let c = assert_exact(&engine, "after an older release wrote to the store");
+    assert_eq!((c["processing"], c["completed"], c["failed"]), (1, 1, 1));
     drop(engine);
     writer.join();
 }

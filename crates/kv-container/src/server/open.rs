@@ -165,8 +165,8 @@ fn create_tables(db: Database) -> anyhow::Result<Database> {
     let complete = read.open_table(DATA).is_ok()
         && read.open_table(EXPIRY).is_ok()
         && read.open_table(META).is_ok()
-        && read.open_table(counts::COUNTS).is_ok()
-        && read.open_table(counts::LISTED).is_ok();
+        && read.open_table(counts::LISTED).is_ok()
+        && counts::agree(&read)?;
     drop(read);
     if complete {
         return Ok(db);
@@ -176,14 +176,12 @@ fn create_tables(db: Database) -> anyhow::Result<Database> {
     txn.open_table(DATA)?;
     txn.open_table(EXPIRY)?;
     txn.open_table(META)?;
-    if !counts::present(&txn)? {
-        // A store from before the counts: one scan, once, in the same transaction.
+    if !counts::present(&txn)? || !counts::agree_in(&txn)? {
+        // A store from before the counts, or one an older release wrote to since: one scan,
+        // in the same transaction.
         let started = Instant::now();
         let records = counts::build(&txn)?;
-        tracing::info!(
-            "kv: record counts built from {records} records ({:.1} s, once)",
-            started.elapsed().as_secs_f64()
-        );
+        tracing::info!("kv: record counts built from {records} records ({:.1} s)", started.elapsed().as_secs_f64());
     }
     txn.commit()?;
     Ok(db)
