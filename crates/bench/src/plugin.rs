@@ -222,7 +222,10 @@ fn session_line(line: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
 /// The `outcome` of a `json` chunk; other chunks (text, variables) give None.
 fn json_outcome(rest: &[u8]) -> Option<&str> {
     const JSON: &[u8] = b",\"data\":{\"type\":\"json\",\"message\":{\"json_object\":{\"outcome\":\"";
-    string_at(rest.strip_prefix(JSON)?).or_else(|| trigger_outcome(rest))
+    match rest.strip_prefix(JSON) {
+        Some(json) => string_at(json),
+        None => trigger_outcome(rest),
+    }
 }
 
 /// A trigger chunk's outcome: `dispatched` (dispatch named the event: a run starts),
@@ -270,5 +273,20 @@ mod tests {
         let (_, kind, rest) = session_line(&err).unwrap();
         assert_eq!((kind, error_type(rest)), (&b"error"[..], Some("conflict")));
         assert_eq!(session_line(b"{\"event\":\"heartbeat\",\"session_id\":null,\"data\":{}}"), None);
+    }
+
+    #[test]
+    fn reads_the_triggers_chunks() {
+        let outcome = |chunk: serde_json::Value| {
+            let line = make("s1", "stream", &chunk);
+            let (_, _, rest) = session_line(&line).unwrap();
+            json_outcome(rest).map(str::to_owned)
+        };
+        let dispatch =
+            |events: serde_json::Value| json!({"user_id": "", "events": events, "response": "00", "payload": {}});
+        assert_eq!(outcome(dispatch(json!(["webhook_received"]))).as_deref(), Some("dispatched"));
+        assert_eq!(outcome(dispatch(json!([]))).as_deref(), Some("turned_away"));
+        assert_eq!(outcome(json!({"variables": {"a": 1}, "cancelled": false})).as_deref(), Some("invoked"));
+        assert_eq!(outcome(json!({"variables": {}, "cancelled": true})).as_deref(), Some("cancelled"));
     }
 }
