@@ -32,7 +32,7 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
     let rules = deploy("prometheus/alerts.yaml");
     let out = promtool(&["check", "rules", rules.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("SUCCESS: 6 rules found"), "{}", text(&out));
+    assert!(text(&out).contains("SUCCESS: 7 rules found"), "{}", text(&out));
     let out = promtool(&["test", "rules", deploy("prometheus/alerts.test.yaml").to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
 
@@ -97,7 +97,7 @@ async fn the_alerts_and_the_dashboard_name_metrics_the_container_serves() {
         yaml_serde::from_str(&std::fs::read_to_string(deploy("prometheus/alerts.yaml")).unwrap()).unwrap();
     let mut alert_exprs = Vec::new();
     queries(&rules, &mut alert_exprs);
-    assert_eq!(alert_exprs.len(), 6);
+    assert_eq!(alert_exprs.len(), 7);
     let mut board_exprs = Vec::new();
     for entry in std::fs::read_dir(deploy("grafana")).unwrap() {
         let path = entry.unwrap().path();

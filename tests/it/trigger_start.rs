@@ -55,7 +55,29 @@ async fn deliver(p: &Plugin, props: &Value, id: &str) -> (Value, Value) {
 /// Dispatched, no run within the window: the next delivery takes it over as attempt 2 and
 /// says why; attempt 1's late invoke is cancelled, attempt 2's takes the claim and holds the
 /// run's lease past the window. What the tools show at each step.
-async fn reservation(url: &str, time: &Time) {
+/// What the KV container's operator sees of delivery `id`: its stuck reason on the status
+/// page's lists and the `kv_never_started_records` gauge, once the census shows `wanted`
+/// (the census runs on its own thread; only a hang fails).
+async fn operator_view(kv: &str, id: &str, wanted: u64) {
+    let http = reqwest::Client::new();
+    let key = format!("evt_{id}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let lists = http.get(format!("{kv}/ui/api/lists")).send().await.unwrap().bytes().await.unwrap();
+        let lists: Value = serde_json::from_slice(&lists).unwrap();
+        let listed =
+            lists["stuck"].as_array().unwrap().iter().any(|b| b["key"] == key && b["stuck"] == "never_started");
+        let metrics = http.get(format!("{kv}/metrics")).send().await.unwrap().text().await.unwrap();
+        let gauge = metrics.lines().find_map(|l| l.strip_prefix("kv_never_started_records ")).map(str::trim);
+        if (listed, gauge) == (wanted > 0, Some(wanted.to_string().as_str())) {
+            return;
+        }
+        assert!(std::time::Instant::now() < until, "never started {wanted}: listed {listed}, gauge {gauge:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+async fn reservation(url: &str, time: &Time, kv: Option<&str>) {
     let p = Plugin::spawn(&ENV).await;
     let props = props(url, time);
     let creds = json!({"kv_url": url});
@@ -77,12 +99,18 @@ async fn reservation(url: &str, time: &Time) {
     let st = p.invoke("event_status", &creds, json!({"event_id": id})).await;
     assert_eq!((&st.json()["waiting_for_run"], &st.json()["lease_expired"]), (&json!(true), &json!(true)));
     assert!(st.text().contains("no workflow run started it within its start window"), "{st:?}");
+    if let Some(kv) = kv {
+        operator_view(kv, &id, 1).await;
+    }
     let (second, body) = deliver(&p, &props, &id).await;
     assert_eq!(second["events"], json!(["webhook_received"]), "{body}");
     assert_eq!(
         (body["outcome"].as_str(), body["attempt"].as_u64(), body["retry"].as_bool(), body["reason"].as_str()),
         (Some("accepted"), Some(2), Some(true), Some("never_started"))
     );
+    if let Some(kv) = kv {
+        operator_view(kv, &id, 0).await;
+    }
 
     // Attempt 1's run, started late, is cancelled; attempt 2's takes the claim.
     let late = p.request(invoke_data(props.clone(), &first["payload"])).await;
@@ -111,14 +139,14 @@ async fn kv_container() {
     let dir = tempfile::tempdir().unwrap();
     let env = time.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let kv = KvServer::start_with_env(dir.path(), &["--durability", "none"], &env);
-    reservation(&kv.url(), &Time::Moved(time)).await;
+    let kv = KvServer::start_with_env(dir.path(), &["--durability", "none", "--census-interval-ms", "1"], &env);
+    reservation(&kv.url(), &Time::Moved(time), Some(&kv.url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis() {
     let r = RedisServer::start(&[]);
-    reservation(&r.url(), &Time::Real).await;
+    reservation(&r.url(), &Time::Real, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -126,5 +154,5 @@ async fn postgres() {
     let time = StoreTime::new();
     let pg = PgServer::start_with_env(&[], time.env());
     let url = pg.app("app", "events");
-    reservation(&url, &Time::Moved(time)).await;
+    reservation(&url, &Time::Moved(time), None).await;
 }

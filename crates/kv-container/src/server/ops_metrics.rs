@@ -34,13 +34,20 @@ pub(crate) struct Census {
     pub(crate) other: u64,
     /// `processing` past their lease, or older than the stuck age with no lease.
     pub(crate) stuck: u64,
+    /// Of `stuck`: claims the trigger made at its door that no workflow run took within
+    /// their start window (the sender was told `accepted`; nothing ran).
+    pub(crate) never_started: u64,
 }
 
 impl Census {
     /// From the counts kept by category (`counts::Counts`); a category the census does not
     /// name yet counts as `other`.
-    pub(crate) fn from_counts(counts: &std::collections::BTreeMap<String, u64>, stuck: u64) -> Census {
-        let mut c = Census { stuck, ..Census::default() };
+    pub(crate) fn from_counts(
+        counts: &std::collections::BTreeMap<String, u64>,
+        stuck: u64,
+        never_started: u64,
+    ) -> Census {
+        let mut c = Census { stuck, never_started, ..Census::default() };
         for (category, &n) in counts {
             match category.as_str() {
                 "processing" => c.processing += n,
@@ -59,6 +66,7 @@ pub(crate) struct OpsMetrics {
     healthy: Gauge,
     records: Family<StatusLabels, Gauge>,
     stuck: Gauge,
+    never_started: Gauge,
     max_connections: Gauge,
     start_time: Gauge,
     last_backup: Gauge,
@@ -103,6 +111,12 @@ impl OpsMetrics {
             "processing records past their lease, or older than --stuck-after-seconds with no lease",
             stuck.clone(),
         );
+        let never_started = Gauge::default();
+        registry.register(
+            "never_started_records",
+            "claims the trigger made at its door that no workflow run took within their start window (of stuck_records)",
+            never_started.clone(),
+        );
         let max_connections = Gauge::default();
         registry.register("max_connections", "The connection cap (--max-connections)", max_connections.clone());
         let start_time = Gauge::default();
@@ -121,6 +135,7 @@ impl OpsMetrics {
             healthy,
             records,
             stuck,
+            never_started,
             max_connections,
             start_time,
             last_backup,
@@ -149,6 +164,7 @@ impl OpsMetrics {
             self.records.get_or_create(&StatusLabels { status }).set(gauge(n));
         }
         self.stuck.set(gauge(c.stuck));
+        self.never_started.set(gauge(c.never_started));
     }
 
     pub(crate) fn set_max_connections(&self, n: usize) {

@@ -42,6 +42,16 @@ struct Fields<'a> {
     lease_until_ms: Option<i64>,
     #[serde(borrow, default)]
     result: Option<Cow<'a, str>>,
+    /// Set on a claim the trigger made at its door (see [`stuck`]).
+    #[serde(default)]
+    door: Option<DoorFields>,
+}
+
+/// The part of a door claim that says whether a workflow run took it.
+#[derive(Deserialize)]
+struct DoorFields {
+    #[serde(default)]
+    started_at: Option<serde::de::IgnoredAny>,
 }
 
 /// One record as a list row. Non-event values have status `other` and no event fields.
@@ -61,7 +71,9 @@ pub(crate) struct Brief {
     pub(crate) lease_until_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) result: Option<String>,
-    /// Why it counts as stuck: `lease_expired` or `no_lease` (processing for the stuck age).
+    /// Why it counts as stuck: `lease_expired`, `no_lease` (processing for the stuck age), or
+    /// `never_started` (claimed at the trigger's door, and no workflow run took it within its
+    /// start window).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) stuck: Option<&'static str>,
     pub(crate) size: usize,
@@ -91,6 +103,10 @@ impl Brief {
             category => category,
         };
         b.stuck = stuck(b.status, f.lease_until_ms, rec.modified_ms, now_ms, stuck_after_ms);
+        let waiting = f.door.as_ref().is_some_and(|d| d.started_at.is_none());
+        if waiting && b.stuck == Some("lease_expired") {
+            b.stuck = Some("never_started");
+        }
         b.event_id = Some(f.event_id.into_owned());
         b.event_type = Some(f.event_type.into_owned());
         b.attempt = Some(f.attempt);
@@ -191,9 +207,10 @@ fn scan(db: &redb::Database, now_ms: u64, stuck_after_ms: u64) -> Result<Snapsho
         }
     }
     let stuck_count = stuck_list.len() as u64;
+    let never_started = stuck_list.iter().filter(|b| b.stuck == Some("never_started")).count() as u64;
     newest_first(&mut failed);
     newest_first(&mut stuck_list);
-    let counts = ops_metrics::Census::from_counts(&by_category, stuck_count);
+    let counts = ops_metrics::Census::from_counts(&by_category, stuck_count, never_started);
     let scan_ms = started.elapsed().as_millis() as u64;
     Ok(Snapshot {
         as_of_ms: now_ms,

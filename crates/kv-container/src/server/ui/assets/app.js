@@ -221,6 +221,9 @@
   }
 
   function why(b, now) {
+    if (b.stuck === 'never_started') {
+      return `claimed at the trigger's door, no run started (window ended ${duration(now - b.lease_until_ms)} ago)`;
+    }
     if (b.stuck === 'lease_expired') return `lease expired ${duration(now - b.lease_until_ms)} ago`;
     return `processing for ${duration(now - b.modified_ms)}, no lease`;
   }
