@@ -14,6 +14,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_stateful-tool");
 
 type Waiters = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Value>>>>;
 
+/// How long a test waits for the plugin before it calls it hung: long enough that only a hang
+/// reaches it, whatever the machine's load.
+const HANG: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// What one session answered.
 #[derive(Debug, Clone, Default)]
 pub struct Reply {
@@ -123,7 +127,8 @@ impl Plugin {
                 }
             }
         });
-        tokio::time::timeout(std::time::Duration::from_secs(10), ready_rx).await.expect("first heartbeat").unwrap();
+        // Hang bounds, not speed checks: a loaded machine may take seconds to start a process.
+        tokio::time::timeout(HANG, ready_rx).await.expect("first heartbeat").unwrap();
         let tag = format!("{:08x}", rand::random::<u32>());
         Plugin {
             child,
@@ -155,10 +160,9 @@ impl Plugin {
     /// Collects one session's messages until its `end`, checking it ends exactly once.
     pub async fn collect(mut rx: mpsc::UnboundedReceiver<Value>) -> Reply {
         let mut reply = Reply::default();
-        let limit = std::time::Duration::from_secs(60);
         loop {
             let msg =
-                tokio::time::timeout(limit, rx.recv()).await.expect("session answered in time").expect("session ended");
+                tokio::time::timeout(HANG, rx.recv()).await.expect("session answered in time").expect("session ended");
             match msg["type"].as_str() {
                 Some("stream") => reply.chunks.push(msg["data"].clone()),
                 Some("error") => {
