@@ -431,7 +431,6 @@ fn tools_declare_the_agreed_contract() {
             "accepted",
             "duplicate",
             "retry",
-            "taken_over",
             "retry_of_same_run",
             "event_id",
             "event_type",

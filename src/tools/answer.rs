@@ -18,6 +18,10 @@ pub struct Answer {
     head: Vec<(&'static str, Value)>,
     record: Option<(Record, String)>,
     tail: Vec<(&'static str, Value)>,
+    /// Why an earlier attempt could be taken over (`failed`, `lease_expired`,
+    /// `never_started`): said by the sentence and the trigger's answer, not a field (a field is
+    /// one more output message on every workflow call for a case the sentence covers).
+    taken_over: Option<&'static str>,
 }
 
 /// Fields an answer usually has before its record: `outcome` and the tools' flags.
@@ -88,7 +92,7 @@ impl Answer {
         // reallocations per answer).
         let mut head = Vec::with_capacity(HEAD_ROOM);
         head.push(("outcome", json!(outcome)));
-        Answer { tool: None, head, record: None, tail: Vec::new() }
+        Answer { tool: None, head, record: None, tail: Vec::new(), taken_over: None }
     }
 
     /// Appends a field (after the record's fields once a record is set).
@@ -105,6 +109,17 @@ impl Answer {
     pub fn record(mut self, rec: Record, key: &str) -> Answer {
         self.record = Some((rec, key.to_owned()));
         self
+    }
+
+    /// Says why this call could take over an earlier attempt ([`Answer::taken_over`]).
+    pub fn with_taken_over(mut self, reason: &'static str) -> Answer {
+        self.taken_over = Some(reason);
+        self
+    }
+
+    /// Why this call took over an earlier attempt, when it did.
+    pub fn taken_over(&self) -> Option<&'static str> {
+        self.taken_over
     }
 
     /// Marks the answer as `tool`'s: its sentence and declared outputs follow from that.

@@ -319,13 +319,16 @@ fn answer_of(
     taken_over: Option<&'static str>,
 ) -> Answer {
     let accepted = outcome == "accepted";
-    Answer::new(outcome)
+    let answer = Answer::new(outcome)
         .field("accepted", json!(accepted))
         .field("duplicate", json!(!accepted))
         .field("retry", json!(retry))
         .field("retry_of_same_run", json!(same_run))
-        .field("taken_over", json!(taken_over))
-        .record(rec, key)
+        .record(rec, key);
+    match taken_over {
+        Some(reason) => answer.with_taken_over(reason),
+        None => answer,
+    }
 }
 
 #[cfg(test)]

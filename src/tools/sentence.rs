@@ -25,7 +25,7 @@ pub(crate) fn write(answer: &Answer, out: &mut Vec<u8>) {
         (Some(Tool::EventIngest), "accepted", Some(r)) if flag("retry") => write!(
             out,
             "Event {id} was taken over as attempt {n} ({}): process it now, then call event_complete with attempt {n}.",
-            match answer.get("taken_over").and_then(Value::as_str) {
+            match answer.taken_over() {
                 Some("failed") => "the earlier attempt failed",
                 Some("lease_expired") => "the earlier attempt's lease expired",
                 Some("never_started") => "no workflow run started the earlier attempt within its start window",
@@ -199,7 +199,7 @@ mod tests {
                 "Event EVT-1 was claimed at the trigger's door at 2026-08-05 10:00:00 UTC (attempt 2), and no workflow run started it within its start window (it ended at 2026-08-05 10:05:00 UTC): the next delivery will take it over.",
             ),
             (
-                ingest("accepted", rec(Status::Processing, 2), true).field("taken_over", json!("never_started")),
+                ingest("accepted", rec(Status::Processing, 2), true).with_taken_over("never_started"),
                 "Event EVT-1 was taken over as attempt 2 (no workflow run started the earlier attempt within its start window): process it now, then call event_complete with attempt 2.",
             ),
             (

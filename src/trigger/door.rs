@@ -153,7 +153,7 @@ pub(crate) async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict
             "key": key,
         }),
     );
-    let taken_over = answer.get("taken_over").and_then(Value::as_str).map(str::to_owned);
+    let taken_over = answer.taken_over();
     let mut v = base(Verdict::refuse(200, "accepted", format!("delivery {delivery_id} accepted")))
         .with("retry", json!(taken_over.is_some()));
     if let Some(reason) = taken_over {
