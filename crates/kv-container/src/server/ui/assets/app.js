@@ -156,7 +156,7 @@
     cards.push(card('connections', `${d.connections.open} / ${d.connections.max}`, 'open / cap'));
     cards.push(card('last online backup', d.last_backup_ms ? duration(d.now_ms - d.last_backup_ms) + ' ago' : 'none',
       d.last_backup_ms ? time(d.last_backup_ms) : 'none since this server started'));
-    const note = c ? `Counts from a scan ${duration(d.now_ms - c.as_of_ms)} old (it took ${c.scan_ms} ms; ${c.keys} live keys). ` +
+    const note = c ? `Counts ${duration(d.now_ms - c.as_of_ms)} old, kept as writes happen (read in ${c.scan_ms} ms; ${c.keys} live keys). ` +
       'Version ' + d.version + '.' : '';
     render(gen, el('div', { class: 'grid' }, cards), el('p', { class: 'note', id: 'census-note' }, note));
   }
