@@ -38,8 +38,6 @@ pub enum Caller {
 }
 
 impl Caller {
-    pub const ALL: [Caller; 2] = [Caller::Workflow, Caller::Agent];
-
     pub fn name(self) -> &'static str {
         match self {
             Caller::Workflow => "workflow node",
@@ -64,8 +62,6 @@ pub enum Door {
 }
 
 impl Door {
-    pub const ALL: [Door; 2] = [Door::Dispatch, Door::Invoke];
-
     pub fn name(self) -> &'static str {
         match self {
             Door::Dispatch => "trigger dispatch",
@@ -96,9 +92,34 @@ pub fn available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Both replays of one caller kind against the store at `url` (process `store_pid`); `run`
-/// numbers the sessions. The callgrind files stay in `keep` (`{store}-{caller}-{lines}.callgrind`),
-/// ready for `callgrind_annotate`.
+/// What a replay pair sends: new `event_ingest` calls from one caller kind, or one of the
+/// trigger's two calls.
+#[derive(Debug, Clone, Copy)]
+pub enum Call {
+    Ingest(Caller),
+    Door(Door),
+}
+
+impl Call {
+    pub const ALL: [Call; 4] = [
+        Call::Ingest(Caller::Workflow),
+        Call::Ingest(Caller::Agent),
+        Call::Door(Door::Dispatch),
+        Call::Door(Door::Invoke),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::Ingest(caller) => caller.name(),
+            Call::Door(door) => door.name(),
+        }
+    }
+}
+
+/// Both replays of `call` against the store at `url` (process `store_pid`); `run` numbers the
+/// sessions. A trigger invoke's deliveries are dispatched first, outside callgrind. The
+/// callgrind files stay in `keep` (`{store}-{call}-{lines}.callgrind`), ready for
+/// `callgrind_annotate`.
 #[allow(clippy::too_many_arguments)]
 pub async fn measure(
     exe: &Path,
@@ -107,36 +128,22 @@ pub async fn measure(
     store: &'static str,
     url: &str,
     store_pid: u32,
-    caller: Caller,
+    call: Call,
     run: &mut u32,
 ) -> anyhow::Result<Count> {
-    let (app, message) = caller.envelope();
-    let lines = |run: u32, ids: &[String]| ingest_lines_from(run, url, ids, app, message);
-    let replay = Replay { exe, tmp, keep, store, what: caller.name(), store_pid, expected: "accepted" };
-    replay.pair(run, lines).await
-}
-
-/// The trigger's dispatch (a new delivery claimed at the door) or invoke (a run taking a
-/// claim: its deliveries are dispatched first, outside callgrind), per call.
-#[allow(clippy::too_many_arguments)]
-pub async fn measure_door(
-    exe: &Path,
-    tmp: &TempDir,
-    keep: &Path,
-    store: &'static str,
-    url: &str,
-    store_pid: u32,
-    door: Door,
-    run: &mut u32,
-) -> anyhow::Result<Count> {
-    let expected = match door {
-        Door::Dispatch => "dispatched",
-        Door::Invoke => "invoked",
+    let expected = match call {
+        Call::Ingest(_) => "accepted",
+        Call::Door(Door::Dispatch) => "dispatched",
+        Call::Door(Door::Invoke) => "invoked",
     };
-    let replay = Replay { exe, tmp, keep, store, what: door.name(), store_pid, expected };
-    match door {
-        Door::Dispatch => replay.pair(run, |run, ids| dispatch_lines(run, url, ids)).await,
-        Door::Invoke => {
+    let replay = Replay { exe, tmp, keep, store, what: call.name(), store_pid, expected };
+    match call {
+        Call::Ingest(caller) => {
+            let (app, message) = caller.envelope();
+            replay.pair(run, |run, ids| ingest_lines_from(run, url, ids, app, message)).await
+        }
+        Call::Door(Door::Dispatch) => replay.pair(run, |run, ids| dispatch_lines(run, url, ids)).await,
+        Call::Door(Door::Invoke) => {
             replay
                 .pair_after(run, |run, ids| dispatch_lines(run, url, ids), |run, ids| invoke_lines(run, url, ids))
                 .await

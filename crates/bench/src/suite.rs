@@ -118,16 +118,9 @@ async fn instructions(
         return Ok(());
     }
     std::fs::create_dir_all(&cfg.callgrind_dir)?;
-    for caller in super::instructions::Caller::ALL {
+    for call in super::instructions::Call::ALL {
         let keep = &cfg.callgrind_dir;
-        let count = super::instructions::measure(&cfg.plugin, tmp, keep, name, url, store_pid, caller, run_id).await?;
-        eprintln!("  instr  {name:<9} {:<13} {:>9.0} instructions per ingest", count.caller, count.per_ingest);
-        res.instructions.push(count);
-    }
-    for door in super::instructions::Door::ALL {
-        let keep = &cfg.callgrind_dir;
-        let count =
-            super::instructions::measure_door(&cfg.plugin, tmp, keep, name, url, store_pid, door, run_id).await?;
+        let count = super::instructions::measure(&cfg.plugin, tmp, keep, name, url, store_pid, call, run_id).await?;
         eprintln!("  instr  {name:<9} {:<16} {:>9.0} instructions per call", count.caller, count.per_ingest);
         res.instructions.push(count);
     }
