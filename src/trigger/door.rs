@@ -153,9 +153,11 @@ pub(crate) async fn claim<S: EventStore>(store: &S, checked: Checked) -> Verdict
             "key": key,
         }),
     );
-    let taken_over = answer.taken_over();
+    // `retry` as the claim path says it (also when a lost answer was resolved to this call's
+    // own take-over, whose reason is then not known).
+    let (retry, taken_over) = (answer.get("retry") == Some(&json!(true)), answer.taken_over());
     let mut v = base(Verdict::refuse(200, "accepted", format!("delivery {delivery_id} accepted")))
-        .with("retry", json!(taken_over.is_some()));
+        .with("retry", json!(retry || taken_over.is_some()));
     if let Some(reason) = taken_over {
         tracing::info!(delivery_id, attempt = rec.attempt, reason, "delivery taken over as a new attempt");
         v = v.with("reason", json!(reason));
