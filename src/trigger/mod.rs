@@ -73,8 +73,7 @@ async fn dispatch(stores: &StoreCache, data: &Value) -> Verdict {
         Err(verdict) => return *verdict,
     };
     let timeout = stores.door_timeout();
-    checked.door.settings.call_timeout = timeout;
-    checked.door.settings.call_timeout_setting = crate::tools::settings::TRIGGER_TIMEOUT_SETTING;
+    bound_by_the_door(&mut checked.door.settings, timeout);
     let store = match tokio::time::timeout(timeout, stores.get(&checked.door.settings.store)).await {
         Ok(Ok(store)) => store,
         Ok(Err(StoreError::BadUrl(e))) => {
@@ -87,9 +86,32 @@ async fn dispatch(stores: &StoreCache, data: &Value) -> Verdict {
     door::claim(&*store, checked).await
 }
 
+/// The door's claim is bounded by `STATEFUL_TOOL_TRIGGER_TIMEOUT_MS` (the sender waits), and
+/// a call that runs out of it says so.
+fn bound_by_the_door(settings: &mut crate::tools::Settings, timeout: std::time::Duration) {
+    settings.call_timeout = timeout;
+    settings.call_timeout_setting = crate::tools::settings::TRIGGER_TIMEOUT_SETTING;
+}
+
 fn unavailable(why: &str) -> Verdict {
     tracing::warn!("the store is unavailable, the sender is asked to retry: {why}");
     let mut v = Verdict::refuse(503, "store_unavailable", "the dedup store is unavailable; retry later");
     v.retry_after = Some(door::RETRY_AFTER_S);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_door_claim_that_runs_out_of_time_names_the_trigger_timeout() {
+        let mut settings = crate::tools::testing::settings();
+        bound_by_the_door(&mut settings, std::time::Duration::from_millis(1500));
+        let clock = crate::store::Clock::system();
+        let deadline = crate::tools::Deadline::start(&clock, settings.call_timeout, settings.call_timeout_setting);
+        let message = deadline.error(StoreError::Timeout(1500)).message;
+        assert!(message.contains("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS (1500 ms)"), "{message}");
+        assert!(!message.contains("STATEFUL_TOOL_STORE_TIMEOUT_MS"), "{message}");
+    }
 }

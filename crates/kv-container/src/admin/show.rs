@@ -133,6 +133,39 @@ pub(crate) fn detail(item: &Item) -> String {
 mod tests {
     use super::*;
 
+    fn record(status: Status, lease_until_ms: Option<i64>, door: Option<event_store::record::DoorClaim>) -> Record {
+        Record {
+            v: 1,
+            event_id: "E".into(),
+            event_type: "created".into(),
+            payload: None,
+            fingerprint: "sha256:x".into(),
+            status,
+            received_at: format_time(0),
+            updated_at: format_time(0),
+            attempt: 1,
+            lease_until_ms,
+            completed_at: None,
+            result: None,
+            claim_id: String::new(),
+            run_id: None,
+            door,
+        }
+    }
+
+    #[test]
+    fn the_lease_line_says_why_there_is_none_and_what_a_door_claim_waits_for() {
+        let over = lease_text(&record(Status::Completed, None, None), 0);
+        assert_eq!(over, "none (the run is over: completed)");
+        let open = lease_text(&record(Status::Processing, None, None), 0);
+        assert_eq!(open, "none (stays processing until completed)");
+        let waiting = lease_text(&record(Status::Processing, Some(60_000), Some(Default::default())), 0);
+        assert!(waiting.contains("the start window of a claim no run took yet"), "{waiting}");
+        let started = event_store::record::DoorClaim { started_at: Some(format_time(1)), runs: 1 };
+        let running = lease_text(&record(Status::Processing, Some(60_000), Some(started)), 0);
+        assert!(!running.contains("start window"), "{running}");
+    }
+
     #[test]
     fn durations_read_naturally() {
         assert_eq!(duration(850), "850ms");
