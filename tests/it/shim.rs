@@ -196,8 +196,15 @@ fn shim_execs_the_binary_in_place() {
         last_seen = proc_exe(pid);
         thread::sleep(Duration::from_millis(2));
     }
-    let argv = proc_nul_list(pid, "cmdline");
-    let environ = proc_nul_list(pid, "environ");
+    // The new executable shows in /proc before exec has laid out the new argv and environment
+    // (create_elf_tables comes last): read them once they are there.
+    let (argv, environ) = loop {
+        let (argv, environ) = (proc_nul_list(pid, "cmdline"), proc_nul_list(pid, "environ"));
+        if (!argv.is_empty() && !environ.is_empty()) || start.elapsed() > DEADLINE {
+            break (argv, environ);
+        }
+        thread::sleep(Duration::from_millis(2));
+    };
 
     // Let it run to the end: close stdin, read both channels.
     drop(child.stdin.take());
