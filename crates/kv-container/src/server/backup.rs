@@ -16,10 +16,10 @@ use redb::{Database, Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::batch::{DATA, EXPIRY, META, REV_KEY};
 use super::engine::DB_FILE;
 use super::open::{sync_dir, sync_parent};
 use super::record::{system_now_ms, StoredValue};
+use super::tables::{DATA, EXPIRY, META, REV_KEY};
 
 const FORMAT: &str = "stateful-tool-kv-backup";
 const VERSION: u32 = 1;

@@ -1,20 +1,11 @@
 //! Applies one batch of writes inside a single redb write transaction (the group commit body).
 
 use bytes::Bytes;
-use redb::{Database, Durability, ReadableTable, Table, TableDefinition};
+use redb::{Database, Durability, ReadableTable, Table};
 
 use super::counts::Counter;
 use super::record::{CorruptRecord, StoredValue};
-
-/// key → encoded [`StoredValue`].
-pub(crate) const DATA: TableDefinition<&str, &[u8]> = TableDefinition::new("kv_data_v1");
-/// (expires_ms, key) → (); lets the purge find expired keys in order without a full scan.
-pub(crate) const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("kv_expiry_v1");
-/// Small named counters; today only the revision counter.
-pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("kv_meta_v1");
-/// Highest revision ever handed out. Stored in the same transaction as the writes that use
-/// it, so it survives restarts exactly as far as the data does (ETags never repeat).
-pub(crate) const REV_KEY: &str = "last_rev";
+use super::tables::{DATA, EXPIRY, META, REV_KEY};
 
 /// What a write is conditional on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, TableHandle, WriteTransaction};
 use serde::Deserialize;
 
-use super::batch::DATA;
 use super::record::{CorruptRecord, StoredValue};
+use super::tables::DATA;
 
 /// category → records of that category in the data table.
 pub(crate) const COUNTS: TableDefinition<&str, u64> = TableDefinition::new("kv_counts_v1");

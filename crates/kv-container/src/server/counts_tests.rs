@@ -10,11 +10,12 @@ use bytes::Bytes;
 use redb::ReadableTable;
 use serde_json::json;
 
-use super::batch::{Precondition, WriteOp, DATA};
+use super::batch::{Precondition, WriteOp};
 use super::counts::{self, Counts, LISTED, NO_LEASE};
 use super::engine::{DurabilityMode, Engine, WriterHandle};
 use super::open::DEFAULT_CACHE_MB;
 use super::record::{ServerClock, StoredValue};
+use super::tables::DATA;
 
 const T0: u64 = 1_785_924_000_000;
 

@@ -18,12 +18,13 @@ use std::sync::Arc;
 use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
-use super::batch::{WriteOp, WriteOutcome, DATA};
+use super::batch::{WriteOp, WriteOutcome};
 use super::health::Health;
 use super::integrity::{CheckJob, Integrity, Verdict};
 use super::metrics::Metrics;
 use super::open::DbSlot;
 use super::record::{ServerClock, StoredValue};
+use super::tables::DATA;
 use super::writer::{BatchHook, Job, Writer, IDLE};
 pub(crate) use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
 

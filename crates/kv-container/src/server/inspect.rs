@@ -4,8 +4,8 @@ use std::path::Path;
 
 use redb::{Database, ReadableTableMetadata};
 
-use super::batch::{DATA, EXPIRY, META, REV_KEY};
 use super::engine::DB_FILE;
+use super::tables::{DATA, EXPIRY, META, REV_KEY};
 
 /// What is on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

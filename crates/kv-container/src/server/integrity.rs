@@ -17,10 +17,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use redb::ReadableTable;
 
-use super::batch::DATA;
 use super::health::Health;
 use super::open::{header_page, Damaged, DbSlot};
 use super::record::{system_now_ms, StoredValue};
+use super::tables::DATA;
 use super::verify::{self, Failed};
 
 /// Records read between two looks at the stop flag.

@@ -3,11 +3,11 @@
 use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
 
-use super::batch::DATA;
 use super::engine::{Engine, EngineError};
 use super::error::ApiError;
 use super::record::{system_now_ms, StoredValue};
 use super::request::validate_key;
+use super::tables::DATA;
 
 /// Most keys one list request returns.
 pub(crate) const MAX_LIMIT: usize = 1000;

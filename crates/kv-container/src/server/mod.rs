@@ -41,6 +41,7 @@ mod rates;
 mod record;
 mod request;
 mod state;
+mod tables;
 mod tls;
 mod tokens;
 mod tracked;

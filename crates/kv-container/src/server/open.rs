@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableTableMetadata};
 
-use super::batch::{DATA, EXPIRY, META};
 use super::counts;
+use super::tables::{DATA, EXPIRY, META};
 
 /// The database file inside `--data`.
 pub(crate) const DB_FILE: &str = "kv.redb";

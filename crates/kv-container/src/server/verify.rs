@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use redb::{Database, ReadableTable, StorageBackend};
 
-use super::batch::DATA;
 use super::open::{looks_like_a_store, quietly};
 use super::record::StoredValue;
+use super::tables::DATA;
 
 /// Asked before every page read; `true` ends the check (shutdown, a reopen of the store).
 pub(crate) type StopWhen = Arc<dyn Fn() -> bool + Send + Sync>;

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
 
-use crate::server::batch::{DATA, EXPIRY};
 use crate::server::counts;
 use crate::server::engine::{Engine, ReadError};
 use crate::server::ops_metrics;
 use crate::server::record::{system_now_ms, StoredValue};
+use crate::server::tables::{DATA, EXPIRY};
 
 /// How long a read waits for a scan in progress before taking the previous result.
 const FRESH_WAIT: Duration = Duration::from_millis(1000);

@@ -1,0 +1,14 @@
+//! The data file's record tables, named in one place: the write path (`batch`), the counts
+//! kept beside them (`counts`), and every reader open them by these definitions.
+
+use redb::TableDefinition;
+
+/// key → encoded `StoredValue`.
+pub(crate) const DATA: TableDefinition<&str, &[u8]> = TableDefinition::new("kv_data_v1");
+/// (expires_ms, key) → (); lets the purge find expired keys in order without a full scan.
+pub(crate) const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("kv_expiry_v1");
+/// Small named counters; today only the revision counter.
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("kv_meta_v1");
+/// Highest revision ever handed out. Stored in the same transaction as the writes that use
+/// it, so it survives restarts exactly as far as the data does (ETags never repeat).
+pub(crate) const REV_KEY: &str = "last_rev";
