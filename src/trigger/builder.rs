@@ -69,12 +69,11 @@ pub(crate) async fn diagnose(stores: &StoreCache, subscription: &Value, raw_hex:
 async fn check_store(stores: &StoreCache, settings: &Settings) -> Result<(), String> {
     let within = stores.door_timeout();
     let late = || format!("no answer within {} ms (STATEFUL_TOOL_TRIGGER_TIMEOUT_MS)", within.as_millis());
-    let store = match tokio::time::timeout(within, stores.get(&settings.store)).await {
-        Ok(Ok(store)) => store,
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err(late()),
+    let checked = match stores.get_within(&settings.store, within).await {
+        Ok(store) => settings.check_store(&*store, within).await.map(|_| ()),
+        Err(e) => Err(e),
     };
-    settings.check_store(&*store, within).await.map(|_| ()).map_err(|e| match e {
+    checked.map_err(|e| match e {
         StoreError::Timeout(_) => late(),
         e => e.to_string(),
     })

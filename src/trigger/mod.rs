@@ -74,14 +74,13 @@ async fn dispatch(stores: &StoreCache, data: &Value) -> Verdict {
     };
     let timeout = stores.door_timeout();
     bound_by_the_door(&mut checked.door.settings, timeout);
-    let store = match tokio::time::timeout(timeout, stores.get(&checked.door.settings.store)).await {
-        Ok(Ok(store)) => store,
-        Ok(Err(StoreError::BadUrl(e))) => {
+    let store = match stores.get_within(&checked.door.settings.store, timeout).await {
+        Ok(store) => store,
+        Err(StoreError::BadUrl(e)) => {
             tracing::warn!("the trigger subscription's store URL is unusable: {e}");
             return Verdict::refuse(500, "misconfigured", door::MISCONFIGURED);
         }
-        Ok(Err(e)) => return unavailable(&e.to_string()),
-        Err(_) => return unavailable("the store did not answer in time"),
+        Err(e) => return unavailable(&e.to_string()),
     };
     door::claim(&*store, checked).await
 }

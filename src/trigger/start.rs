@@ -65,10 +65,9 @@ pub(crate) async fn take(stores: &StoreCache, subscription: &Value, payload: &Va
         Err(e) => return Taken::Unchecked(format!("the subscription is misconfigured: {e}")),
     };
     let timeout = stores.call_timeout();
-    let store = match tokio::time::timeout(timeout, stores.get(&door.settings.store)).await {
-        Ok(Ok(store)) => store,
-        Ok(Err(e)) => return Taken::Unchecked(e.to_string()),
-        Err(_) => return Taken::Unchecked("the store did not answer in time".into()),
+    let store = match stores.get_within(&door.settings.store, timeout).await {
+        Ok(store) => store,
+        Err(e) => return Taken::Unchecked(e.to_string()),
     };
     let key = storage_key(door.settings.namespace.as_deref(), delivery_id);
     take_in(&*store, &door, &key, attempt, timeout).await

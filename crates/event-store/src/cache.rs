@@ -75,6 +75,16 @@ impl StoreCache {
         self.options.door_timeout
     }
 
+    /// Like [`StoreCache::get`], bounded by `within`: a connection not made in time is a
+    /// [`StoreError::Timeout`], as a round trip that took too long would be.
+    pub async fn get_within(
+        &self,
+        cfg: &StoreConfig,
+        within: std::time::Duration,
+    ) -> Result<Arc<AnyStore>, StoreError> {
+        tokio::time::timeout(within, self.get(cfg)).await.unwrap_or(Err(StoreError::Timeout(within.as_millis() as u64)))
+    }
+
     /// The shared client for `cfg`, connecting on first use. A failed connect is not
     /// cached, so the next call tries again.
     pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<AnyStore>, StoreError> {
