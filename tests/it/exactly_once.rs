@@ -25,7 +25,9 @@ async fn own_late_claim_is_accepted(backend: Backend) {
         queue: true,
     };
     let (proxy, url) = store.proxy(backend, hold);
-    let p = Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "4000")]).await;
+    // The call's deadline only has to outlast the 1.5 s hold; 30 s keeps a loaded machine (a
+    // slow re-send, a slow proxy) from turning this into a deadline test.
+    let p = Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "30000")]).await;
     let c = json!({"kv_url": url, "default_lease_seconds": "0"});
     let ev = json!({"event_id": fresh_id("own"), "event_type": "created", "payload": "{\"n\":1}"});
     let first = p.invoke("event_ingest", &c, ev.clone()).await;
