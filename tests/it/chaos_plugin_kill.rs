@@ -103,6 +103,12 @@ where
     }
     // A request the store had received before the kill may still be applied: the snapshot of
     // what landed is taken once the store is done with every connection but the held one.
+    // A connection plugin A opened and wrote on just before the kill may not be accepted by a
+    // proxy yet (a loaded machine): its request still lands later. First every connection made
+    // before the kill is accepted by the outer proxy, which has connected each onward to the
+    // inner one by then, so the inner one is settled second.
+    proxy.settle_accepts(STALL).await;
+    answers_held.settle_accepts(STALL).await;
     let held_open = proxy.fired();
     let mut progress = (0, Instant::now());
     loop {

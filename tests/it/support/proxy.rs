@@ -163,6 +163,26 @@ impl Proxy {
         self.shared.connections.load(Ordering::SeqCst)
     }
 
+    /// Returns once every connection made to the proxy before this call has been accepted and
+    /// counted in [`Proxy::connections`]: a client may connect and write its request, then die,
+    /// while the proxy (busy on a loaded machine) has not yet accepted it, and that request
+    /// still reaches the store later. The listener accepts in the order connections arrived,
+    /// so once a connection made now is accepted, all earlier ones were. That connection is
+    /// closed again (and so counted in `store_closed` once the store closes its side).
+    pub async fn settle_accepts(&self, stall: Duration) {
+        let probe = tokio::net::TcpStream::connect(self.addr).await.expect("connect to the proxy");
+        let me = probe.local_addr().unwrap();
+        let started = Instant::now();
+        loop {
+            let accepted = self.shared.sockets.lock().unwrap().iter().any(|s| s.peer_addr().ok() == Some(me));
+            if accepted {
+                return;
+            }
+            assert!(started.elapsed() < stall, "the proxy did not accept a connection within {stall:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Connections whose answers have ended so far: the store closed them (or a `Cut` did), so
     /// it is done with every request they carried.
     pub fn store_closed(&self) -> usize {
