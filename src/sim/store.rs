@@ -35,7 +35,7 @@ impl Op {
 }
 
 /// What the store answers to one request.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum StoreReply {
     Created(Created),
     /// The value and the store's time of the read.
@@ -259,7 +259,7 @@ fn ms(d: Duration) -> i64 {
 }
 
 fn unexpected(r: StoreReply) -> StoreError {
-    StoreError::Bad(format!("the simulation answered {r:?}"))
+    StoreError::unexpected(format!("the simulation answered {r:?}"))
 }
 
 impl EventStore for SimStore {
@@ -296,7 +296,7 @@ impl EventStore for SimStore {
         timeout: Duration,
         until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        let Version::Rev(expected) = expected else { return Err(StoreError::Bad("a foreign version".into())) };
+        let Version::Rev(expected) = expected else { return Err(StoreError::unexpected("a foreign version")) };
         let (value, until) = (value.to_vec(), until.map(|d| d.0));
         let op = Op::Swap { key: key.into(), expected: *expected, value, ttl_ms: ms(ttl), until };
         match self.park(op, timeout).await {

@@ -10,6 +10,7 @@ pub mod canonical;
 mod canonical_fast;
 mod canonical_order;
 mod clock;
+mod error;
 pub mod hosts;
 pub mod json_text;
 pub mod key;
@@ -28,35 +29,7 @@ use std::time::Duration;
 
 pub use cache::{StoreCache, StoreConfig, StoreOptions};
 pub use clock::{Clock, StoreClock};
-
-/// Why a store call failed. Every variant but `BadUrl` (the user's input, `param_invalid`) is
-/// reported as `upstream_error`, never as success.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    #[error("the store at {0} is unreachable: {1}")]
-    Unreachable(String, String),
-    #[error("the store did not answer within {0} ms")]
-    Timeout(u64),
-    #[error("the connection to the store broke before it answered: {0}")]
-    Interrupted(String),
-    #[error("the store refused the credentials: {0}")]
-    Unauthorized(String),
-    /// The token is valid but bound to other namespaces: the user's credentials
-    /// (`param_invalid`); the message names the namespace.
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("the store answered {0}")]
-    Bad(String),
-    #[error("the store configuration is invalid: {0}")]
-    Config(String),
-    /// `kv_url` cannot be used as written (scheme, syntax); the message says what to write.
-    #[error("{0}")]
-    BadUrl(String),
-    /// The store refused a write that reached it after its deadline: it was not applied and
-    /// never will be (not ambiguous).
-    #[error("the store refused a write that reached it after its deadline (deadline {deadline_ms}, store time {store_now_ms})")]
-    TooLate { deadline_ms: i64, store_now_ms: i64 },
-}
+pub use error::{Cause, StoreError};
 
 /// A conditional write's deadline in the STORE's own clock (unix ms). The store applies the
 /// write only while its clock, at the moment it applies it, is at most this; later it refuses
@@ -64,14 +37,6 @@ pub enum StoreError {
 /// caller has given up on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StoreDeadline(pub i64);
-
-impl StoreError {
-    /// True when the request may have been applied although no answer arrived: the caller
-    /// must read the key back before deciding anything.
-    pub fn is_ambiguous(&self) -> bool {
-        matches!(self, StoreError::Timeout(_) | StoreError::Interrupted(_))
-    }
-}
 
 /// Opaque version of a stored value: what a compare-and-swap compares against.
 #[derive(Debug, Clone, PartialEq, Eq)]

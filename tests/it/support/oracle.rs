@@ -134,7 +134,7 @@ impl CountingStore {
     }
     fn count(&self) -> Result<&MemoryStore, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.as_ref().ok_or_else(|| StoreError::Unreachable("test store".into(), "down".into()))
+        self.inner.as_ref().ok_or_else(|| StoreError::unreachable("test store", "down"))
     }
 }
 

@@ -80,7 +80,7 @@ impl PostgresStore {
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(timeout))
             .build()
-            .map_err(|e| StoreError::Config(format!("cannot build a PostgreSQL pool: {e}")))?;
+            .map_err(|e| StoreError::config(format!("cannot build a PostgreSQL pool: {e}")).caused_by(e))?;
         let sql = Sql::new(&parsed.schema);
         let purger = tokio::spawn(purge(pool.clone(), sql.purge.clone()));
         let store = PostgresStore {
@@ -104,13 +104,13 @@ impl PostgresStore {
     /// A pooled connection; nothing has been sent yet, so a failure here is never ambiguous.
     async fn conn(&self, timeout: Duration) -> Result<Object, StoreError> {
         match tokio::time::timeout(timeout, self.pool.get()).await {
-            Err(_) => Err(StoreError::Unreachable(
+            Err(_) => Err(StoreError::unreachable(
                 self.display.clone(),
                 format!("no connection within {} ms (all {MAX_CONNECTIONS} busy, or the server is slow to accept); the request was not sent", timeout.as_millis()),
             )),
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(deadpool_postgres::PoolError::Backend(e))) => Err(errors::connecting(&self.display, &self.user, &e)),
-            Ok(Err(e)) => Err(StoreError::Unreachable(self.display.clone(), e.to_string())),
+            Ok(Err(deadpool_postgres::PoolError::Backend(e))) => Err(errors::connecting(&self.display, &self.user, e)),
+            Ok(Err(e)) => Err(StoreError::unreachable(self.display.clone(), e.to_string()).caused_by(e)),
         }
     }
 
@@ -195,7 +195,7 @@ impl PostgresStore {
                 return Ok(Created::Exists(cur));
             }
         }
-        Err(StoreError::Bad(format!("the record under {key} kept appearing and vanishing; try again")))
+        Err(StoreError::unexpected(format!("the record under {key} kept appearing and vanishing; try again")))
     }
 
     /// Compare-and-swap, refused by the statement when the store's clock is past `until`.
@@ -209,7 +209,7 @@ impl PostgresStore {
         until: Option<i64>,
     ) -> Result<Swapped, StoreError> {
         let Version::Rev(expected) = expected else {
-            return Err(StoreError::Bad("a version from another backend".into()));
+            return Err(StoreError::unexpected("a version from another backend"));
         };
         let (claim, ttl, expected) = (claim_of(value), ttl_ms(ttl), *expected as i64);
         let params: [&(dyn ToSql + Sync); 6] = [&key, &value, &claim, &ttl, &until, &expected];
@@ -260,7 +260,7 @@ fn finish(
     match answer {
         Ok(Ok(row)) => Ok(row),
         Ok(Err(e)) => {
-            let err = errors::running(timeout, &e);
+            let err = errors::running(timeout, e);
             if err.is_ambiguous() {
                 drop(Object::take(conn));
             }

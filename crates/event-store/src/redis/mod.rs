@@ -84,7 +84,10 @@ impl RedisStore {
             Ok(r) => r.map_err(|e| classify(&self.display(), timeout, e)),
         };
         if let Err(e) = &result {
-            let moved = matches!(e, StoreError::Unreachable(..) | StoreError::Interrupted(_) | StoreError::Bad(_));
+            let moved = matches!(
+                e,
+                StoreError::Unreachable { .. } | StoreError::Interrupted { .. } | StoreError::Unexpected { .. }
+            );
             if matches!(e, StoreError::Timeout(_)) || (moved && self.connector.rediscovers()) {
                 self.replace_link(generation).await;
             }
@@ -157,7 +160,7 @@ impl RedisStore {
         } else {
             (self.run(generation, timeout, self.scripts.invoke(&mut link, which, key, args)).await?, None)
         };
-        let bad = || StoreError::Bad("an unexpected reply to a store script".into());
+        let bad = || StoreError::unexpected("an unexpected reply to a store script");
         let (secs, micros) = match reply.as_slice() {
             [s, m, ..] => (int(s).ok_or_else(bad)?, int(m).ok_or_else(bad)?),
             _ => return Err(bad()),
@@ -224,7 +227,8 @@ impl EventStore for RedisStore {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 // Unknown whether it landed or replicated: never let a read-back accept it.
                 let undone = self.undo(key, value, None, ttl, timeout).await;
-                return Err(StoreError::Bad(format!("{e}; the claim was not confirmed replicated ({undone})")));
+                let what = format!("{e}; the claim was not confirmed replicated ({undone})");
+                return Err(StoreError::unexpected(what).caused_by(e));
             }
             r => r?,
         };
@@ -257,7 +261,7 @@ impl EventStore for RedisStore {
         until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Value(expected) = expected else {
-            return Err(StoreError::Bad("a version from another backend".into()));
+            return Err(StoreError::unexpected("a version from another backend"));
         };
         let mut digits = WriteArgs::default();
         let (ttl_arg, until_arg) = digits.text(ttl, until);
@@ -265,7 +269,8 @@ impl EventStore for RedisStore {
         let (reply, now, acks) = match self.script(key, &self.scripts.swap, &args, true, timeout).await {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
-                return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
+                let what = format!("{e}; the write was not confirmed replicated ({undone})");
+                return Err(StoreError::unexpected(what).caused_by(e));
             }
             r => r?,
         };
@@ -305,7 +310,7 @@ impl EventStore for RedisStore {
         let (kind, here) = (self.connector.kind(), self.display());
         let found =
             self.run(generation, t, probe::inspect(&mut link, kind, &here, self.min_replicas, &self.allowed)).await?;
-        let found = found.map_err(StoreError::Config)?;
+        let found = found.map_err(StoreError::config)?;
         // Learn the store's clock (of the node owning this key; all masters' clocks agree
         // within NTP accuracy, far below any lease).
         self.script("probe", &self.scripts.read, &[], false, t).await?;

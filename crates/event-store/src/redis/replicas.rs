@@ -28,7 +28,7 @@ impl RedisStore {
         }
         let undone =
             if undone { "it was rolled back" } else { "rolling it back failed, so it stays until its lease ends" };
-        StoreError::Bad(format!(
+        StoreError::unexpected(format!(
             "only {acks} of the {} replicas required by min_replicas confirmed the write within {} ms; {undone}",
             self.min_replicas,
             wait_ms(timeout)
