@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::store::record::Record;
 use crate::store::{
-    Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
 
 /// A request as the store would receive it.
@@ -263,14 +263,8 @@ fn unexpected(r: StoreReply) -> StoreError {
 }
 
 impl EventStore for SimStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let op = Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl), until: until.map(|d| d.0) };
         match self.park(op, timeout).await {
             StoreReply::Created(c) => Ok(c),
@@ -291,12 +285,11 @@ impl EventStore for SimStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Rev(expected) = expected else { return Err(StoreError::unexpected("a foreign version")) };
+        let Write { value, ttl, until } = write;
         let (value, until) = (value.to_vec(), until.map(|d| d.0));
         let op = Op::Swap { key: key.into(), expected: *expected, value, ttl_ms: ms(ttl), until };
         match self.park(op, timeout).await {
@@ -306,15 +299,8 @@ impl EventStore for SimStore {
         }
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let op = Op::Release {
             key: key.into(),
             claim_id: claim_id.into(),

@@ -7,7 +7,7 @@ use super::{decode, params, Answer, Claims, Deadline, Params, Settings, MAX_ROUN
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{format_time, Record, Status};
-use crate::store::{EventStore, Swapped};
+use crate::store::{EventStore, Swapped, Write};
 
 pub(crate) const MAX_RESULT_BYTES: usize = 4096;
 
@@ -120,7 +120,10 @@ async fn complete<S: EventStore>(
         };
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &next.claim_id, timeout);
-        match store.swap(key, &cur.version, &next.to_bytes(), settings.retention, timeout, until).await {
+        match store
+            .swap(key, &cur.version, Write { value: &next.to_bytes(), ttl: settings.retention, until }, timeout)
+            .await
+        {
             Ok(Swapped::Swapped) => return Ok(answer(target.as_str(), next, key)),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Err(not_found()),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{kv_client, memory, postgres, redis};
-use super::{Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write};
 
 /// One of the backends, chosen by the `kv_url` scheme.
 pub enum AnyStore {
@@ -40,15 +40,8 @@ macro_rules! each_backend_call {
 }
 
 impl EventStore for AnyStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
-        each_backend_call!(self, s => s.create(key, value, ttl, timeout, until))
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        each_backend_call!(self, s => s.create(key, write, timeout))
     }
     async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         each_backend_call!(self, s => s.read_at(key, timeout))
@@ -60,23 +53,13 @@ impl EventStore for AnyStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        each_backend_call!(self, s => s.swap(key, expected, value, ttl, timeout, until))
+        each_backend_call!(self, s => s.swap(key, expected, write, timeout))
     }
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
-        each_backend_call!(self, s => s.release(key, claim_id, restore, ttl, timeout, until))
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        each_backend_call!(self, s => s.release(key, rollback, timeout))
     }
     async fn probe(&self) -> Result<Probe, StoreError> {
         each_backend_call!(self, s => s.probe())

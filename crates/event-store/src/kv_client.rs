@@ -17,7 +17,10 @@ use super::kv_tls;
 use super::kv_wire;
 use super::record::Record;
 use super::url::redact;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Write,
+};
 
 /// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
 /// free connection instead of opening their own: sockets and memory do not grow with the
@@ -267,14 +270,8 @@ fn error_text(status: StatusCode, body: &[u8]) -> String {
 }
 
 impl EventStore for KvClientStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let headers = write_headers((IF_NONE_MATCH, HeaderValue::from_static("*")), Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), headers, Some(value), timeout).await?;
         if let Some(e) = too_late(&a, until) {
@@ -304,14 +301,13 @@ impl EventStore for KvClientStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Etag(etag) = expected else {
             return Err(StoreError::unexpected("a version from another backend"));
         };
+        let Write { value, ttl, until } = write;
         let headers = write_headers(if_match(etag)?, Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), headers, Some(value), timeout).await?;
         if let Some(e) = too_late(&a, until) {
@@ -329,15 +325,8 @@ impl EventStore for KvClientStore {
 
     /// Read, then `DELETE` (or `PUT`) with `If-Match` on the revision that carried the claim:
     /// the ETag makes the second step a compare-and-delete of exactly that record.
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let started = std::time::Instant::now();
         let Some(cur) = self.read(key, timeout).await? else { return Ok(false) };
         let ours = Record::from_bytes(&cur.value).is_ok_and(|r| r.claim_id == claim_id);

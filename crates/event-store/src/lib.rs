@@ -38,6 +38,30 @@ pub use error::{Cause, StoreError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StoreDeadline(pub i64);
 
+/// A conditional write: the value, how long the store keeps it, and by when (in the store's
+/// clock) it must land.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    pub value: &'a [u8],
+    /// The store-side retention.
+    pub ttl: Duration,
+    /// None = no deadline: see [`StoreDeadline`].
+    pub until: Option<StoreDeadline>,
+}
+
+/// The roll-back of a claim whose outcome is unknown, applied only while the record still
+/// carries `claim_id`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rollback<'a> {
+    pub claim_id: &'a str,
+    /// None = delete the record; else the record the claim replaced, put back for `ttl`.
+    pub restore: Option<&'a [u8]>,
+    /// The retention of a restored record.
+    pub ttl: Duration,
+    /// None = no deadline: see [`StoreDeadline`].
+    pub until: Option<StoreDeadline>,
+}
+
 /// Opaque version of a stored value: what a compare-and-swap compares against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Version {
@@ -83,17 +107,15 @@ pub struct Probe {
 
 /// The atomic operations the tools need, and nothing else. Every call takes the timeout of
 /// its one round trip: the tools split one deadline over all round trips of a tool call.
-/// Every write takes `until` (None = no deadline): see [`StoreDeadline`].
+/// Every write carries its deadline (`until`): see [`StoreDeadline`].
 pub trait EventStore: Send + Sync {
-    /// Creates `key` only if it is absent, in one atomic operation; otherwise returns the
-    /// current value. `ttl` is the store-side retention.
+    /// Creates `key` holding `write.value` only if it is absent, in one atomic operation;
+    /// otherwise returns the current value.
     fn create(
         &self,
         key: &str,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<Created, StoreError>> + Send;
     /// The settling read: `key`, with the store's time T of the read. Every write the store
     /// accepted at a store time up to T is visible in it, including one still committing
@@ -109,27 +131,23 @@ pub trait EventStore: Send + Sync {
     fn read(&self, key: &str, timeout: Duration) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send {
         async move { self.read_at(key, timeout).await.map(|(cur, _)| cur) }
     }
-    /// Replaces `key` only if it still holds `expected`, in one atomic operation.
+    /// Replaces `key` by `write.value` only if it still holds `expected`, in one atomic
+    /// operation.
     fn swap(
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<Swapped, StoreError>> + Send;
     /// Rolls back a claim whose outcome is unknown: only while the record under `key` still
-    /// carries `claim_id`, deletes it (`restore` = None) or puts `restore` back (the record
+    /// carries `rollback.claim_id`, deletes it or puts `rollback.restore` back (the record
     /// the claim replaced). True when the claim was there and was rolled back.
     fn release(
         &self,
         key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
+        rollback: Rollback<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Checks reachability, authentication, and that atomic creates are supported.
     fn probe(&self) -> impl Future<Output = Result<Probe, StoreError>> + Send;

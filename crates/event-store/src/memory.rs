@@ -5,7 +5,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::record::Record;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Write,
+};
 
 #[derive(Default)]
 struct StoredValue {
@@ -64,14 +67,8 @@ impl MemoryStore {
 }
 
 impl EventStore for MemoryStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        _: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, _: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let now = self.store_now();
         Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
@@ -93,15 +90,8 @@ impl EventStore for MemoryStore {
         Ok((Self::live(&g.0, key, now).map(|e| Self::current(e, now)), now))
     }
 
-    async fn swap(
-        &self,
-        key: &str,
-        expected: &Version,
-        value: &[u8],
-        ttl: Duration,
-        _: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Swapped, StoreError> {
+    async fn swap(&self, key: &str, expected: &Version, write: Write<'_>, _: Duration) -> Result<Swapped, StoreError> {
+        let Write { value, ttl, until } = write;
         let now = self.store_now();
         Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
@@ -118,15 +108,8 @@ impl EventStore for MemoryStore {
         Ok(Swapped::Swapped)
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        _: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, _: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let now = self.store_now();
         Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();

@@ -19,7 +19,10 @@ use self::link::{Connector, Link};
 use self::replicas::wait_ms;
 use self::scripts::Scripts;
 use super::hosts::AllowedHosts;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Write,
+};
 
 pub struct RedisStore {
     /// The shared connection and its generation (bumped each time it is replaced).
@@ -212,14 +215,8 @@ fn current(value: Vec<u8>, now: i64) -> Current {
 }
 
 impl EventStore for RedisStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let mut digits = WriteArgs::default();
         let (ttl_arg, until_arg) = digits.text(ttl, until);
         let args: [&[u8]; 3] = [value, ttl_arg, until_arg];
@@ -255,14 +252,13 @@ impl EventStore for RedisStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Value(expected) = expected else {
             return Err(StoreError::unexpected("a version from another backend"));
         };
+        let Write { value, ttl, until } = write;
         let mut digits = WriteArgs::default();
         let (ttl_arg, until_arg) = digits.text(ttl, until);
         let args: [&[u8]; 4] = [expected, value, ttl_arg, until_arg];
@@ -288,15 +284,8 @@ impl EventStore for RedisStore {
         Ok(Swapped::Changed(cur.map(|v| current(v, now))))
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let mut digits = WriteArgs::default();
         let (ttl_arg, until_arg) = digits.text(ttl, until);
         let args: [&[u8]; 4] = [claim_id.as_bytes(), restore.unwrap_or_default(), ttl_arg, until_arg];
