@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::store::record::Record;
 use crate::store::{
-    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
+    Clock, ClockHand, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
 
 /// A request as the store would receive it.
@@ -211,24 +210,25 @@ impl World {
 pub(crate) struct SimStore {
     pub(crate) world: Arc<Mutex<World>>,
     clock: StoreClock,
-    pub(crate) virtual_ms: Arc<AtomicI64>,
+    /// Moves the plugin host's clock with the world's (virtual ms).
+    hand: ClockHand,
 }
 
 impl SimStore {
     /// A store with `flaw` (`Flaw::None`: a sound one).
     pub(crate) fn new(start_ms: i64, flaw: Flaw) -> SimStore {
-        let virtual_ms = Arc::new(AtomicI64::new(start_ms));
-        let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
+        let (host, hand) = Clock::manual(start_ms);
+        let clock = StoreClock::new(host);
         clock.observe(start_ms);
         let world = World { now_ms: start_ms, flaw, ..World::default() };
-        SimStore { world: Arc::new(Mutex::new(world)), clock, virtual_ms }
+        SimStore { world: Arc::new(Mutex::new(world)), clock, hand }
     }
 
     /// Moves the store's clock (and the plugin host's, which follows it here) forward.
     pub(crate) fn advance(&self, ms: i64) {
         let mut w = self.world.lock().unwrap();
         w.now_ms += ms;
-        self.virtual_ms.store(w.now_ms, Ordering::SeqCst);
+        self.hand.set(w.now_ms);
     }
 
     fn park(&self, op: Op, timeout: Duration) -> Waiting {

@@ -191,14 +191,14 @@ mod tests {
     #[tokio::test]
     async fn expired_lease_is_reclaimed_once_and_unexpired_is_duplicate() {
         // The store's clock is the test's: the lease runs out when the test moves it.
-        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_780_000_000_000));
-        let s = crate::store::memory::MemoryStore::new(crate::store::Clock::manual(now.clone()), 0);
+        let (clock, hand) = crate::store::Clock::manual(1_780_000_000_000);
+        let s = crate::store::memory::MemoryStore::new(clock, 0);
         let st = settings();
         let ev = params(json!({"event_id": "L2", "event_type": "created", "lease_seconds": 1}));
         event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
-        now.fetch_add(999, std::sync::atomic::Ordering::SeqCst);
+        hand.advance(999);
         assert_eq!(event_ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
-        now.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        hand.advance(1);
         let again = event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
         assert_eq!((again["outcome"].as_str(), again["attempt"].as_u64()), (Some("accepted"), Some(2)));
     }

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use super::{kv_client, memory, postgres, redis};
+#[cfg(feature = "testkit")]
+use super::memory;
+use super::{kv_client, postgres, redis};
 use super::{Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write};
 
 /// One of the backends, chosen by the `kv_url` scheme.
@@ -10,6 +12,7 @@ pub enum AnyStore {
     KvContainer(Box<kv_client::KvClientStore>),
     Redis(Box<redis::RedisStore>),
     Postgres(Box<postgres::PostgresStore>),
+    #[cfg(feature = "testkit")]
     Memory(memory::MemoryStore),
 }
 
@@ -19,6 +22,7 @@ macro_rules! each_backend {
             AnyStore::KvContainer($s) => $e,
             AnyStore::Redis($s) => $e,
             AnyStore::Postgres($s) => $e,
+            #[cfg(feature = "testkit")]
             AnyStore::Memory($s) => $e,
         }
     };
@@ -34,6 +38,7 @@ macro_rules! each_backend_call {
             AnyStore::KvContainer($s) => Box::pin($e).await,
             AnyStore::Redis($s) => Box::pin($e).await,
             AnyStore::Postgres($s) => Box::pin($e).await,
+            #[cfg(feature = "testkit")]
             AnyStore::Memory($s) => Box::pin($e).await,
         }
     };

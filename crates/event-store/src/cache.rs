@@ -9,9 +9,7 @@ use tokio::sync::OnceCell;
 use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{
-    kv_client::KvClientStore, memory::MemoryStore, postgres::PostgresStore, redis::RedisStore, Clock, StoreError,
-};
+use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore, Clock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -34,7 +32,9 @@ type Slot = Arc<OnceCell<Arc<AnyStore>>>;
 pub struct StoreOptions {
     /// Bound of each store call (connect, command, HTTP request).
     pub call_timeout: Duration,
-    /// Whether `memory://` (the in-process store, for tests and demos) is accepted.
+    /// Whether `memory://` (the in-process store, a test double) is accepted; without the
+    /// `testkit` feature it never is.
+    #[cfg(feature = "testkit")]
     pub allow_memory: bool,
     /// The store hosts `kv_url` may name (`STATEFUL_TOOL_STORE_HOSTS`; all when unset).
     pub allowed_hosts: AllowedHosts,
@@ -47,6 +47,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             call_timeout: Duration::from_secs(5),
+            #[cfg(feature = "testkit")]
             allow_memory: false,
             allowed_hosts: AllowedHosts::default(),
             door_timeout: Duration::from_millis(1500),
@@ -121,7 +122,8 @@ async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Resu
         Scheme::Postgres => {
             AnyStore::Postgres(Box::new(PostgresStore::connect(&cfg.url, cfg.min_replicas, host, timeout).await?))
         }
-        Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
+        #[cfg(feature = "testkit")]
+        Scheme::Memory if options.allow_memory => AnyStore::Memory(super::memory::MemoryStore::new(host, 0)),
         Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
     Ok(Arc::new(store))

@@ -18,6 +18,8 @@ mod kv_client;
 mod kv_http;
 pub mod kv_tls;
 pub mod kv_wire;
+/// The in-process store, a test double: only with the `testkit` feature, never in the plugin.
+#[cfg(feature = "testkit")]
 pub mod memory;
 pub mod postgres;
 pub mod record;
@@ -28,6 +30,8 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use cache::{StoreCache, StoreConfig, StoreOptions};
+#[cfg(feature = "testkit")]
+pub use clock::ClockHand;
 pub use clock::{Clock, StoreClock};
 pub use error::{Cause, StoreError};
 
