@@ -25,7 +25,9 @@ pub struct StoreConfig {
 /// is small and simply starts over if a misbehaving caller cycles through many URLs.
 const MAX_STORES: usize = 64;
 
-type Slot = Arc<OnceCell<Arc<AnyStore>>>;
+/// The one client of a config, shared by every session once connected; the first caller
+/// connects it while the others wait.
+type SharedStore = Arc<OnceCell<Arc<AnyStore>>>;
 
 /// How the runtime lets the store layer work, decided once at start-up.
 #[derive(Debug, Clone)]
@@ -58,12 +60,12 @@ impl Default for StoreOptions {
 pub struct StoreCache {
     host: Clock,
     options: StoreOptions,
-    slots: Mutex<HashMap<StoreConfig, Slot>>,
+    stores: Mutex<HashMap<StoreConfig, SharedStore>>,
 }
 
 impl StoreCache {
     pub fn new(host: Clock, options: StoreOptions) -> Self {
-        StoreCache { host, options, slots: Mutex::new(HashMap::new()) }
+        StoreCache { host, options, stores: Mutex::new(HashMap::new()) }
     }
 
     /// How long one tool call may spend on its store round trips together.
@@ -92,20 +94,20 @@ impl StoreCache {
         if !cfg.url.starts_with("memory:") {
             self.options.allowed_hosts.check(&cfg.url)?;
         }
-        let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(slot) = slots.get(cfg) {
-                slot.clone()
+        let shared = {
+            let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(shared) = stores.get(cfg) {
+                shared.clone()
             } else {
-                if slots.len() >= MAX_STORES {
-                    slots.clear();
+                if stores.len() >= MAX_STORES {
+                    stores.clear();
                 }
-                slots.entry(cfg.clone()).or_default().clone()
+                stores.entry(cfg.clone()).or_default().clone()
             }
         };
         // Connecting is boxed: its state (a Redis or PostgreSQL handshake) is large, and every
         // caller's future would otherwise be sized for it although a store is connected once.
-        let store = slot.get_or_try_init(|| Box::pin(connect(cfg, self.host.clone(), &self.options))).await?;
+        let store = shared.get_or_try_init(|| Box::pin(connect(cfg, self.host.clone(), &self.options))).await?;
         Ok(store.clone())
     }
 }

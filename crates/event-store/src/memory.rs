@@ -10,8 +10,9 @@ use super::{
     Write,
 };
 
+/// What a key holds: its value, its revision, and when it expires (store ms; 0 = never).
 #[derive(Default)]
-struct StoredValue {
+struct Entry {
     value: Vec<u8>,
     rev: u64,
     expires_ms: i64,
@@ -21,7 +22,7 @@ struct StoredValue {
 /// the host clock it was given (a test's manual clock moves it too) plus `store_skew_ms`, so
 /// tests can skew host and store apart.
 pub struct MemoryStore {
-    map: Mutex<(HashMap<String, StoredValue>, u64)>,
+    map: Mutex<(HashMap<String, Entry>, u64)>,
     clock: StoreClock,
     store_skew_ms: i64,
 }
@@ -46,11 +47,11 @@ impl MemoryStore {
         }
     }
 
-    fn live<'a>(map: &'a HashMap<String, StoredValue>, key: &str, now: i64) -> Option<&'a StoredValue> {
+    fn live<'a>(map: &'a HashMap<String, Entry>, key: &str, now: i64) -> Option<&'a Entry> {
         map.get(key).filter(|e| e.expires_ms == 0 || e.expires_ms > now)
     }
 
-    fn current(e: &StoredValue, now: i64) -> Current {
+    fn current(e: &Entry, now: i64) -> Current {
         Current { value: e.value.clone(), version: Version::Rev(e.rev), store_now_ms: now }
     }
 
@@ -77,10 +78,7 @@ impl EventStore for MemoryStore {
         }
         g.1 += 1;
         let rev = g.1;
-        g.0.insert(
-            key.to_owned(),
-            StoredValue { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 },
-        );
+        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
         Ok(Created::Created)
     }
 
@@ -101,10 +99,7 @@ impl EventStore for MemoryStore {
         }
         g.1 += 1;
         let rev = g.1;
-        g.0.insert(
-            key.to_owned(),
-            StoredValue { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 },
-        );
+        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
         Ok(Swapped::Swapped)
     }
 
@@ -122,7 +117,7 @@ impl EventStore for MemoryStore {
                     g.1 += 1;
                     let rev = g.1;
                     let expires_ms = now + ttl.as_millis() as i64;
-                    g.0.insert(key.to_owned(), StoredValue { value: value.to_vec(), rev, expires_ms });
+                    g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms });
                 }
                 None => {
                     g.0.remove(key);
