@@ -8,7 +8,7 @@ use super::{kv_client, postgres, redis};
 use super::{Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write};
 
 /// One of the backends, chosen by the `kv_url` scheme.
-pub enum AnyStore {
+pub(crate) enum AnyStore {
     KvContainer(Box<kv_client::KvClientStore>),
     Redis(Box<redis::RedisStore>),
     Postgres(Box<postgres::PostgresStore>),

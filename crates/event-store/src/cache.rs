@@ -9,7 +9,7 @@ use tokio::sync::OnceCell;
 use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore, Clock, StoreError};
+use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore, Clock, EventStore, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -84,13 +84,14 @@ impl StoreCache {
         &self,
         cfg: &StoreConfig,
         within: std::time::Duration,
-    ) -> Result<Arc<AnyStore>, StoreError> {
+    ) -> Result<Arc<impl EventStore + use<>>, StoreError> {
         tokio::time::timeout(within, self.get(cfg)).await.unwrap_or(Err(StoreError::Timeout(within.as_millis() as u64)))
     }
 
-    /// The shared client for `cfg`, connecting on first use. A failed connect is not
-    /// cached, so the next call tries again.
-    pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<AnyStore>, StoreError> {
+    /// The shared client for `cfg`, connecting on first use: the backend its `kv_url` chose,
+    /// seen only through [`EventStore`]. A failed connect is not cached, so the next call
+    /// tries again.
+    pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<impl EventStore + use<>>, StoreError> {
         if !cfg.url.starts_with("memory:") {
             self.options.allowed_hosts.check(&cfg.url)?;
         }

@@ -35,7 +35,7 @@ pub(crate) const MAX_ANSWER_BYTES: usize = 4 << 20;
 const PATH: &AsciiSet =
     &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
 
-pub struct KvClientStore {
+pub(crate) struct KvClientStore {
     transport: Transport,
     slots: tokio::sync::Semaphore,
     base: String,

@@ -24,7 +24,7 @@ use super::{
     Write,
 };
 
-pub struct RedisStore {
+pub(crate) struct RedisStore {
     /// The shared connection and its generation (bumped each time it is replaced).
     link: std::sync::Mutex<(u64, Link)>,
     connector: Connector,
