@@ -1,7 +1,11 @@
 //! The one enum of tool error classes, and how each becomes a protocol session error.
 
+use std::sync::Arc;
+
 use dify_plugin::ErrorMessage;
 use serde_json::Value;
+
+use crate::store::StoreError;
 
 /// What went wrong, in the four classes users and workflows branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,18 +32,34 @@ impl ErrorClass {
 }
 
 /// An error a tool reports to its caller.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{}: {message}", class.as_str())]
+#[derive(Debug, Clone)]
 pub struct ToolError {
     pub class: ErrorClass,
     pub message: String,
     /// Extra machine-readable details (at most a few keys; the daemon allows ≤ 10).
     pub(crate) details: Option<Value>,
+    /// The store failure behind it, with its own causes (shared: a tool error is cloned into
+    /// the answers of every call that waited on it).
+    pub(crate) cause: Option<Arc<StoreError>>,
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.class.as_str(), self.message)
+    }
+}
+
+/// The source is the store error itself (not its shared handle), so a reader walking the
+/// chain meets `StoreError` and then its own cause.
+impl std::error::Error for ToolError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl ToolError {
     pub(crate) fn new(class: ErrorClass, message: impl Into<String>) -> Self {
-        ToolError { class, message: message.into(), details: None }
+        ToolError { class, message: message.into(), details: None, cause: None }
     }
     pub(crate) fn param(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::ParamInvalid, message)
@@ -100,14 +120,14 @@ impl From<crate::store::key::InvalidInput> for ToolError {
     }
 }
 
-impl From<crate::store::StoreError> for ToolError {
-    fn from(e: crate::store::StoreError) -> Self {
-        match e {
-            crate::store::StoreError::BadUrl(message) | crate::store::StoreError::Forbidden(message) => {
-                ToolError::param(message)
-            }
-            e => ToolError::upstream(e.to_string()),
-        }
+/// The one mapping of a store failure to its class: the caller's own input (`kv_url`,
+/// credentials bound to other namespaces) is `param_invalid`, everything else upstream. The
+/// message is the store error's own words, which quote a cause where it says what to fix;
+/// the error itself stays the tool error's source.
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        let class = if e.is_callers_input() { ErrorClass::ParamInvalid } else { ErrorClass::UpstreamError };
+        ToolError { class, message: e.to_string(), details: None, cause: Some(Arc::new(e)) }
     }
 }
 
@@ -125,6 +145,19 @@ mod tests {
         let v = SessionError::from(ToolError::conflict("x").with_details(Value::Object(details))).to_wire();
         assert_eq!(v["error_type"], "conflict");
         assert_eq!(v["args"].as_object().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn a_store_error_keeps_its_words_its_class_and_its_cause() {
+        use std::error::Error as _;
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let e = ToolError::from(StoreError::interrupted("reset by peer").caused_by(io));
+        assert_eq!(e.class, ErrorClass::UpstreamError);
+        assert_eq!(e.message, "the connection to the store broke before it answered: reset by peer");
+        let store = e.source().and_then(|s| s.downcast_ref::<StoreError>()).expect("the store error is the source");
+        assert!(store.source().is_some_and(|io| io.is::<std::io::Error>()), "{store:?}");
+        let url = ToolError::from(StoreError::BadUrl("kv_url has no scheme".into()));
+        assert_eq!((url.class, url.message.as_str()), (ErrorClass::ParamInvalid, "kv_url has no scheme"));
     }
 
     #[test]

@@ -264,17 +264,17 @@ impl Sim {
             2 => {
                 self.faults.lost_answer += 1;
                 w.apply(&parked.op);
-                StoreReply::Failed(StoreError::Interrupted("the answer was lost".into()))
+                StoreReply::Failed(StoreError::interrupted("the answer was lost"))
             }
             // Refused before delivery: nothing happened, and the caller knows it.
             3 => {
                 self.faults.failed_before += 1;
-                StoreReply::Failed(StoreError::Unreachable("sim".into(), "connection refused".into()))
+                StoreReply::Failed(StoreError::unreachable("sim", "connection refused"))
             }
             // The connection broke before delivery: nothing happened, but the caller cannot know.
             4 => {
                 self.faults.cut_before += 1;
-                StoreReply::Failed(StoreError::Interrupted("the connection broke".into()))
+                StoreReply::Failed(StoreError::interrupted("the connection broke"))
             }
             // Delivered twice: answered once, and a copy arrives later.
             5 => {
@@ -346,7 +346,7 @@ impl Sim {
         let parked = std::mem::take(&mut w.parked);
         for p in parked {
             if self.rng.chance(50) {
-                p.answer(StoreReply::Failed(StoreError::Interrupted("the store restarted".into())));
+                p.answer(StoreReply::Failed(StoreError::interrupted("the store restarted")));
             } else {
                 w.parked.push(p);
             }

@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::store::record::Record;
 use crate::store::{
-    Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Clock, ClockHand, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
 
 /// A request as the store would receive it.
@@ -35,7 +34,7 @@ impl Op {
 }
 
 /// What the store answers to one request.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum StoreReply {
     Created(Created),
     /// The value and the store's time of the read.
@@ -211,24 +210,25 @@ impl World {
 pub(crate) struct SimStore {
     pub(crate) world: Arc<Mutex<World>>,
     clock: StoreClock,
-    pub(crate) virtual_ms: Arc<AtomicI64>,
+    /// Moves the plugin host's clock with the world's (virtual ms).
+    hand: ClockHand,
 }
 
 impl SimStore {
     /// A store with `flaw` (`Flaw::None`: a sound one).
     pub(crate) fn new(start_ms: i64, flaw: Flaw) -> SimStore {
-        let virtual_ms = Arc::new(AtomicI64::new(start_ms));
-        let clock = StoreClock::new(Clock::manual(virtual_ms.clone()));
+        let (host, hand) = Clock::manual(start_ms);
+        let clock = StoreClock::new(host);
         clock.observe(start_ms);
         let world = World { now_ms: start_ms, flaw, ..World::default() };
-        SimStore { world: Arc::new(Mutex::new(world)), clock, virtual_ms }
+        SimStore { world: Arc::new(Mutex::new(world)), clock, hand }
     }
 
     /// Moves the store's clock (and the plugin host's, which follows it here) forward.
     pub(crate) fn advance(&self, ms: i64) {
         let mut w = self.world.lock().unwrap();
         w.now_ms += ms;
-        self.virtual_ms.store(w.now_ms, Ordering::SeqCst);
+        self.hand.set(w.now_ms);
     }
 
     fn park(&self, op: Op, timeout: Duration) -> Waiting {
@@ -259,18 +259,12 @@ fn ms(d: Duration) -> i64 {
 }
 
 fn unexpected(r: StoreReply) -> StoreError {
-    StoreError::Bad(format!("the simulation answered {r:?}"))
+    StoreError::unexpected(format!("the simulation answered {r:?}"))
 }
 
 impl EventStore for SimStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let op = Op::Create { key: key.into(), value: value.to_vec(), ttl_ms: ms(ttl), until: until.map(|d| d.0) };
         match self.park(op, timeout).await {
             StoreReply::Created(c) => Ok(c),
@@ -291,12 +285,11 @@ impl EventStore for SimStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        let Version::Rev(expected) = expected else { return Err(StoreError::Bad("a foreign version".into())) };
+        let Version::Rev(expected) = expected else { return Err(StoreError::unexpected("a foreign version")) };
+        let Write { value, ttl, until } = write;
         let (value, until) = (value.to_vec(), until.map(|d| d.0));
         let op = Op::Swap { key: key.into(), expected: *expected, value, ttl_ms: ms(ttl), until };
         match self.park(op, timeout).await {
@@ -306,15 +299,8 @@ impl EventStore for SimStore {
         }
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let op = Op::Release {
             key: key.into(),
             claim_id: claim_id.into(),

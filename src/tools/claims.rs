@@ -11,7 +11,7 @@ use super::settings::ClaimIds;
 use super::Deadline;
 use crate::error::ToolError;
 use crate::store::record::{Record, Status};
-use crate::store::{EventStore, StoreClock, StoreDeadline};
+use crate::store::{EventStore, Rollback, StoreClock, StoreDeadline};
 
 /// Why a rolled-back claim's record says `failed` (its `result`).
 const ROLLED_BACK: &str =
@@ -165,7 +165,14 @@ impl Claims {
                 ..rec.clone()
             };
             let until = Some(store.clock().deadline_after(timeout));
-            match store.release(key, &rec.claim_id, Some(&released.to_bytes()), retention, timeout, until).await {
+            match store
+                .release(
+                    key,
+                    Rollback { claim_id: &rec.claim_id, restore: Some(&released.to_bytes()), ttl: retention, until },
+                    timeout,
+                )
+                .await
+            {
                 Ok(true) => undone += 1,
                 Ok(false) => {}
                 Err(_) => unchecked += 1,

@@ -103,8 +103,7 @@ mod tests {
 
     #[test]
     fn shares_halve_what_is_left_and_an_exhausted_budget_is_a_timeout() {
-        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1000));
-        let clock = Clock::manual(now.clone());
+        let (clock, hand) = Clock::manual(1000);
         let d = Deadline::start(&clock, Duration::from_secs(3600), SETTING);
         let share = d.share().unwrap();
         assert_eq!(share, Duration::from_secs(3598));
@@ -112,7 +111,7 @@ mod tests {
         let short = Deadline::start(&clock, Duration::from_millis(1000), SETTING).share().unwrap();
         assert_eq!(short, Duration::from_millis(400), "a fifth kept for the settling read, half of the rest");
         let spent = Deadline::start(&clock, Duration::from_secs(1), SETTING);
-        now.fetch_add(2000, std::sync::atomic::Ordering::SeqCst);
+        hand.advance(2000);
         assert!(matches!(spent.share(), Err(StoreError::Timeout(_))));
         let msg = spent.error(StoreError::Timeout(500)).message;
         assert!(msg.contains("this call waited 2") && msg.contains("STATEFUL_TOOL_X_MS (1000 ms)"), "{msg}");

@@ -7,7 +7,7 @@ use super::{decode, params, Answer, Claims, Deadline, Params, Settings, MAX_ROUN
 use crate::error::ToolError;
 use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{format_time, Record, Status};
-use crate::store::{EventStore, Swapped};
+use crate::store::{EventStore, Swapped, Write};
 
 pub(crate) const MAX_RESULT_BYTES: usize = 4096;
 
@@ -120,7 +120,10 @@ async fn complete<S: EventStore>(
         };
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &next.claim_id, timeout);
-        match store.swap(key, &cur.version, &next.to_bytes(), settings.retention, timeout, until).await {
+        match store
+            .swap(key, &cur.version, Write { value: &next.to_bytes(), ttl: settings.retention, until }, timeout)
+            .await
+        {
             Ok(Swapped::Swapped) => return Ok(answer(target.as_str(), next, key)),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Err(not_found()),
@@ -188,14 +191,14 @@ mod tests {
     #[tokio::test]
     async fn expired_lease_is_reclaimed_once_and_unexpired_is_duplicate() {
         // The store's clock is the test's: the lease runs out when the test moves it.
-        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_780_000_000_000));
-        let s = crate::store::memory::MemoryStore::new(crate::store::Clock::manual(now.clone()), 0);
+        let (clock, hand) = crate::store::Clock::manual(1_780_000_000_000);
+        let s = crate::store::memory::MemoryStore::new(clock, 0);
         let st = settings();
         let ev = params(json!({"event_id": "L2", "event_type": "created", "lease_seconds": 1}));
         event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
-        now.fetch_add(999, std::sync::atomic::Ordering::SeqCst);
+        hand.advance(999);
         assert_eq!(event_ingest::run(&s, &st, &ev).await.unwrap().to_value()["outcome"], "duplicate");
-        now.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        hand.advance(1);
         let again = event_ingest::run(&s, &st, &ev).await.unwrap().to_value();
         assert_eq!((again["outcome"].as_str(), again["attempt"].as_u64()), (Some("accepted"), Some(2)));
     }

@@ -10,7 +10,7 @@ use crate::store::key::{storage_key, validate_event_id};
 use crate::store::record::{
     check_depth, fingerprint, fingerprint_and_kind, format_time, short_fingerprint, DoorClaim, Record, Status,
 };
-use crate::store::{Created, Current, EventStore, Swapped};
+use crate::store::{Created, Current, EventStore, Swapped, Write};
 
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 /// Longest accepted `run_id` (Dify's workflow run ids are 36-character UUIDs).
@@ -171,7 +171,7 @@ async fn claim<S: EventStore>(
     for _ in 0..MAX_ROUNDS {
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &fresh.claim_id, timeout);
-        let existing = match store.create(key, &bytes, ttl, timeout, until).await {
+        let existing = match store.create(key, Write { value: &bytes, ttl, until }, timeout).await {
             Ok(Created::Created) => return Ok(answer("accepted", fresh, key, false)),
             Ok(Created::Exists(cur)) => cur,
             // The write may have landed (or may still land): read the key back.
@@ -248,7 +248,7 @@ async fn settle<S: EventStore>(
         };
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &next.claim_id, timeout);
-        match store.swap(key, &cur.version, &next.to_bytes(), ttl, timeout, until).await {
+        match store.swap(key, &cur.version, Write { value: &next.to_bytes(), ttl, until }, timeout).await {
             Ok(Swapped::Swapped) => return Ok(Some(answer_of("accepted", next, key, true, false, Some(reason)))),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Ok(None),

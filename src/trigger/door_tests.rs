@@ -174,17 +174,17 @@ fn oversized_bodies_are_refused_before_the_claim() {
 
 /// A door whose store and clock the test holds: the clock moves only when the test moves it.
 struct Held {
-    now: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    now: crate::store::ClockHand,
     store: MemoryStore,
 }
 
 impl Held {
     fn new() -> Held {
-        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_780_000_000_000));
-        Held { store: MemoryStore::new(Clock::manual(now.clone()), 0), now }
+        let (clock, now) = Clock::manual(1_780_000_000_000);
+        Held { store: MemoryStore::new(clock, 0), now }
     }
     fn pass(&self, ms: i64) {
-        self.now.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+        self.now.advance(ms);
     }
     async fn deliver(&self, props: &Value, r: &str) -> Verdict {
         deliver(&self.store, props.clone(), r).await
@@ -227,7 +227,7 @@ async fn a_claim_no_run_took_within_its_start_window_is_taken_over_by_the_next_d
     assert_eq!(h.invoke(&props, 1).await, Taken::Superseded(2));
     let Taken::Started(rec) = h.invoke(&props, 2).await else { panic!("attempt 2's run did not start") };
     assert_eq!(rec.door.as_ref().map(|d| d.runs), Some(1));
-    assert_eq!(rec.lease_until_ms, Some(h.now.load(std::sync::atomic::Ordering::SeqCst) + 600_000));
+    assert_eq!(rec.lease_until_ms, Some(h.now.now_ms() + 600_000));
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use super::config::Door;
 use super::reply;
 use crate::store::key::storage_key;
 use crate::store::record::{format_time, DoorClaim, Record, Status};
-use crate::store::{EventStore, StoreCache, Swapped};
+use crate::store::{EventStore, StoreCache, Swapped, Write};
 use crate::tools::MAX_ROUNDS;
 
 /// What taking the claim found.
@@ -117,7 +117,7 @@ pub(crate) async fn take_in<S: EventStore>(
             ..rec
         };
         let ttl = door.settings.ttl_for(next.lease_until_ms.map(|until| until - now));
-        match store.swap(key, &cur.version, &next.to_bytes(), ttl, timeout, None).await {
+        match store.swap(key, &cur.version, Write { value: &next.to_bytes(), ttl, until: None }, timeout).await {
             Ok(Swapped::Swapped) => return Taken::Started(Box::new(next)),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Taken::Unchecked(format!("the record under {key} vanished")),

@@ -142,7 +142,7 @@ mod lifecycle {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_past_their_store_clock_deadline_are_refused_by_the_statement() {
     use stateful_tool::store::postgres::PostgresStore;
-    use stateful_tool::store::{Clock, Created, EventStore, StoreDeadline, StoreError, Swapped};
+    use stateful_tool::store::{Clock, Created, EventStore, Rollback, StoreDeadline, StoreError, Swapped, Write};
     let (_pg, url) = server();
     let t = Duration::from_secs(10);
     let store = PostgresStore::connect(&url, 0, Clock::system(), t).await.unwrap();
@@ -151,19 +151,31 @@ async fn writes_past_their_store_clock_deadline_are_refused_by_the_statement() {
     let ttl = Duration::from_secs(60);
     let late =
         |e: StoreError| assert!(matches!(e, StoreError::TooLate { deadline_ms, .. } if deadline_ms == now - 1), "{e}");
-    late(store.create("k", br#"{"claim_id":"a"}"#, ttl, t, past).await.unwrap_err());
+    late(store.create("k", Write { value: br#"{"claim_id":"a"}"#, ttl, until: past }, t).await.unwrap_err());
     assert!(store.read("k", t).await.unwrap().is_none(), "a refused claim left a row");
-    assert!(matches!(store.create("k", br#"{"claim_id":"a"}"#, ttl, t, future).await, Ok(Created::Created)));
+    assert!(matches!(
+        store.create("k", Write { value: br#"{"claim_id":"a"}"#, ttl, until: future }, t).await,
+        Ok(Created::Created)
+    ));
     let cur = store.read("k", t).await.unwrap().unwrap();
-    late(store.swap("k", &cur.version, br#"{"claim_id":"b"}"#, ttl, t, past).await.unwrap_err());
-    late(store.release("k", "a", None, ttl, t, past).await.unwrap_err());
+    late(
+        store.swap("k", &cur.version, Write { value: br#"{"claim_id":"b"}"#, ttl, until: past }, t).await.unwrap_err(),
+    );
+    late(store.release("k", Rollback { claim_id: "a", restore: None, ttl, until: past }, t).await.unwrap_err());
     let (still, at) = store.read_at("k", t).await.unwrap();
     assert_eq!(still.unwrap().value, br#"{"claim_id":"a"}"#.to_vec(), "a refused write changed the row");
     assert!(at >= now, "the store's clock went back: {at} < {now}");
-    let swapped = store.swap("k", &cur.version, br#"{"claim_id":"b"}"#, ttl, t, future).await.unwrap();
+    let swapped =
+        store.swap("k", &cur.version, Write { value: br#"{"claim_id":"b"}"#, ttl, until: future }, t).await.unwrap();
     assert!(matches!(swapped, Swapped::Swapped));
-    assert!(matches!(store.swap("k", &cur.version, b"x", ttl, t, None).await.unwrap(), Swapped::Changed(Some(_))));
-    assert!(!store.release("k", "a", None, ttl, t, future).await.unwrap(), "released by another claim_id");
-    assert!(store.release("k", "b", None, ttl, t, future).await.unwrap());
+    assert!(matches!(
+        store.swap("k", &cur.version, Write { value: b"x", ttl, until: None }, t).await.unwrap(),
+        Swapped::Changed(Some(_))
+    ));
+    assert!(
+        !store.release("k", Rollback { claim_id: "a", restore: None, ttl, until: future }, t).await.unwrap(),
+        "released by another claim_id"
+    );
+    assert!(store.release("k", Rollback { claim_id: "b", restore: None, ttl, until: future }, t).await.unwrap());
     assert!(store.read("k", t).await.unwrap().is_none());
 }

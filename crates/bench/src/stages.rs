@@ -15,7 +15,7 @@ use dify_plugin::protocol::outbound::write_answer_end_lines;
 use dify_plugin::protocol::{Fields, Inbound};
 use event_store::key::storage_key;
 use event_store::record::fingerprint;
-use event_store::{Clock, Created, EventStore, StoreCache};
+use event_store::{Clock, Created, EventStore, StoreCache, Write};
 use serde::Serialize;
 use serde_json::{json, Value};
 use stateful_tool::tools::event_ingest::IngestRequest;
@@ -133,11 +133,14 @@ pub async fn measure(
     let retention = Duration::from_secs(7 * 24 * 3600);
     let (warm, timed) = keys.split_at(keys.len() / 10);
     for k in warm {
-        client.create(k, &value, retention, Duration::from_secs(5), None).await?;
+        client.create(k, Write { value: &value, ttl: retention, until: None }, Duration::from_secs(5)).await?;
     }
     let t0 = thread_cpu();
     for k in timed {
-        if !matches!(client.create(k, &value, retention, Duration::from_secs(5), None).await?, Created::Created) {
+        if !matches!(
+            client.create(k, Write { value: &value, ttl: retention, until: None }, Duration::from_secs(5)).await?,
+            Created::Created
+        ) {
             anyhow::bail!("stage bench: {k} already existed");
         }
     }

@@ -2,14 +2,17 @@
 
 use std::time::Duration;
 
-use super::{kv_client, memory, postgres, redis};
-use super::{Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+#[cfg(feature = "testkit")]
+use super::memory;
+use super::{kv_client, postgres, redis};
+use super::{Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write};
 
 /// One of the backends, chosen by the `kv_url` scheme.
-pub enum AnyStore {
+pub(crate) enum AnyStore {
     KvContainer(Box<kv_client::KvClientStore>),
     Redis(Box<redis::RedisStore>),
     Postgres(Box<postgres::PostgresStore>),
+    #[cfg(feature = "testkit")]
     Memory(memory::MemoryStore),
 }
 
@@ -19,6 +22,7 @@ macro_rules! each_backend {
             AnyStore::KvContainer($s) => $e,
             AnyStore::Redis($s) => $e,
             AnyStore::Postgres($s) => $e,
+            #[cfg(feature = "testkit")]
             AnyStore::Memory($s) => $e,
         }
     };
@@ -34,21 +38,15 @@ macro_rules! each_backend_call {
             AnyStore::KvContainer($s) => Box::pin($e).await,
             AnyStore::Redis($s) => Box::pin($e).await,
             AnyStore::Postgres($s) => Box::pin($e).await,
+            #[cfg(feature = "testkit")]
             AnyStore::Memory($s) => Box::pin($e).await,
         }
     };
 }
 
 impl EventStore for AnyStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
-        each_backend_call!(self, s => s.create(key, value, ttl, timeout, until))
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        each_backend_call!(self, s => s.create(key, write, timeout))
     }
     async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         each_backend_call!(self, s => s.read_at(key, timeout))
@@ -60,23 +58,13 @@ impl EventStore for AnyStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        each_backend_call!(self, s => s.swap(key, expected, value, ttl, timeout, until))
+        each_backend_call!(self, s => s.swap(key, expected, write, timeout))
     }
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
-        each_backend_call!(self, s => s.release(key, claim_id, restore, ttl, timeout, until))
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        each_backend_call!(self, s => s.release(key, rollback, timeout))
     }
     async fn probe(&self) -> Result<Probe, StoreError> {
         each_backend_call!(self, s => s.probe())

@@ -9,9 +9,7 @@ use tokio::sync::OnceCell;
 use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{
-    kv_client::KvClientStore, memory::MemoryStore, postgres::PostgresStore, redis::RedisStore, Clock, StoreError,
-};
+use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore, Clock, EventStore, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -27,14 +25,18 @@ pub struct StoreConfig {
 /// is small and simply starts over if a misbehaving caller cycles through many URLs.
 const MAX_STORES: usize = 64;
 
-type Slot = Arc<OnceCell<Arc<AnyStore>>>;
+/// The one client of a config, shared by every session once connected; the first caller
+/// connects it while the others wait.
+type SharedStore = Arc<OnceCell<Arc<AnyStore>>>;
 
 /// How the runtime lets the store layer work, decided once at start-up.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// Bound of each store call (connect, command, HTTP request).
     pub call_timeout: Duration,
-    /// Whether `memory://` (the in-process store, for tests and demos) is accepted.
+    /// Whether `memory://` (the in-process store, a test double) is accepted; without the
+    /// `testkit` feature it never is.
+    #[cfg(feature = "testkit")]
     pub allow_memory: bool,
     /// The store hosts `kv_url` may name (`STATEFUL_TOOL_STORE_HOSTS`; all when unset).
     pub allowed_hosts: AllowedHosts,
@@ -47,6 +49,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             call_timeout: Duration::from_secs(5),
+            #[cfg(feature = "testkit")]
             allow_memory: false,
             allowed_hosts: AllowedHosts::default(),
             door_timeout: Duration::from_millis(1500),
@@ -57,12 +60,12 @@ impl Default for StoreOptions {
 pub struct StoreCache {
     host: Clock,
     options: StoreOptions,
-    slots: Mutex<HashMap<StoreConfig, Slot>>,
+    stores: Mutex<HashMap<StoreConfig, SharedStore>>,
 }
 
 impl StoreCache {
     pub fn new(host: Clock, options: StoreOptions) -> Self {
-        StoreCache { host, options, slots: Mutex::new(HashMap::new()) }
+        StoreCache { host, options, stores: Mutex::new(HashMap::new()) }
     }
 
     /// How long one tool call may spend on its store round trips together.
@@ -81,30 +84,31 @@ impl StoreCache {
         &self,
         cfg: &StoreConfig,
         within: std::time::Duration,
-    ) -> Result<Arc<AnyStore>, StoreError> {
+    ) -> Result<Arc<impl EventStore + use<>>, StoreError> {
         tokio::time::timeout(within, self.get(cfg)).await.unwrap_or(Err(StoreError::Timeout(within.as_millis() as u64)))
     }
 
-    /// The shared client for `cfg`, connecting on first use. A failed connect is not
-    /// cached, so the next call tries again.
-    pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<AnyStore>, StoreError> {
+    /// The shared client for `cfg`, connecting on first use: the backend its `kv_url` chose,
+    /// seen only through [`EventStore`]. A failed connect is not cached, so the next call
+    /// tries again.
+    pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<impl EventStore + use<>>, StoreError> {
         if !cfg.url.starts_with("memory:") {
             self.options.allowed_hosts.check(&cfg.url)?;
         }
-        let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(slot) = slots.get(cfg) {
-                slot.clone()
+        let shared = {
+            let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(shared) = stores.get(cfg) {
+                shared.clone()
             } else {
-                if slots.len() >= MAX_STORES {
-                    slots.clear();
+                if stores.len() >= MAX_STORES {
+                    stores.clear();
                 }
-                slots.entry(cfg.clone()).or_default().clone()
+                stores.entry(cfg.clone()).or_default().clone()
             }
         };
         // Connecting is boxed: its state (a Redis or PostgreSQL handshake) is large, and every
         // caller's future would otherwise be sized for it although a store is connected once.
-        let store = slot.get_or_try_init(|| Box::pin(connect(cfg, self.host.clone(), &self.options))).await?;
+        let store = shared.get_or_try_init(|| Box::pin(connect(cfg, self.host.clone(), &self.options))).await?;
         Ok(store.clone())
     }
 }
@@ -121,7 +125,8 @@ async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Resu
         Scheme::Postgres => {
             AnyStore::Postgres(Box::new(PostgresStore::connect(&cfg.url, cfg.min_replicas, host, timeout).await?))
         }
-        Scheme::Memory if options.allow_memory => AnyStore::Memory(MemoryStore::new(host, 0)),
+        #[cfg(feature = "testkit")]
+        Scheme::Memory if options.allow_memory => AnyStore::Memory(super::memory::MemoryStore::new(host, 0)),
         Scheme::Memory => return Err(url::unsupported(&cfg.url)),
     };
     Ok(Arc::new(store))

@@ -9,25 +9,41 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct Clock {
     offset_ms: i64,
-    /// A virtual time the owner moves by hand (deterministic simulations); None = wall clock.
-    manual: Option<Arc<AtomicI64>>,
+    /// A virtual time a test moves by hand with its [`ClockHand`]; None = wall clock.
+    #[cfg(feature = "testkit")]
+    manual: Option<tokio::sync::watch::Receiver<i64>>,
 }
 
 impl Clock {
     pub fn system() -> Self {
-        Clock { offset_ms: 0, manual: None }
+        Self::with_offset(0)
     }
-    #[cfg(test)]
     pub(crate) fn with_offset(offset_ms: i64) -> Self {
-        Clock { offset_ms, manual: None }
+        Clock {
+            offset_ms,
+            #[cfg(feature = "testkit")]
+            manual: None,
+        }
     }
-    /// A clock that reads `now_ms` and moves only when its owner changes it.
-    pub fn manual(now_ms: Arc<AtomicI64>) -> Self {
-        Clock { offset_ms: 0, manual: Some(now_ms) }
+    /// A clock that reads `start_ms` and moves only when the returned hand moves it.
+    #[cfg(feature = "testkit")]
+    pub fn manual(start_ms: i64) -> (Self, ClockHand) {
+        let (hand, time) = tokio::sync::watch::channel(start_ms);
+        (Clock { offset_ms: 0, manual: Some(time) }, ClockHand(std::sync::Arc::new(hand)))
     }
-    pub(crate) fn now_ms(&self) -> i64 {
+
+    /// The manual time, when this is a test's clock.
+    fn manual_ms(&self) -> Option<i64> {
+        #[cfg(feature = "testkit")]
         if let Some(t) = &self.manual {
-            return t.load(Ordering::SeqCst) + self.offset_ms;
+            return Some(*t.borrow());
+        }
+        None
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        if let Some(t) = self.manual_ms() {
+            return t + self.offset_ms;
         }
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         d.as_millis() as i64 + self.offset_ms
@@ -37,31 +53,47 @@ impl Clock {
     /// cut it); a manual clock's own time.
     pub fn mono_ms(&self) -> i64 {
         static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        match &self.manual {
-            Some(t) => t.load(Ordering::SeqCst),
+        match self.manual_ms() {
+            Some(t) => t,
             None => ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_millis() as i64,
         }
     }
 
-    /// Waits `ms` of this clock (a manual clock: until its owner has moved it that far).
+    /// Waits `ms` of this clock (a manual clock: until its hand has moved it that far).
     pub async fn sleep_ms(&self, ms: i64) {
         if ms <= 0 {
             return;
         }
-        match &self.manual {
-            None => tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await,
-            Some(_) => {
-                let until = self.mono_ms() + ms;
-                std::future::poll_fn(|cx| {
-                    if self.mono_ms() >= until {
-                        return std::task::Poll::Ready(());
-                    }
-                    cx.waker().wake_by_ref();
-                    std::task::Poll::Pending
-                })
-                .await
-            }
+        #[cfg(feature = "testkit")]
+        if let Some(time) = &self.manual {
+            let until = *time.borrow() + ms;
+            // Woken by the hand's move, never by polling. A clock whose hand is gone can never
+            // reach `until`: its sleeper returns rather than hang the test.
+            let _ = time.clone().wait_for(|now| *now >= until).await;
+            return;
         }
+        tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await
+    }
+}
+
+/// What moves a manual [`Clock`] (and every clone of it): a test's hand on time.
+#[cfg(feature = "testkit")]
+#[derive(Debug, Clone)]
+pub struct ClockHand(std::sync::Arc<tokio::sync::watch::Sender<i64>>);
+
+#[cfg(feature = "testkit")]
+impl ClockHand {
+    /// Moves the clock `ms` forward, waking whoever sleeps on it.
+    pub fn advance(&self, ms: i64) {
+        self.0.send_modify(|now| *now += ms);
+    }
+    /// Sets the clock to `now_ms` (a simulation's world time), waking whoever sleeps on it.
+    pub fn set(&self, now_ms: i64) {
+        self.0.send_replace(now_ms);
+    }
+    /// The clock's time now.
+    pub fn now_ms(&self) -> i64 {
+        *self.0.borrow()
     }
 }
 
@@ -120,6 +152,28 @@ impl StoreClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "testkit")]
+    #[tokio::test]
+    async fn a_manual_clock_sleeper_wakes_when_the_hand_moves_it_and_not_before() {
+        let (clock, hand) = Clock::manual(1_000);
+        let (started, asleep) = tokio::sync::oneshot::channel();
+        let sleeper = tokio::spawn({
+            let clock = clock.clone();
+            async move {
+                started.send(()).unwrap();
+                clock.sleep_ms(500).await
+            }
+        });
+        asleep.await.unwrap();
+        tokio::task::yield_now().await;
+        hand.advance(499);
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished(), "woke before its time");
+        hand.advance(1);
+        sleeper.await.unwrap();
+        assert_eq!((clock.mono_ms(), hand.now_ms()), (1_500, 1_500));
+    }
 
     #[test]
     fn store_clock_cancels_host_skew() {

@@ -61,7 +61,7 @@ impl AllowedHosts {
             };
             return match seeds.iter().find(|s| !allowed(s)) {
                 None => Ok(()),
-                Some(denied) => Err(StoreError::Config(format!(
+                Some(denied) => Err(StoreError::config(format!(
                     "kv_url {:?}: its host {denied} is not in the store hosts this plugin may use \
                      (STATEFUL_TOOL_STORE_HOSTS={})",
                     redact(url),
@@ -78,7 +78,7 @@ impl AllowedHosts {
         if allowed {
             Ok(())
         } else {
-            Err(StoreError::Config(format!(
+            Err(StoreError::config(format!(
                 "kv_url {:?}: its host is not in the store hosts this plugin may use (STATEFUL_TOOL_STORE_HOSTS={})",
                 redact(url),
                 entries.join(",")
@@ -98,7 +98,7 @@ mod tests {
         assert!(allowed.check("redis://:pw@10.0.0.5:6379/0").is_ok());
         for refused in ["redis://10.0.0.5:6380/0", "http://169.254.169.254/", "http://kv.internal.evil:80", "nonsense"]
         {
-            assert!(matches!(allowed.check(refused), Err(StoreError::Config(_))), "{refused}");
+            assert!(matches!(allowed.check(refused), Err(StoreError::Config { .. })), "{refused}");
         }
         let seeds = AllowedHosts::parse(Some("r1,r2:7001,[::1]")).unwrap();
         assert!(seeds.check("rediss+cluster://:pw@R1:7000,r2:7001,[::1]:7002").is_ok());
@@ -108,7 +108,10 @@ mod tests {
         for refused in ["redis+cluster://r1:7000,r2:7002", "redis+sentinel://r1,evil:26379/m", "redis+cluster://r1,r3"]
         {
             let e = seeds.check(refused).unwrap_err();
-            assert!(matches!(&e, StoreError::Config(m) if m.contains("not in the store hosts")), "{refused}: {e}");
+            assert!(
+                matches!(&e, StoreError::Config { why: m, .. } if m.contains("not in the store hosts")),
+                "{refused}: {e}"
+            );
         }
         assert!(seeds.permits("R1", 7005) && seeds.permits("r2", 7001) && seeds.permits("::1", 1));
         assert!(!seeds.permits("r2", 7002) && !seeds.permits("10.0.0.9", 7000));

@@ -26,7 +26,7 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
 
 /// How many bytes at the start of `bytes` JSON writes as they are: the index of the first
 /// quote, backslash or control character (or the length). A word at a time, and the word
-/// that holds one says where: the lowest flagged byte of [`needs_escape`]'s mask is exact, so
+/// that holds one says where: the lowest flagged byte of `needs_escape`'s mask is exact, so
 /// text dense with quotes (a JSON payload inside a record) costs a step per quote, not one
 /// per byte.
 pub fn plain_len(bytes: &[u8]) -> usize {

@@ -87,7 +87,8 @@ pub fn storage_key(namespace: Option<&str>, id: &str) -> String {
     key
 }
 
-/// Inverse of `storage_key`: (namespace, id). Exists to prove injectivity in tests and fuzzing.
+/// Inverse of `storage_key`: (namespace, id). A refusal (403) and `kv show` name a key's
+/// namespace with it; the tests and fuzz targets prove `storage_key` injective with it.
 pub fn parse_storage_key(key: &str) -> Option<(Option<String>, String)> {
     let rest = key.strip_prefix("evt")?;
     let decode = |b64: &str| -> Option<String> {

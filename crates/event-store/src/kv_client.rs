@@ -17,7 +17,10 @@ use super::kv_tls;
 use super::kv_wire;
 use super::record::Record;
 use super::url::redact;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Write,
+};
 
 /// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
 /// free connection instead of opening their own: sockets and memory do not grow with the
@@ -32,7 +35,7 @@ pub(crate) const MAX_ANSWER_BYTES: usize = 4 << 20;
 const PATH: &AsciiSet =
     &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
 
-pub struct KvClientStore {
+pub(crate) struct KvClientStore {
     transport: Transport,
     slots: tokio::sync::Semaphore,
     base: String,
@@ -56,7 +59,7 @@ impl KvClientStore {
     pub(crate) fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
         let (base, tls) = kv_tls::TlsParams::split(url)?;
         let parsed = url::Url::parse(&base)
-            .map_err(|e| StoreError::Config(format!("kv_url {:?} is not a URL: {e}", redact(&base))))?;
+            .map_err(|e| StoreError::config(format!("kv_url {:?} is not a URL: {e}", redact(&base))).caused_by(e))?;
         let not_http = || StoreError::BadUrl(format!("kv_url {:?} is not an http:// or https:// URL", redact(&base)));
         let (Some(name), Some(port)) = (parsed.host(), parsed.port_or_known_default()) else { return Err(not_http()) };
         let connect_host = match &name {
@@ -78,7 +81,7 @@ impl KvClientStore {
             None => None,
             Some(t) => {
                 let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
-                    .map_err(|_| StoreError::Config("kv_token holds characters a header cannot carry".into()))?;
+                    .map_err(|_| StoreError::config("kv_token holds characters a header cannot carry"))?;
                 v.set_sensitive(true);
                 Some(v)
             }
@@ -106,7 +109,7 @@ impl KvClientStore {
         let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
             Ok(Ok(permit)) => permit,
             _ => {
-                return Err(StoreError::Unreachable(
+                return Err(StoreError::unreachable(
                     redact(&self.base),
                     format!(
                         "all {MAX_CONNECTIONS} connections were busy for {} ms; the request was not sent",
@@ -143,7 +146,7 @@ impl KvClientStore {
             };
         let (status, body) = (reply.status, reply.body);
         if status == StatusCode::UNAUTHORIZED {
-            return Err(StoreError::Unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
+            return Err(StoreError::unauthorized(format!("{} (check kv_token)", error_text(status, &body))));
         }
         if status == StatusCode::FORBIDDEN {
             return Err(kv_tls::forbidden(path));
@@ -159,7 +162,7 @@ impl KvClientStore {
         headers: Headers,
         body: Option<&[u8]>,
     ) -> Result<Request<Full<Bytes>>, StoreError> {
-        let bad = |what: &str| StoreError::Bad(format!("cannot build the request for {path:?}: {what}"));
+        let bad = |what: &str| StoreError::unexpected(format!("cannot build the request for {path:?}: {what}"));
         let mut req = Request::new(Full::new(body.map_or_else(Bytes::new, Bytes::copy_from_slice)));
         *req.method_mut() = method;
         *req.uri_mut() = self.target(path).parse().map_err(|_| bad("not a URL path"))?;
@@ -177,17 +180,17 @@ impl KvClientStore {
     }
 
     fn classify(&self, failure: Failure) -> StoreError {
-        let unreachable = |why: String| StoreError::Unreachable(redact(&self.base), why);
+        let unreachable = |why: String| StoreError::unreachable(redact(&self.base), why);
         match failure {
             // The handshake failed (or, in TLS 1.3, the container refused our certificate
             // right after it): nothing was taken, and the fix is in kv_url or a certificate.
-            Failure::Connect(e) => unreachable(kv_tls::refusal(&*e).unwrap_or_else(|| root_cause(&*e))),
+            Failure::Connect(e) => unreachable(kv_tls::refusal(&*e).unwrap_or_else(|| root_cause(&*e))).caused_by(e),
             Failure::ConnectTimeout(t) => unreachable(format!("no connection within {} ms", t.as_millis())),
             Failure::Exchange(e) => match kv_tls::refusal(&*e) {
-                Some(why) => unreachable(why),
-                None => StoreError::Interrupted(root_cause(&*e)),
+                Some(why) => unreachable(why).caused_by(e),
+                None => StoreError::interrupted(root_cause(&*e)).caused_by(e),
             },
-            Failure::TooBig => StoreError::Bad(format!(
+            Failure::TooBig => StoreError::unexpected(format!(
                 "an answer larger than {} MiB (records are at most 1 MiB); it was not read",
                 MAX_ANSWER_BYTES >> 20
             )),
@@ -212,7 +215,7 @@ impl KvClientStore {
             .headers
             .get(ETAG)
             .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| StoreError::Bad("a value without an ETag".into()))?;
+            .ok_or_else(|| StoreError::unexpected("a value without an ETag"))?;
         Ok(Current { value: a.body.to_vec(), version: Version::Etag(etag.to_owned()), store_now_ms: a.store_now_ms })
     }
 }
@@ -235,7 +238,8 @@ fn write_headers(pre: (HeaderName, HeaderValue), ttl: Option<Duration>, until: O
 
 /// `If-Match` on a revision the container gave us.
 fn if_match(etag: &str) -> Result<(HeaderName, HeaderValue), StoreError> {
-    let value = HeaderValue::from_str(etag).map_err(|_| StoreError::Bad(format!("an unusable ETag {etag:?}")))?;
+    let value =
+        HeaderValue::from_str(etag).map_err(|_| StoreError::unexpected(format!("an unusable ETag {etag:?}")))?;
     Ok((IF_MATCH, value))
 }
 
@@ -266,14 +270,8 @@ fn error_text(status: StatusCode, body: &[u8]) -> String {
 }
 
 impl EventStore for KvClientStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let headers = write_headers((IF_NONE_MATCH, HeaderValue::from_static("*")), Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), headers, Some(value), timeout).await?;
         if let Some(e) = too_late(&a, until) {
@@ -283,7 +281,7 @@ impl EventStore for KvClientStore {
             StatusCode::CREATED => Ok(Created::Created),
             StatusCode::PRECONDITION_FAILED => Ok(Created::Exists(Self::current(a)?)),
             // 200 would mean the store replaced an existing value: it ignored If-None-Match.
-            s => Err(StoreError::Bad(format!("{} to a create-only write", error_text(s, &a.body)))),
+            s => Err(StoreError::unexpected(format!("{} to a create-only write", error_text(s, &a.body)))),
         }
     }
 
@@ -295,7 +293,7 @@ impl EventStore for KvClientStore {
         match a.status {
             StatusCode::OK => Ok((Some(Self::current(a)?), at)),
             StatusCode::NOT_FOUND => Ok((None, at)),
-            s => Err(StoreError::Bad(error_text(s, &a.body))),
+            s => Err(StoreError::unexpected(error_text(s, &a.body))),
         }
     }
 
@@ -303,14 +301,13 @@ impl EventStore for KvClientStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Etag(etag) = expected else {
-            return Err(StoreError::Bad("a version from another backend".into()));
+            return Err(StoreError::unexpected("a version from another backend"));
         };
+        let Write { value, ttl, until } = write;
         let headers = write_headers(if_match(etag)?, Some(ttl), until);
         let a = self.send(Method::PUT, &Self::path(key), headers, Some(value), timeout).await?;
         if let Some(e) = too_late(&a, until) {
@@ -322,21 +319,14 @@ impl EventStore for KvClientStore {
                 Ok(Swapped::Changed(Some(Self::current(a)?)))
             }
             StatusCode::PRECONDITION_FAILED => Ok(Swapped::Changed(None)),
-            s => Err(StoreError::Bad(error_text(s, &a.body))),
+            s => Err(StoreError::unexpected(error_text(s, &a.body))),
         }
     }
 
     /// Read, then `DELETE` (or `PUT`) with `If-Match` on the revision that carried the claim:
     /// the ETag makes the second step a compare-and-delete of exactly that record.
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let started = std::time::Instant::now();
         let Some(cur) = self.read(key, timeout).await? else { return Ok(false) };
         let ours = Record::from_bytes(&cur.value).is_ok_and(|r| r.claim_id == claim_id);
@@ -362,14 +352,14 @@ impl EventStore for KvClientStore {
             StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::CREATED => Ok(true),
             // Changed or gone since the read: it is no longer this claim.
             StatusCode::PRECONDITION_FAILED | StatusCode::NOT_FOUND => Ok(false),
-            s => Err(StoreError::Bad(error_text(s, &a.body))),
+            s => Err(StoreError::unexpected(error_text(s, &a.body))),
         }
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {
         let a = self.send(Method::GET, kv_wire::HEALTHZ, NO_HEADERS, None, self.timeout).await?;
         let not_v1 = |why: String| {
-            StoreError::Config(format!(
+            StoreError::config(format!(
                 "{} does not speak our KV protocol v1 ({why}). A plain key-value server cannot create a key atomically, \
                  so two copies of one event could both be accepted; point kv_url at `stateful-tool kv serve` or at Redis ≥ 7",
                 redact(&self.base)

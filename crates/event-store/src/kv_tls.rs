@@ -74,7 +74,7 @@ impl TlsParams {
                 let pem = read(path, "tls_ca")?;
                 // As before: one unreadable certificate refuses the whole file, not just itself.
                 let no_cert =
-                    || StoreError::Config(format!("the CA file {path:?} named by tls_ca holds no PEM certificate"));
+                    || StoreError::config(format!("the CA file {path:?} named by tls_ca holds no PEM certificate"));
                 let certs =
                     CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|_| no_cert())?;
                 if certs.is_empty() {
@@ -89,7 +89,7 @@ impl TlsParams {
         let identity = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
                 let unusable = |e: String| {
-                    StoreError::Config(format!(
+                    StoreError::config(format!(
                         "tls_cert {cert:?} and tls_key {key:?} are not a usable PEM certificate and key: {e}"
                     ))
                 };
@@ -106,13 +106,14 @@ impl TlsParams {
             _ => None,
         };
         client_config(roots, identity)
-            .map_err(|e| StoreError::Config(format!("the TLS settings of kv_url cannot be used: {e}")))
+            .map_err(|e| StoreError::config(format!("the TLS settings of kv_url cannot be used: {e}")).caused_by(e))
     }
 }
 
 fn read(path: &str, param: &str) -> Result<Vec<u8>, StoreError> {
-    std::fs::read(Path::new(path))
-        .map_err(|e| StoreError::Config(format!("the file {path:?} named by {param} in kv_url cannot be read: {e}")))
+    std::fs::read(Path::new(path)).map_err(|e| {
+        StoreError::config(format!("the file {path:?} named by {param} in kv_url cannot be read: {e}")).caused_by(e)
+    })
 }
 
 /// The cause of a refused TLS handshake, when `e` is one.

@@ -10,6 +10,7 @@ pub mod canonical;
 mod canonical_fast;
 mod canonical_order;
 mod clock;
+mod error;
 pub mod hosts;
 pub mod json_text;
 pub mod key;
@@ -17,6 +18,8 @@ mod kv_client;
 mod kv_http;
 pub mod kv_tls;
 pub mod kv_wire;
+/// The in-process store, a test double: only with the `testkit` feature, never in the plugin.
+#[cfg(feature = "testkit")]
 pub mod memory;
 pub mod postgres;
 pub mod record;
@@ -27,36 +30,10 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use cache::{StoreCache, StoreConfig, StoreOptions};
+#[cfg(feature = "testkit")]
+pub use clock::ClockHand;
 pub use clock::{Clock, StoreClock};
-
-/// Why a store call failed. Every variant but `BadUrl` (the user's input, `param_invalid`) is
-/// reported as `upstream_error`, never as success.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    #[error("the store at {0} is unreachable: {1}")]
-    Unreachable(String, String),
-    #[error("the store did not answer within {0} ms")]
-    Timeout(u64),
-    #[error("the connection to the store broke before it answered: {0}")]
-    Interrupted(String),
-    #[error("the store refused the credentials: {0}")]
-    Unauthorized(String),
-    /// The token is valid but bound to other namespaces: the user's credentials
-    /// (`param_invalid`); the message names the namespace.
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("the store answered {0}")]
-    Bad(String),
-    #[error("the store configuration is invalid: {0}")]
-    Config(String),
-    /// `kv_url` cannot be used as written (scheme, syntax); the message says what to write.
-    #[error("{0}")]
-    BadUrl(String),
-    /// The store refused a write that reached it after its deadline: it was not applied and
-    /// never will be (not ambiguous).
-    #[error("the store refused a write that reached it after its deadline (deadline {deadline_ms}, store time {store_now_ms})")]
-    TooLate { deadline_ms: i64, store_now_ms: i64 },
-}
+pub use error::{Cause, StoreError};
 
 /// A conditional write's deadline in the STORE's own clock (unix ms). The store applies the
 /// write only while its clock, at the moment it applies it, is at most this; later it refuses
@@ -65,12 +42,28 @@ pub enum StoreError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StoreDeadline(pub i64);
 
-impl StoreError {
-    /// True when the request may have been applied although no answer arrived: the caller
-    /// must read the key back before deciding anything.
-    pub fn is_ambiguous(&self) -> bool {
-        matches!(self, StoreError::Timeout(_) | StoreError::Interrupted(_))
-    }
+/// A conditional write: the value, how long the store keeps it, and by when (in the store's
+/// clock) it must land.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    pub value: &'a [u8],
+    /// The store-side retention.
+    pub ttl: Duration,
+    /// None = no deadline: see [`StoreDeadline`].
+    pub until: Option<StoreDeadline>,
+}
+
+/// The roll-back of a claim whose outcome is unknown, applied only while the record still
+/// carries `claim_id`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rollback<'a> {
+    pub claim_id: &'a str,
+    /// None = delete the record; else the record the claim replaced, put back for `ttl`.
+    pub restore: Option<&'a [u8]>,
+    /// The retention of a restored record.
+    pub ttl: Duration,
+    /// None = no deadline: see [`StoreDeadline`].
+    pub until: Option<StoreDeadline>,
 }
 
 /// Opaque version of a stored value: what a compare-and-swap compares against.
@@ -118,17 +111,15 @@ pub struct Probe {
 
 /// The atomic operations the tools need, and nothing else. Every call takes the timeout of
 /// its one round trip: the tools split one deadline over all round trips of a tool call.
-/// Every write takes `until` (None = no deadline): see [`StoreDeadline`].
+/// Every write carries its deadline (`until`): see [`StoreDeadline`].
 pub trait EventStore: Send + Sync {
-    /// Creates `key` only if it is absent, in one atomic operation; otherwise returns the
-    /// current value. `ttl` is the store-side retention.
+    /// Creates `key` holding `write.value` only if it is absent, in one atomic operation;
+    /// otherwise returns the current value.
     fn create(
         &self,
         key: &str,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<Created, StoreError>> + Send;
     /// The settling read: `key`, with the store's time T of the read. Every write the store
     /// accepted at a store time up to T is visible in it, including one still committing
@@ -144,27 +135,23 @@ pub trait EventStore: Send + Sync {
     fn read(&self, key: &str, timeout: Duration) -> impl Future<Output = Result<Option<Current>, StoreError>> + Send {
         async move { self.read_at(key, timeout).await.map(|(cur, _)| cur) }
     }
-    /// Replaces `key` only if it still holds `expected`, in one atomic operation.
+    /// Replaces `key` by `write.value` only if it still holds `expected`, in one atomic
+    /// operation.
     fn swap(
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<Swapped, StoreError>> + Send;
     /// Rolls back a claim whose outcome is unknown: only while the record under `key` still
-    /// carries `claim_id`, deletes it (`restore` = None) or puts `restore` back (the record
+    /// carries `rollback.claim_id`, deletes it or puts `rollback.restore` back (the record
     /// the claim replaced). True when the claim was there and was rolled back.
     fn release(
         &self,
         key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
+        rollback: Rollback<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Checks reachability, authentication, and that atomic creates are supported.
     fn probe(&self) -> impl Future<Output = Result<Probe, StoreError>> + Send;

@@ -5,10 +5,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::record::Record;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Write,
+};
 
+/// What a key holds: its value, its revision, and when it expires (store ms; 0 = never).
 #[derive(Default)]
-struct StoredValue {
+struct Entry {
     value: Vec<u8>,
     rev: u64,
     expires_ms: i64,
@@ -18,7 +22,7 @@ struct StoredValue {
 /// the host clock it was given (a test's manual clock moves it too) plus `store_skew_ms`, so
 /// tests can skew host and store apart.
 pub struct MemoryStore {
-    map: Mutex<(HashMap<String, StoredValue>, u64)>,
+    map: Mutex<(HashMap<String, Entry>, u64)>,
     clock: StoreClock,
     store_skew_ms: i64,
 }
@@ -43,11 +47,11 @@ impl MemoryStore {
         }
     }
 
-    fn live<'a>(map: &'a HashMap<String, StoredValue>, key: &str, now: i64) -> Option<&'a StoredValue> {
+    fn live<'a>(map: &'a HashMap<String, Entry>, key: &str, now: i64) -> Option<&'a Entry> {
         map.get(key).filter(|e| e.expires_ms == 0 || e.expires_ms > now)
     }
 
-    fn current(e: &StoredValue, now: i64) -> Current {
+    fn current(e: &Entry, now: i64) -> Current {
         Current { value: e.value.clone(), version: Version::Rev(e.rev), store_now_ms: now }
     }
 
@@ -64,14 +68,8 @@ impl MemoryStore {
 }
 
 impl EventStore for MemoryStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        _: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, _: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let now = self.store_now();
         Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
@@ -80,10 +78,7 @@ impl EventStore for MemoryStore {
         }
         g.1 += 1;
         let rev = g.1;
-        g.0.insert(
-            key.to_owned(),
-            StoredValue { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 },
-        );
+        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
         Ok(Created::Created)
     }
 
@@ -93,15 +88,8 @@ impl EventStore for MemoryStore {
         Ok((Self::live(&g.0, key, now).map(|e| Self::current(e, now)), now))
     }
 
-    async fn swap(
-        &self,
-        key: &str,
-        expected: &Version,
-        value: &[u8],
-        ttl: Duration,
-        _: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Swapped, StoreError> {
+    async fn swap(&self, key: &str, expected: &Version, write: Write<'_>, _: Duration) -> Result<Swapped, StoreError> {
+        let Write { value, ttl, until } = write;
         let now = self.store_now();
         Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
@@ -111,22 +99,12 @@ impl EventStore for MemoryStore {
         }
         g.1 += 1;
         let rev = g.1;
-        g.0.insert(
-            key.to_owned(),
-            StoredValue { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 },
-        );
+        g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms: now + ttl.as_millis() as i64 });
         Ok(Swapped::Swapped)
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        _: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, _: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let now = self.store_now();
         Self::in_time(now, until)?;
         let mut g = self.map.lock().unwrap();
@@ -139,7 +117,7 @@ impl EventStore for MemoryStore {
                     g.1 += 1;
                     let rev = g.1;
                     let expires_ms = now + ttl.as_millis() as i64;
-                    g.0.insert(key.to_owned(), StoredValue { value: value.to_vec(), rev, expires_ms });
+                    g.0.insert(key.to_owned(), Entry { value: value.to_vec(), rev, expires_ms });
                 }
                 None => {
                     g.0.remove(key);

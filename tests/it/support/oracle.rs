@@ -19,7 +19,7 @@ use stateful_tool::runtime::ServeOptions;
 use stateful_tool::store::key::{is_key_charset_safe, parse_storage_key, storage_key};
 use stateful_tool::store::memory::MemoryStore;
 use stateful_tool::store::{
-    Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
 
 /// A line that parses into something with a `data` object, with its credentials pinned to the
@@ -134,20 +134,13 @@ impl CountingStore {
     }
     fn count(&self) -> Result<&MemoryStore, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.as_ref().ok_or_else(|| StoreError::Unreachable("test store".into(), "down".into()))
+        self.inner.as_ref().ok_or_else(|| StoreError::unreachable("test store", "down"))
     }
 }
 
 impl EventStore for CountingStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
-        self.count()?.create(key, value, ttl, timeout, until).await
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        self.count()?.create(key, write, timeout).await
     }
     async fn read_at(&self, key: &str, timeout: Duration) -> Result<(Option<Current>, i64), StoreError> {
         self.count()?.read_at(key, timeout).await
@@ -156,23 +149,13 @@ impl EventStore for CountingStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        self.count()?.swap(key, expected, value, ttl, timeout, until).await
+        self.count()?.swap(key, expected, write, timeout).await
     }
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
-        self.count()?.release(key, claim_id, restore, ttl, timeout, until).await
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        self.count()?.release(key, rollback, timeout).await
     }
     async fn probe(&self) -> Result<Probe, StoreError> {
         Ok(Probe::default())

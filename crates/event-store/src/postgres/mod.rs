@@ -14,7 +14,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use self::sql::{Sql, PURGE_BATCH};
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write};
 
 /// Connections one plugin process keeps to one database at most. Sessions beyond it wait
 /// for a free one: a busy plugin never exhausts the server's `max_connections`.
@@ -80,7 +80,7 @@ impl PostgresStore {
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(timeout))
             .build()
-            .map_err(|e| StoreError::Config(format!("cannot build a PostgreSQL pool: {e}")))?;
+            .map_err(|e| StoreError::config(format!("cannot build a PostgreSQL pool: {e}")).caused_by(e))?;
         let sql = Sql::new(&parsed.schema);
         let purger = tokio::spawn(purge(pool.clone(), sql.purge.clone()));
         let store = PostgresStore {
@@ -104,13 +104,13 @@ impl PostgresStore {
     /// A pooled connection; nothing has been sent yet, so a failure here is never ambiguous.
     async fn conn(&self, timeout: Duration) -> Result<Object, StoreError> {
         match tokio::time::timeout(timeout, self.pool.get()).await {
-            Err(_) => Err(StoreError::Unreachable(
+            Err(_) => Err(StoreError::unreachable(
                 self.display.clone(),
                 format!("no connection within {} ms (all {MAX_CONNECTIONS} busy, or the server is slow to accept); the request was not sent", timeout.as_millis()),
             )),
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(deadpool_postgres::PoolError::Backend(e))) => Err(errors::connecting(&self.display, &self.user, &e)),
-            Ok(Err(e)) => Err(StoreError::Unreachable(self.display.clone(), e.to_string())),
+            Ok(Err(deadpool_postgres::PoolError::Backend(e))) => Err(errors::connecting(&self.display, &self.user, e)),
+            Ok(Err(e)) => Err(StoreError::unreachable(self.display.clone(), e.to_string()).caused_by(e)),
         }
     }
 
@@ -165,89 +165,6 @@ impl PostgresStore {
         self.clock.observe(now);
         now
     }
-
-    /// Create-if-absent, refused by the statement when the store's clock is past `until`
-    /// (unix ms on the store's clock; None = no deadline).
-    async fn create_until(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<i64>,
-    ) -> Result<Created, StoreError> {
-        let (claim, ttl) = (claim_of(value), ttl_ms(ttl));
-        for _ in 0..3 {
-            let row = self.one(&self.sql.create, &[&key, &value, &claim, &ttl, &until], timeout).await?;
-            let now = self.observe(&row, 1);
-            if row.get::<_, bool>(2) {
-                return Err(too_late(until, now));
-            }
-            if row.get::<_, i32>(0) == 1 {
-                return Ok(Created::Created);
-            }
-            if let Some(cur) = self.current(&row, 3, now) {
-                return Ok(Created::Exists(cur));
-            }
-            // Another claim committed after this statement's snapshot was taken: read it
-            // with a fresh one (if it is gone again, claim again).
-            if let Some(cur) = self.read(key, timeout).await? {
-                return Ok(Created::Exists(cur));
-            }
-        }
-        Err(StoreError::Bad(format!("the record under {key} kept appearing and vanishing; try again")))
-    }
-
-    /// Compare-and-swap, refused by the statement when the store's clock is past `until`.
-    async fn swap_until(
-        &self,
-        key: &str,
-        expected: &Version,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<i64>,
-    ) -> Result<Swapped, StoreError> {
-        let Version::Rev(expected) = expected else {
-            return Err(StoreError::Bad("a version from another backend".into()));
-        };
-        let (claim, ttl, expected) = (claim_of(value), ttl_ms(ttl), *expected as i64);
-        let params: [&(dyn ToSql + Sync); 6] = [&key, &value, &claim, &ttl, &until, &expected];
-        let row = self.one(&self.sql.swap, &params, timeout).await?;
-        let now = self.observe(&row, 1);
-        if row.get::<_, bool>(2) {
-            return Err(too_late(until, now));
-        }
-        if row.get::<_, i32>(0) == 1 {
-            return Ok(Swapped::Swapped);
-        }
-        match self.current(&row, 3, now) {
-            // The snapshot predates the write that beat us: read what it wrote.
-            Some(cur) if cur.version != Version::Rev(expected as u64) => Ok(Swapped::Changed(Some(cur))),
-            _ => Ok(Swapped::Changed(self.read(key, timeout).await?)),
-        }
-    }
-
-    /// Rolls back a claim by its claim_id, refused by the statement when the store's clock
-    /// is past `until`.
-    async fn release_until(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<i64>,
-    ) -> Result<bool, StoreError> {
-        let (ttl, restored_claim) = (ttl_ms(ttl), restore.map(claim_of).unwrap_or_default());
-        let params: [&(dyn ToSql + Sync); 6] = [&key, &claim_id, &restore, &ttl, &until, &restored_claim];
-        let row = self.locked(key, &self.sql.release, &params, timeout).await?;
-        let now = self.observe(&row, 1);
-        if row.get::<_, bool>(2) {
-            return Err(too_late(until, now));
-        }
-        Ok(row.get::<_, i32>(0) == 1)
-    }
 }
 
 /// A statement's answer; a connection whose answer is still owed, or broken, is never handed
@@ -260,7 +177,7 @@ fn finish(
     match answer {
         Ok(Ok(row)) => Ok(row),
         Ok(Err(e)) => {
-            let err = errors::running(timeout, &e);
+            let err = errors::running(timeout, e);
             if err.is_ambiguous() {
                 drop(Object::take(conn));
             }
@@ -290,15 +207,30 @@ async fn purge(pool: Pool, statement: String) {
 }
 
 impl EventStore for PostgresStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
-        self.create_until(key, value, ttl, timeout, until.map(|d| d.0)).await
+    /// Create-if-absent, refused by the statement when the store's clock is past `until`
+    /// (unix ms on the store's clock; None = no deadline).
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
+        let (claim, ttl, until) = (claim_of(value), ttl_ms(ttl), until.map(|d| d.0));
+        for _ in 0..3 {
+            let row = self.one(&self.sql.create, &[&key, &value, &claim, &ttl, &until], timeout).await?;
+            let now = self.observe(&row, 1);
+            if row.get::<_, bool>(2) {
+                return Err(too_late(until, now));
+            }
+            if row.get::<_, i32>(0) == 1 {
+                return Ok(Created::Created);
+            }
+            if let Some(cur) = self.current(&row, 3, now) {
+                return Ok(Created::Exists(cur));
+            }
+            // Another claim committed after this statement's snapshot was taken: read it
+            // with a fresh one (if it is gone again, claim again).
+            if let Some(cur) = self.read(key, timeout).await? {
+                return Ok(Created::Exists(cur));
+            }
+        }
+        Err(StoreError::unexpected(format!("the record under {key} kept appearing and vanishing; try again")))
     }
 
     /// The settling read and the store's time T it was served at. It first takes the key's
@@ -317,28 +249,48 @@ impl EventStore for PostgresStore {
         Ok(self.current(&row, 1, now))
     }
 
+    /// Compare-and-swap, refused by the statement when the store's clock is past `until`.
     async fn swap(
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
-        self.swap_until(key, expected, value, ttl, timeout, until.map(|d| d.0)).await
+        let Version::Rev(expected) = expected else {
+            return Err(StoreError::unexpected("a version from another backend"));
+        };
+        let Write { value, ttl, until } = write;
+        let (claim, ttl, expected, until) = (claim_of(value), ttl_ms(ttl), *expected as i64, until.map(|d| d.0));
+        let params: [&(dyn ToSql + Sync); 6] = [&key, &value, &claim, &ttl, &until, &expected];
+        let row = self.one(&self.sql.swap, &params, timeout).await?;
+        let now = self.observe(&row, 1);
+        if row.get::<_, bool>(2) {
+            return Err(too_late(until, now));
+        }
+        if row.get::<_, i32>(0) == 1 {
+            return Ok(Swapped::Swapped);
+        }
+        match self.current(&row, 3, now) {
+            // The snapshot predates the write that beat us: read what it wrote.
+            Some(cur) if cur.version != Version::Rev(expected as u64) => Ok(Swapped::Changed(Some(cur))),
+            _ => Ok(Swapped::Changed(self.read(key, timeout).await?)),
+        }
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
-        self.release_until(key, claim_id, restore, ttl, timeout, until.map(|d| d.0)).await
+    /// Rolls back a claim by its claim_id, refused by the statement when the store's clock
+    /// is past `until`.
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
+        let (ttl, until) = (ttl_ms(ttl), until.map(|d| d.0));
+        let restored_claim = restore.map(claim_of).unwrap_or_default();
+        let params: [&(dyn ToSql + Sync); 6] = [&key, &claim_id, &restore, &ttl, &until, &restored_claim];
+        let row = self.locked(key, &self.sql.release, &params, timeout).await?;
+        let now = self.observe(&row, 1);
+        if row.get::<_, bool>(2) {
+            return Err(too_late(until, now));
+        }
+        Ok(row.get::<_, i32>(0) == 1)
     }
 
     async fn probe(&self) -> Result<Probe, StoreError> {

@@ -21,7 +21,8 @@ pub(crate) async fn inspect(
     at: &str,
     min_replicas: u32,
 ) -> Result<Found, StoreError> {
-    let fail = |e: tokio_postgres::Error| StoreError::Config(format!("PostgreSQL at {at}: {}", db_text(&e)));
+    let fail =
+        |e: tokio_postgres::Error| StoreError::config(format!("PostgreSQL at {at}: {}", db_text(&e))).caused_by(e);
     let row = client
         .query_one(
             "SELECT current_setting('server_version'), pg_is_in_recovery(), current_setting('synchronous_commit'), \
@@ -33,12 +34,12 @@ pub(crate) async fn inspect(
     let (version, standby, commit, standbys): (String, bool, String, String) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     if standby {
-        return Err(StoreError::Config(format!(
+        return Err(StoreError::config(format!(
             "PostgreSQL at {at} is a read-only standby: name the primary, or list every host of the cluster in kv_url"
         )));
     }
     if let Some(lacking) = schema::lacking_to_use(client, schema, user).await.map_err(fail)? {
-        return Err(StoreError::Config(format!("PostgreSQL at {at}: {lacking}")));
+        return Err(StoreError::config(format!("PostgreSQL at {at}: {lacking}")));
     }
     let mut warnings = vec![];
     let waits_for_standbys =
@@ -50,7 +51,7 @@ pub(crate) async fn inspect(
     };
     if min_replicas > 0 {
         if !waits_for_standbys {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::config(format!(
                 "min_replicas is {min_replicas} but PostgreSQL at {at} does not wait for standbys \
                  (synchronous_standby_names={standbys:?}, synchronous_commit={commit}): the operator sets \
                  synchronous_standby_names (e.g. 'FIRST {min_replicas} (standby1, standby2)') and synchronous_commit=on; \
@@ -73,7 +74,7 @@ pub(crate) async fn inspect(
                  them); commits still wait as synchronous_standby_names says"
             ));
         } else if sync < min_replicas as i64 {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::config(format!(
                 "min_replicas is {min_replicas} but PostgreSQL at {at} has {sync} synchronous standby(s) streaming: \
                  every claim would wait for a standby that is not there"
             )));

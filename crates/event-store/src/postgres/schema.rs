@@ -68,11 +68,13 @@ async fn recorded(
 /// Makes sure our tables exist in `schema` at [`SCHEMA_VERSION`]. Creating them needs the
 /// CREATE privilege; when it is lacking, the error says which one, on what.
 pub(crate) async fn ensure(client: &mut Client, schema: &str, user: &str) -> Result<(), StoreError> {
-    let fail = |e: tokio_postgres::Error| StoreError::Config(format!("preparing schema {schema}: {}", db_text(&e)));
-    match recorded(client, schema, user).await.map_err(fail)?.map_err(StoreError::Config)? {
+    let fail = |e: tokio_postgres::Error| {
+        StoreError::config(format!("preparing schema {schema}: {}", db_text(&e))).caused_by(e)
+    };
+    match recorded(client, schema, user).await.map_err(fail)?.map_err(StoreError::config)? {
         Some(SCHEMA_VERSION) => return Ok(()),
         Some(v) if v > SCHEMA_VERSION => {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::config(format!(
                 "schema {schema} holds layout {v}, written by a newer stateful-tool; this one knows layout \
                  {SCHEMA_VERSION}: upgrade the plugin, or point kv_url at another schema (?schema=…)"
             )))
@@ -80,7 +82,7 @@ pub(crate) async fn ensure(client: &mut Client, schema: &str, user: &str) -> Res
         _ => {}
     }
     if let Some(lacking) = lacking_to_create(client, schema, user).await.map_err(fail)? {
-        return Err(StoreError::Config(lacking));
+        return Err(StoreError::config(lacking));
     }
     let tx = client.transaction().await.map_err(fail)?;
     // One creator at a time across every plugin process; the others find the tables made.

@@ -15,29 +15,31 @@ pub(crate) fn classify(addr: &str, timeout: Duration, e: RedisError) -> StoreErr
     let text = e.to_string();
     if text.contains(NOT_ALLOWED) {
         // The client library wraps the resolver's refusal in its own words: keep ours.
-        StoreError::Config(text.find("the Redis node ").map_or(text.clone(), |at| text[at..].to_owned()))
+        StoreError::config(text.find("the Redis node ").map_or(text.clone(), |at| text[at..].to_owned())).caused_by(e)
     } else if let Some(why) = tls_refusal(&e) {
-        StoreError::Unreachable(addr.to_owned(), why)
+        StoreError::unreachable(addr, why).caused_by(e)
     } else if e.is_timeout() {
         StoreError::Timeout(timeout.as_millis() as u64)
     } else if e.is_connection_refusal() {
-        StoreError::Unreachable(addr.to_owned(), e.to_string())
+        StoreError::unreachable(addr, e.to_string()).caused_by(e)
     } else if e.code() == Some("NOAUTH") {
-        StoreError::Unauthorized(format!(
+        StoreError::unauthorized(format!(
             "the Redis server at {addr} requires a password (NOAUTH); put it in kv_url: redis://:password@host:port/db \
              (redis+cluster://:password@host:port,… or redis+sentinel://:password@host:26379,…/master)"
         ))
+        .caused_by(e)
     } else if is_auth_error(&e) {
-        StoreError::Unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {e}"))
+        StoreError::unauthorized(format!("the Redis server at {addr} refused the password in kv_url: {e}")).caused_by(e)
     } else if e.code() == Some("CLUSTERDOWN") {
-        StoreError::Bad(format!(
+        StoreError::unexpected(format!(
             "the Redis Cluster is down ({e}): some hash slots have no reachable master (uncovered slots, or a \
              failover in progress)"
         ))
+        .caused_by(e)
     } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-        StoreError::Interrupted(e.to_string())
+        StoreError::interrupted(e.to_string()).caused_by(e)
     } else {
-        StoreError::Bad(format!("a Redis error: {e}"))
+        StoreError::unexpected(format!("a Redis error: {e}")).caused_by(e)
     }
 }
 

@@ -47,7 +47,7 @@ pub(crate) fn host_port(host: &str, port: u16) -> String {
 
 /// The refusal of a node that `source` named (a Sentinel, `CLUSTER SLOTS`).
 pub(crate) fn refused_node(host: &str, port: u16, source: &str, allowed: &AllowedHosts) -> StoreError {
-    StoreError::Config(refused_node_text(host, port, source, allowed))
+    StoreError::config(refused_node_text(host, port, source, allowed))
 }
 
 pub(crate) fn refused_node_text(host: &str, port: u16, source: &str, allowed: &AllowedHosts) -> String {
@@ -116,7 +116,8 @@ pub(crate) async fn auth_problem(client: &redis::Client, who: &Who<'_>, t: Durat
     match tokio::time::timeout(t, tried).await {
         Ok(Err(e)) if is_auth_error(&e) && has_password => Some(refused_password(who, info, t).await),
         Ok(Err(e)) if e.code() == Some("NOAUTH") || is_auth_error(&e) => {
-            Some(StoreError::Unauthorized(format!("{} requires a password (NOAUTH): {}", who.node, who.missing)))
+            let why = format!("{} requires a password (NOAUTH): {}", who.node, who.missing);
+            Some(StoreError::unauthorized(why).caused_by(e))
         }
         _ => None,
     }
@@ -144,7 +145,7 @@ pub(crate) async fn refused_password(who: &Who<'_>, info: &redis::ConnectionInfo
         }
         _ => "the password is wrong, or the server has none set".to_owned(),
     };
-    StoreError::Unauthorized(format!("{} refused {which}: {what}", who.node))
+    StoreError::unauthorized(format!("{} refused {which}: {what}", who.node))
 }
 
 #[cfg(test)]

@@ -150,7 +150,8 @@ impl Connector {
         let ca = match &parsed.tls_ca {
             None => None,
             Some(path) => Some(std::fs::read(path).map_err(|e| {
-                StoreError::Config(format!("the CA file {path:?} named by tls_ca in kv_url cannot be read: {e}"))
+                StoreError::config(format!("the CA file {path:?} named by tls_ca in kv_url cannot be read: {e}"))
+                    .caused_by(e)
             })?),
         };
         let connector = match parsed.target {
@@ -258,7 +259,7 @@ impl Connector {
                     Ok(Err(e)) => return Err(refused(e).await),
                 };
                 if !matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") {
-                    return Err(StoreError::Interrupted(format!(
+                    return Err(StoreError::interrupted(format!(
                         "Sentinel at {via} names {addr} as master {master:?}, but it is not a master (yet)"
                     )));
                 }
@@ -292,14 +293,14 @@ impl Connector {
         }
         let asked = sentinels.iter().map(|s| s.0.as_str()).collect::<Vec<_>>().join(", ");
         if unknown > 0 && errors.is_empty() {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::config(format!(
                 "no Sentinel knows a master named {master:?} (asked {asked}); check the name after the last / in kv_url"
             )));
         }
         if let Some(refused) = refused {
             return Err(refused);
         }
-        Err(StoreError::Unreachable(asked, format!("no Sentinel named the master {master:?}: {}", errors.join("; "))))
+        Err(StoreError::unreachable(asked, format!("no Sentinel named the master {master:?}: {}", errors.join("; "))))
     }
 
     /// The topology, for messages.

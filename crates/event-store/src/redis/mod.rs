@@ -19,9 +19,12 @@ use self::link::{Connector, Link};
 use self::replicas::wait_ms;
 use self::scripts::Scripts;
 use super::hosts::AllowedHosts;
-use super::{Clock, Created, Current, EventStore, Probe, StoreClock, StoreDeadline, StoreError, Swapped, Version};
+use super::{
+    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Write,
+};
 
-pub struct RedisStore {
+pub(crate) struct RedisStore {
     /// The shared connection and its generation (bumped each time it is replaced).
     link: std::sync::Mutex<(u64, Link)>,
     connector: Connector,
@@ -84,7 +87,10 @@ impl RedisStore {
             Ok(r) => r.map_err(|e| classify(&self.display(), timeout, e)),
         };
         if let Err(e) = &result {
-            let moved = matches!(e, StoreError::Unreachable(..) | StoreError::Interrupted(_) | StoreError::Bad(_));
+            let moved = matches!(
+                e,
+                StoreError::Unreachable { .. } | StoreError::Interrupted { .. } | StoreError::Unexpected { .. }
+            );
             if matches!(e, StoreError::Timeout(_)) || (moved && self.connector.rediscovers()) {
                 self.replace_link(generation).await;
             }
@@ -157,7 +163,7 @@ impl RedisStore {
         } else {
             (self.run(generation, timeout, self.scripts.invoke(&mut link, which, key, args)).await?, None)
         };
-        let bad = || StoreError::Bad("an unexpected reply to a store script".into());
+        let bad = || StoreError::unexpected("an unexpected reply to a store script");
         let (secs, micros) = match reply.as_slice() {
             [s, m, ..] => (int(s).ok_or_else(bad)?, int(m).ok_or_else(bad)?),
             _ => return Err(bad()),
@@ -209,14 +215,8 @@ fn current(value: Vec<u8>, now: i64) -> Current {
 }
 
 impl EventStore for RedisStore {
-    async fn create(
-        &self,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<Created, StoreError> {
+    async fn create(&self, key: &str, write: Write<'_>, timeout: Duration) -> Result<Created, StoreError> {
+        let Write { value, ttl, until } = write;
         let mut digits = WriteArgs::default();
         let (ttl_arg, until_arg) = digits.text(ttl, until);
         let args: [&[u8]; 3] = [value, ttl_arg, until_arg];
@@ -224,7 +224,8 @@ impl EventStore for RedisStore {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 // Unknown whether it landed or replicated: never let a read-back accept it.
                 let undone = self.undo(key, value, None, ttl, timeout).await;
-                return Err(StoreError::Bad(format!("{e}; the claim was not confirmed replicated ({undone})")));
+                let what = format!("{e}; the claim was not confirmed replicated ({undone})");
+                return Err(StoreError::unexpected(what).caused_by(e));
             }
             r => r?,
         };
@@ -251,21 +252,21 @@ impl EventStore for RedisStore {
         &self,
         key: &str,
         expected: &Version,
-        value: &[u8],
-        ttl: Duration,
+        write: Write<'_>,
         timeout: Duration,
-        until: Option<StoreDeadline>,
     ) -> Result<Swapped, StoreError> {
         let Version::Value(expected) = expected else {
-            return Err(StoreError::Bad("a version from another backend".into()));
+            return Err(StoreError::unexpected("a version from another backend"));
         };
+        let Write { value, ttl, until } = write;
         let mut digits = WriteArgs::default();
         let (ttl_arg, until_arg) = digits.text(ttl, until);
         let args: [&[u8]; 4] = [expected, value, ttl_arg, until_arg];
         let (reply, now, acks) = match self.script(key, &self.scripts.swap, &args, true, timeout).await {
             Err(e) if e.is_ambiguous() && self.min_replicas > 0 => {
                 let undone = self.undo(key, value, Some(expected), ttl, timeout).await;
-                return Err(StoreError::Bad(format!("{e}; the write was not confirmed replicated ({undone})")));
+                let what = format!("{e}; the write was not confirmed replicated ({undone})");
+                return Err(StoreError::unexpected(what).caused_by(e));
             }
             r => r?,
         };
@@ -283,15 +284,8 @@ impl EventStore for RedisStore {
         Ok(Swapped::Changed(cur.map(|v| current(v, now))))
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        claim_id: &str,
-        restore: Option<&[u8]>,
-        ttl: Duration,
-        timeout: Duration,
-        until: Option<StoreDeadline>,
-    ) -> Result<bool, StoreError> {
+    async fn release(&self, key: &str, rollback: Rollback<'_>, timeout: Duration) -> Result<bool, StoreError> {
+        let Rollback { claim_id, restore, ttl, until } = rollback;
         let mut digits = WriteArgs::default();
         let (ttl_arg, until_arg) = digits.text(ttl, until);
         let args: [&[u8]; 4] = [claim_id.as_bytes(), restore.unwrap_or_default(), ttl_arg, until_arg];
@@ -305,7 +299,7 @@ impl EventStore for RedisStore {
         let (kind, here) = (self.connector.kind(), self.display());
         let found =
             self.run(generation, t, probe::inspect(&mut link, kind, &here, self.min_replicas, &self.allowed)).await?;
-        let found = found.map_err(StoreError::Config)?;
+        let found = found.map_err(StoreError::config)?;
         // Learn the store's clock (of the node owning this key; all masters' clocks agree
         // within NTP accuracy, far below any lease).
         self.script("probe", &self.scripts.read, &[], false, t).await?;

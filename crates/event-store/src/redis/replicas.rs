@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::RedisStore;
-use crate::{EventStore, StoreError};
+use crate::{EventStore, Rollback, StoreError};
 
 /// How long a `WAIT` may block: a part of the operation's timeout, so the answer still arrives.
 pub(super) fn wait_ms(timeout: Duration) -> u64 {
@@ -28,7 +28,7 @@ impl RedisStore {
         }
         let undone =
             if undone { "it was rolled back" } else { "rolling it back failed, so it stays until its lease ends" };
-        StoreError::Bad(format!(
+        StoreError::unexpected(format!(
             "only {acks} of the {} replicas required by min_replicas confirmed the write within {} ms; {undone}",
             self.min_replicas,
             wait_ms(timeout)
@@ -49,7 +49,8 @@ impl RedisStore {
             return "rolling it back failed (the write carries no claim_id)";
         };
         // No deadline: this undoes our own write, and must still do so when it arrives late.
-        match self.release(key, &claim_id, restore, ttl, timeout, None).await {
+        let rollback = Rollback { claim_id: &claim_id, restore, ttl, until: None };
+        match self.release(key, rollback, timeout).await {
             Ok(true) => "rolled back",
             // Replaced since by another writer's compare-and-swap, or (after a lost answer)
             // never applied: nothing of ours is left.
