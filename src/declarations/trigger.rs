@@ -139,8 +139,8 @@ mod tests {
     /// daemon's and the SDK's), and the event they declare is the one the plugin emits.
     #[test]
     fn the_shipped_declarations_pass_the_package_rules() {
-        use crate::package::trigger_rules::{check_event, check_trigger_provider};
-        use crate::package::yamlcheck::Checker;
+        use difypkg::trigger_rules::{check_event, check_trigger_provider};
+        use difypkg::yamlcheck::Checker;
         fn problems_of(check: impl FnOnce(&mut Checker)) -> Vec<String> {
             let (mut problems, mut warnings) = (Vec::new(), Vec::new());
             check(&mut Checker::new("f.yaml", &mut problems, &mut warnings));

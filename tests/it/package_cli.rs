@@ -3,8 +3,8 @@
 use std::fs;
 
 use crate::support::package::*;
-use stateful_tool::package::zipread::RawZip;
-use stateful_tool::package::{read_package, write_zip};
+use difypkg::zipread::RawZip;
+use difypkg::{read_package, write_zip};
 
 #[test]
 fn generated_keys_sign_and_verify_through_the_cli() {

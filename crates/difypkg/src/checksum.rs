@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::archive::PackageFile;
+use super::error::{IdentifierError, ReadError};
 use super::gofs::DaemonView;
 use super::patterns;
 use super::zipread::RawZip;
@@ -31,7 +32,7 @@ pub(crate) fn checksum_of_entries(entries: &[PackageFile]) -> String {
 
 /// Checksum of an existing archive, reading it the daemon's way (errors included, e.g.
 /// "read _assets: is a directory").
-pub fn checksum_of_zip(zip: &RawZip) -> Result<String, String> {
+pub fn checksum_of_zip(zip: &RawZip) -> Result<String, ReadError> {
     let hashes = DaemonView::new(zip).walk_hashes()?;
     Ok(checksum_of_hashes(hashes.iter().map(|(name, hash)| (name.as_str(), *hash))))
 }
@@ -51,15 +52,12 @@ pub(crate) fn checked_unique_identifier(
     name: &str,
     version: &str,
     checksum: &str,
-) -> Result<String, String> {
+) -> Result<String, IdentifierError> {
     let id = unique_identifier(author, name, version, checksum);
     if patterns::is_unique_identifier(&id) {
         Ok(id)
     } else {
-        Err(format!(
-            "plugin unique identifier `{id}` does not match the daemon's pattern \
-             `^(?:([a-z0-9_-]{{1,64}})\\/)?([a-z0-9_-]{{1,255}}):([0-9]{{1,4}})(\\.[0-9]{{1,4}}){{1,3}}(-\\w{{1,16}})?@[a-f0-9]{{32,64}}$`"
-        ))
+        Err(IdentifierError(id))
     }
 }
 

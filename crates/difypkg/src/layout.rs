@@ -5,6 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::archive::{check_entry_name, PackageFile};
+use super::error::FileError;
+use super::yamlcheck::Problem;
 
 /// Files every package carries at its root besides the declared YAML, icons and binaries.
 pub(crate) const FIXED_FILES: [&str; 5] = ["manifest.yaml", "README.md", "PRIVACY.md", "requirements.txt", "main.py"];
@@ -62,16 +64,18 @@ impl FileSet {
         all
     }
 
-    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, FileError> {
         match self.files.get(name) {
-            None => Err(format!("{name} is not in the package")),
+            None => Err(FileError::Absent(name.to_string())),
             Some((_, Source::Memory(data))) => Ok(data.clone()),
-            Some((_, Source::Disk(path))) => fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display())),
+            Some((_, Source::Disk(path))) => {
+                fs::read(path).map_err(|source| FileError::Read { shown: path.display().to_string(), source })
+            }
         }
     }
 
     /// Every file with its bytes, in entry order.
-    pub(crate) fn to_entries(&self) -> Result<Vec<PackageFile>, String> {
+    pub(crate) fn to_entries(&self) -> Result<Vec<PackageFile>, FileError> {
         self.names().map(|name| Ok(PackageFile::new(name, self.read(name)?))).collect()
     }
 }
@@ -79,15 +83,15 @@ impl FileSet {
 /// Read access to a plugin tree (a source directory or a set of package files).
 pub(crate) trait Tree {
     /// Size of regular file `name`; `Ok(None)` when absent, `Err` when unusable.
-    fn stat(&self, name: &str) -> Result<Option<u64>, String>;
-    fn read(&self, name: &str) -> Result<Vec<u8>, String>;
+    fn stat(&self, name: &str) -> Result<Option<u64>, FileError>;
+    fn read(&self, name: &str) -> Result<Vec<u8>, FileError>;
 }
 
 impl Tree for FileSet {
-    fn stat(&self, name: &str) -> Result<Option<u64>, String> {
+    fn stat(&self, name: &str) -> Result<Option<u64>, FileError> {
         Ok(self.size_of(name))
     }
-    fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    fn read(&self, name: &str) -> Result<Vec<u8>, FileError> {
         FileSet::read(self, name)
     }
 }
@@ -104,24 +108,24 @@ impl DirTree<'_> {
 }
 
 impl Tree for DirTree<'_> {
-    fn stat(&self, name: &str) -> Result<Option<u64>, String> {
+    fn stat(&self, name: &str) -> Result<Option<u64>, FileError> {
         check_entry_name(name)?;
         match fs::metadata(self.path_of(name)) {
             Ok(meta) if meta.is_file() => Ok(Some(meta.len())),
-            Ok(_) => Err(format!("{name} exists but is not a regular file")),
+            Ok(_) => Err(FileError::NotFile(name.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("cannot inspect {name}: {e}")),
+            Err(source) => Err(FileError::Inspect { name: name.to_string(), source }),
         }
     }
-    fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    fn read(&self, name: &str) -> Result<Vec<u8>, FileError> {
         check_entry_name(name)?;
-        fs::read(self.path_of(name)).map_err(|e| format!("cannot read {name}: {e}"))
+        fs::read(self.path_of(name)).map_err(|source| FileError::Read { shown: name.to_string(), source })
     }
 }
 
 /// Every regular file under `root` (an unzipped package), keyed by `/`-joined relative
-/// name. Symlinks and non-UTF-8 names are reported, not followed.
-pub(crate) fn scan_dir(root: &Path) -> Result<FileSet, Vec<String>> {
+/// name. Symlinks and non-UTF-8 names are reported (against `root`), not followed.
+pub(crate) fn scan_dir(root: &Path) -> Result<FileSet, Vec<Problem>> {
     let mut set = FileSet::default();
     let mut problems = Vec::new();
     let mut stack = vec![(root.to_path_buf(), String::new())];
@@ -157,7 +161,7 @@ pub(crate) fn scan_dir(root: &Path) -> Result<FileSet, Vec<String>> {
     if problems.is_empty() {
         Ok(set)
     } else {
-        Err(problems)
+        Err(problems.into_iter().map(|e| Problem::new(root.display().to_string(), "", e)).collect())
     }
 }
 

@@ -9,6 +9,7 @@ use std::path::Path;
 use super::arch::Arch;
 use super::archive::read_package;
 use super::decl_check::{check_declarations, Declared};
+use super::error::{chain, ValidationError};
 use super::layout::{scan_dir, DirTree, FileSet, Tree, FIXED_FILES, MAX_UNCOMPRESSED, VERIFICATION_FILE};
 use super::manifest_rules::ManifestInfo;
 
@@ -22,7 +23,8 @@ pub struct Report {
     pub version: String,
     /// Entry names, byte-wise ascending.
     pub files: Vec<String>,
-    pub(crate) total_size: u64,
+    /// Uncompressed bytes of all files.
+    pub total_size: u64,
     pub(crate) warnings: Vec<String>,
 }
 
@@ -64,7 +66,11 @@ pub(crate) fn source_files(tree: &DirTree, declared: &Declared) -> FileSet {
 
 /// Validates a plugin source directory (declarations, icons, fixed files, size) without
 /// binaries. Reusable as a marketplace pre-check.
-pub fn validate_plugin_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
+pub fn validate_plugin_dir(dir: &Path) -> Result<Report, ValidationError> {
+    plugin_dir_report(dir).map_err(ValidationError::new)
+}
+
+fn plugin_dir_report(dir: &Path) -> Result<Report, Vec<Problem>> {
     if !dir.is_dir() {
         return Err(vec![Problem::new(dir.display().to_string(), "", "is not a directory")]);
     }
@@ -89,7 +95,7 @@ pub(crate) fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Proble
     let (mut problems, mut warnings) = (Vec::new(), Vec::new());
     for name in set.names() {
         if let Err(e) = super::archive::check_entry_name(name) {
-            problems.push(Problem::new(name, "", e));
+            problems.push(Problem::new(name, "", e.to_string()));
         }
     }
     let Some(declared) = check_declarations(set, &mut problems, &mut warnings) else {
@@ -130,20 +136,20 @@ pub(crate) fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Proble
 }
 
 /// Validates an unzipped package directory.
-pub fn validate_package_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
-    let set = scan_dir(dir)
-        .map_err(|errs| errs.into_iter().map(|e| Problem::new(dir.display().to_string(), "", e)).collect::<Vec<_>>())?;
-    validate_package_files(&set)
+pub fn validate_package_dir(dir: &Path) -> Result<Report, ValidationError> {
+    let set = scan_dir(dir).map_err(ValidationError::new)?;
+    validate_package_files(&set).map_err(ValidationError::new)
 }
 
 /// Validates a `.difypkg` given as bytes.
-pub fn validate_package_bytes(bytes: Vec<u8>) -> Result<Report, Vec<Problem>> {
-    let package = read_package(bytes).map_err(|e| vec![Problem::new("(package)", "", e)])?;
+pub fn validate_package_bytes(bytes: Vec<u8>) -> Result<Report, ValidationError> {
+    let package =
+        read_package(bytes).map_err(|e| ValidationError::new(vec![Problem::new("(package)", "", chain(&e))]))?;
     let mut set = FileSet::default();
     for entry in package.entries {
         set.insert_memory(&entry.name, entry.data);
     }
-    validate_package_files(&set)
+    validate_package_files(&set).map_err(ValidationError::new)
 }
 
 pub(crate) fn same_arches(a: &[Arch], b: &[Arch]) -> bool {

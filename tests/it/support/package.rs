@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use stateful_tool::package::Arch;
+use difypkg::Arch;
 
 /// The signed and tampered package vectors (copied from the protocol spec; see tests/fixtures/spec/README.md).
 pub fn vectors() -> PathBuf {
