@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::package::*;
+use crate::fixtures::*;
 use difypkg::pack::{build_package, plan_package};
 use difypkg::{validate_package_bytes, validate_plugin_dir, write_zip, PackageFile, Problem};
 

@@ -2,7 +2,7 @@
 
 use std::io::{Cursor, Read};
 
-use crate::support::package::*;
+use crate::fixtures::*;
 use difypkg::keys::{generate_pem_pair, load_private_key, load_public_key, private_key_from_pem, public_key_from_pem};
 use difypkg::pack::build_package;
 use difypkg::sign::{sign_package, Category};
