@@ -4,9 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use difypkg::keys;
-use difypkg::verify::{verify_bytes, CategoryInfo};
-use difypkg::{Arch, Problem};
+use difypkg::{verify_bytes, Arch, CategoryInfo, Problem};
 
 use super::Chain;
 
@@ -54,7 +52,7 @@ enum CategoryArg {
     Community,
 }
 
-impl From<CategoryArg> for difypkg::sign::Category {
+impl From<CategoryArg> for difypkg::Category {
     fn from(category: CategoryArg) -> Self {
         match category {
             CategoryArg::Langgenius => Self::Langgenius,
@@ -123,7 +121,7 @@ fn resolve_bins(args: &[String]) -> anyhow::Result<Vec<(Arch, PathBuf)>> {
 
 pub(crate) fn run_package(args: PackageArgs) -> anyhow::Result<ExitCode> {
     let bins = resolve_bins(&args.bins)?;
-    let built = match difypkg::pack::build_package_with_readme(&args.source, &bins, args.readme.as_deref()) {
+    let built = match difypkg::build_package_with_readme(&args.source, &bins, args.readme.as_deref()) {
         Ok(built) => built,
         Err(invalid) => {
             print_problems("package", invalid.problems());
@@ -141,8 +139,7 @@ pub(crate) fn run_package(args: PackageArgs) -> anyhow::Result<ExitCode> {
         println!("check passed; would write {} ({} bytes)", path.display(), built.bytes.len());
     } else {
         std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
-        difypkg::pack::write_atomically(&path, &built.bytes)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        difypkg::write_atomically(&path, &built.bytes).with_context(|| format!("cannot write {}", path.display()))?;
         println!("package: {} ({} bytes)", path.display(), built.bytes.len());
     }
     println!("identifier: {}", built.identifier);
@@ -154,7 +151,7 @@ pub(crate) fn run_package(args: PackageArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn run_keygen(args: KeygenArgs) -> anyhow::Result<ExitCode> {
-    let (private, public) = keys::write_key_pair(&args.out_dir, &args.name, args.bits)?;
+    let (private, public) = difypkg::write_key_pair(&args.out_dir, &args.name, args.bits)?;
     println!("private key: {} (mode 0600; keep it secret)", private.display());
     println!("public key: {} (mode 0644; give it to the daemon)", public.display());
     println!(
@@ -173,7 +170,7 @@ fn default_signed_path(pkg: &Path) -> PathBuf {
 }
 
 pub(crate) fn run_sign(args: SignArgs) -> anyhow::Result<ExitCode> {
-    let key = keys::load_private_key(&args.key)?;
+    let key = difypkg::load_private_key(&args.key)?;
     let bytes = std::fs::read(&args.pkg).with_context(|| format!("cannot read {}", args.pkg.display()))?;
     if let Err(invalid) = difypkg::validate_package_bytes(bytes.clone()) {
         for p in invalid.problems() {
@@ -182,10 +179,10 @@ pub(crate) fn run_sign(args: SignArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: the package does not follow the stateful_tool layout; signing it anyway");
     }
     let time = args.time.unwrap_or_else(|| chrono::Utc::now().timestamp());
-    let category = difypkg::sign::Category::from(args.category);
-    let (zip, signed) = difypkg::sign::sign_package(bytes, &key, category, time)?;
+    let category = difypkg::Category::from(args.category);
+    let (zip, signed) = difypkg::sign_package(bytes, &key, category, time)?;
     let out = args.out.unwrap_or_else(|| default_signed_path(&args.pkg));
-    difypkg::pack::write_atomically(&out, &zip).with_context(|| format!("cannot write {}", out.display()))?;
+    difypkg::write_atomically(&out, &zip).with_context(|| format!("cannot write {}", out.display()))?;
     println!("signed: {} ({} bytes, category: {}, time: {time})", out.display(), zip.len(), category.as_str());
     // Self-check with the matching public key before reporting success.
     let outcome = verify_bytes(zip, &[key.public_key()]);
@@ -206,12 +203,12 @@ pub(crate) fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut trusted = Vec::new();
     let mut names = Vec::new();
     if args.official {
-        trusted.push(keys::official_public_key());
+        trusted.push(difypkg::official_public_key());
         names.push("official marketplace key".to_string());
     }
     // Like the daemon, one unusable key file fails the whole verification.
     for path in &args.keys {
-        match keys::load_public_key(path) {
+        match difypkg::load_public_key(path) {
             Ok(key) => {
                 trusted.push(key);
                 names.push(path.display().to_string());

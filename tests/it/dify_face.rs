@@ -11,8 +11,7 @@ use tiktoken_rs::CoreBPE;
 use crate::dify_callers::{lifecycle, run, Caller, Transport};
 use crate::support::kv::KvServer;
 use crate::support::package::fake_bins;
-use difypkg::pack::build_package_with_readme;
-use difypkg::{read_package, validate_package_bytes};
+use difypkg::{build_package_with_readme, read_package, validate_package_bytes};
 use stateful_tool::declarations::{tool, tool_names, tool_provider};
 
 pub(crate) const ROOT: &str = env!("CARGO_MANIFEST_DIR");

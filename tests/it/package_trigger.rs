@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::support::package::*;
-use difypkg::keys::{load_private_key, load_public_key};
-use difypkg::pack::build_package;
-use difypkg::sign::{sign_package, Category};
-use difypkg::verify::verify_bytes;
-use difypkg::{read_package, validate_package_bytes, validate_plugin_dir};
+use difypkg::{
+    build_package, load_private_key, load_public_key, read_package, sign_package, validate_package_bytes,
+    validate_plugin_dir, verify_bytes, Category,
+};
 
 fn trigger_tree() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/trigger"))

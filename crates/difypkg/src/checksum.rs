@@ -12,7 +12,7 @@ use super::zipread::RawZip;
 
 /// Checksum from (name, SHA-256 of content) pairs. Later pairs with the same name replace
 /// earlier ones, like the daemon's map; the daemon always stores the same bytes for both.
-pub fn checksum_of_hashes<'a>(hashes: impl IntoIterator<Item = (&'a str, [u8; 32])>) -> String {
+pub(crate) fn checksum_of_hashes<'a>(hashes: impl IntoIterator<Item = (&'a str, [u8; 32])>) -> String {
     // A BTreeMap over `str` iterates in byte-wise order, which is Go's `sort.Strings`.
     let by_name: BTreeMap<&str, [u8; 32]> = hashes.into_iter().collect();
     let mut buf = Vec::with_capacity(by_name.len() * 64);
@@ -32,7 +32,7 @@ pub(crate) fn checksum_of_entries(entries: &[PackageFile]) -> String {
 
 /// Checksum of an existing archive, reading it the daemon's way (errors included, e.g.
 /// "read _assets: is a directory").
-pub fn checksum_of_zip(zip: &RawZip) -> Result<String, ReadError> {
+pub(crate) fn checksum_of_zip(zip: &RawZip) -> Result<String, ReadError> {
     let hashes = DaemonView::new(zip).walk_hashes()?;
     Ok(checksum_of_hashes(hashes.iter().map(|(name, hash)| (name.as_str(), *hash))))
 }

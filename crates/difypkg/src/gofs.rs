@@ -2,7 +2,7 @@
 //!
 //! The daemon walks the central directory and, for every record, re-opens the file *by
 //! name*. That is why a duplicated name hashes the first record's content twice and why a
-//! directory record fails with "read <dir>: is a directory". We replicate it exactly.
+//! directory record fails with `read <dir>: is a directory`. We replicate it exactly.
 
 use std::collections::HashMap;
 
@@ -72,7 +72,7 @@ enum Node {
 }
 
 /// Name index of an archive, built like `zip.Reader.initFileList` (first record wins).
-pub struct DaemonView<'z> {
+pub(crate) struct DaemonView<'z> {
     zip: &'z RawZip,
     index: HashMap<String, Node>,
 }
@@ -87,7 +87,7 @@ pub(crate) fn walked_name(name: &str) -> String {
 }
 
 impl<'z> DaemonView<'z> {
-    pub fn new(zip: &'z RawZip) -> DaemonView<'z> {
+    pub(crate) fn new(zip: &'z RawZip) -> DaemonView<'z> {
         let mut index = HashMap::new();
         let mut implicit = Vec::new();
         for (i, entry) in zip.entries.iter().enumerate() {
@@ -132,7 +132,7 @@ impl<'z> DaemonView<'z> {
 
     /// The daemon's `Walk` + `ReadFile` loop: for each record in central-directory order,
     /// the name it opens and the SHA-256 of what that read returns.
-    pub fn walk_hashes(&self) -> Result<Vec<(String, [u8; 32])>, ReadError> {
+    pub(crate) fn walk_hashes(&self) -> Result<Vec<(String, [u8; 32])>, ReadError> {
         let mut out = Vec::with_capacity(self.zip.entries.len());
         for entry in &self.zip.entries {
             let name = walked_name(&entry.name);

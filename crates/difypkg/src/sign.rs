@@ -38,7 +38,7 @@ pub(crate) fn verification_json(category: Category) -> String {
 }
 
 /// `D = SHA-256(c_1) ‖ … ‖ SHA-256(c_n) ‖ decimal(T)` (spec §4.2).
-pub fn signed_data<'a>(contents: impl IntoIterator<Item = &'a [u8]>, time: i64) -> Vec<u8> {
+pub(crate) fn signed_data<'a>(contents: impl IntoIterator<Item = &'a [u8]>, time: i64) -> Vec<u8> {
     let mut data = Vec::new();
     for content in contents {
         data.extend_from_slice(&Sha256::digest(content));
@@ -62,7 +62,7 @@ pub struct Signed {
 
 /// Signs `entries` in their order. RSASSA-PKCS1-v1_5 with SHA-256 is deterministic, so
 /// the same key, entries, category and time always give the same comment.
-pub fn sign_entries(
+pub(crate) fn sign_entries(
     entries: Vec<PackageFile>,
     key: &PrivateKey,
     category: Category,

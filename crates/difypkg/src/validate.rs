@@ -12,6 +12,8 @@ use super::decl_check::{check_declarations, Declared};
 use super::error::{chain, ValidationError};
 use super::layout::{scan_dir, DirTree, FileSet, Tree, FIXED_FILES, MAX_UNCOMPRESSED, VERIFICATION_FILE};
 use super::manifest_rules::ManifestInfo;
+use super::trigger_rules::{check_event, check_trigger_provider};
+use super::yamlcheck::Checker;
 
 pub use super::yamlcheck::Problem;
 
@@ -150,6 +152,26 @@ pub fn validate_package_bytes(bytes: Vec<u8>) -> Result<Report, ValidationError>
         set.insert_memory(&entry.name, entry.data);
     }
     validate_package_files(&set).map_err(ValidationError::new)
+}
+
+/// Checks one trigger provider file by the daemon's rules (the events it lists are not read).
+pub fn validate_trigger_provider(file: &str, text: &[u8]) -> Result<(), ValidationError> {
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    let checked = check_trigger_provider(&mut Checker::new(file, &mut problems, &mut warnings), text);
+    match checked {
+        Some(_) if problems.is_empty() => Ok(()),
+        _ => Err(ValidationError::new(problems)),
+    }
+}
+
+/// Checks one trigger event file by the daemon's rules; returns the event's identity name.
+pub fn validate_trigger_event(file: &str, text: &[u8]) -> Result<String, ValidationError> {
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    let name = check_event(&mut Checker::new(file, &mut problems, &mut warnings), text);
+    match name {
+        Some(name) if problems.is_empty() => Ok(name),
+        _ => Err(ValidationError::new(problems)),
+    }
 }
 
 pub(crate) fn same_arches(a: &[Arch], b: &[Arch]) -> bool {

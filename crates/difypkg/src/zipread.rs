@@ -16,8 +16,8 @@ const EOCD_LEN: usize = 22;
 
 /// One central-directory record.
 #[derive(Debug, Clone)]
-pub struct RawEntry {
-    pub name: String,
+pub(crate) struct RawEntry {
+    pub(crate) name: String,
     pub(crate) method: u16,
     pub(crate) crc32: u32,
     pub(crate) compressed_size: u64,
@@ -33,10 +33,10 @@ impl RawEntry {
 }
 
 /// A parsed archive: the bytes, the records in central-directory order and the EOCD comment.
-pub struct RawZip {
+pub(crate) struct RawZip {
     data: Vec<u8>,
-    pub entries: Vec<RawEntry>,
-    pub comment: Vec<u8>,
+    pub(crate) entries: Vec<RawEntry>,
+    pub(crate) comment: Vec<u8>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -82,7 +82,7 @@ fn find_eocd(data: &[u8]) -> Option<usize> {
 
 impl RawZip {
     /// Parses the central directory; entry contents are decoded lazily by [`RawZip::content`].
-    pub fn parse(data: Vec<u8>) -> Result<RawZip, ZipError> {
+    pub(crate) fn parse(data: Vec<u8>) -> Result<RawZip, ZipError> {
         let eocd = find_eocd(&data).ok_or_else(|| not_zip("no end of central directory"))?;
         let comment_len = u16_at(&data, eocd + 20).unwrap_or(0) as usize;
         let comment = data[eocd + EOCD_LEN..eocd + EOCD_LEN + comment_len].to_vec();
@@ -121,7 +121,7 @@ impl RawZip {
     }
 
     /// Uncompressed bytes of record `index`, with the size and CRC-32 checks Go applies.
-    pub fn content(&self, index: usize) -> Result<Vec<u8>, EntryError> {
+    pub(crate) fn content(&self, index: usize) -> Result<Vec<u8>, EntryError> {
         let e = &self.entries[index];
         let at = usize::try_from(e.local_header_offset).map_err(|_| EntryError::Offset)?;
         if u32_at(&self.data, at) != Some(LOCAL_SIG) {

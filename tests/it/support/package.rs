@@ -13,7 +13,7 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/difypkg/test
 
 #[path = "../../../crates/difypkg/tests/contract/fixtures.rs"]
 mod fixtures;
-pub use fixtures::*;
+pub(crate) use fixtures::*;
 
 /// Runs the real binary.
 pub fn run(args: &[&str]) -> Output {

@@ -9,38 +9,38 @@ use std::path::{Path, PathBuf};
 use difypkg::Arch;
 
 /// The signed and tampered package vectors (copied from the package spec; see fixtures/README.md).
-pub fn vectors() -> PathBuf {
+pub(crate) fn vectors() -> PathBuf {
     Path::new(super::FIXTURES).join("vectors")
 }
 
-pub fn vector(name: &str) -> PathBuf {
+pub(crate) fn vector(name: &str) -> PathBuf {
     vectors().join(name)
 }
 
-pub fn vector_bytes(name: &str) -> Vec<u8> {
+pub(crate) fn vector_bytes(name: &str) -> Vec<u8> {
     fs::read(vector(name)).unwrap_or_else(|e| panic!("read vector {name}: {e}"))
 }
 
 /// What the daemon's verifier and decoder said of each vector.
-pub fn expected() -> serde_json::Value {
+pub(crate) fn expected() -> serde_json::Value {
     let text = fs::read_to_string(vector("expected.json")).expect("expected.json");
     serde_json::from_str(&text).expect("expected.json parses")
 }
 
-pub fn key1_private() -> PathBuf {
+pub(crate) fn key1_private() -> PathBuf {
     vector("test_key_pair_1.private.pem")
 }
 
-pub fn key1_public() -> PathBuf {
+pub(crate) fn key1_public() -> PathBuf {
     vector("test_key_pair_1.public.pem")
 }
 
-pub fn key2_public() -> PathBuf {
+pub(crate) fn key2_public() -> PathBuf {
     vector("test_key_pair_2.public.pem")
 }
 
 /// The checked-in fixture plugin tree.
-pub fn fixture() -> PathBuf {
+pub(crate) fn fixture() -> PathBuf {
     Path::new(super::FIXTURES).join("plugin")
 }
 
@@ -59,7 +59,7 @@ fn copy_tree(from: &Path, to: &Path) {
 
 /// A writable copy of the fixture (for tests that break it) plus two small fake
 /// binaries; returns (tempdir guard, source dir, binaries).
-pub fn fixture_copy() -> (tempfile::TempDir, PathBuf, Vec<(Arch, PathBuf)>) {
+pub(crate) fn fixture_copy() -> (tempfile::TempDir, PathBuf, Vec<(Arch, PathBuf)>) {
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("plugin");
     copy_tree(&fixture(), &source);
@@ -68,7 +68,7 @@ pub fn fixture_copy() -> (tempfile::TempDir, PathBuf, Vec<(Arch, PathBuf)>) {
 }
 
 /// Two small stand-in binaries; the packager never executes them.
-pub fn fake_bins(dir: &Path) -> Vec<(Arch, PathBuf)> {
+pub(crate) fn fake_bins(dir: &Path) -> Vec<(Arch, PathBuf)> {
     let amd = dir.join("fake-amd64");
     let arm = dir.join("fake-arm64");
     fs::write(&amd, b"\x7fELF fake amd64 build of stateful-tool").unwrap();
@@ -77,7 +77,7 @@ pub fn fake_bins(dir: &Path) -> Vec<(Arch, PathBuf)> {
 }
 
 /// Replaces `from` with `to` in a file of the tree (the text must occur).
-pub fn edit(root: &Path, name: &str, from: &str, to: &str) {
+pub(crate) fn edit(root: &Path, name: &str, from: &str, to: &str) {
     let path = root.join(name);
     let text = fs::read_to_string(&path).unwrap();
     assert!(text.contains(from), "{name} does not contain {from:?}");

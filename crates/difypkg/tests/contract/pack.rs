@@ -3,13 +3,10 @@
 use std::io::{Cursor, Read};
 
 use crate::fixtures::*;
-use difypkg::keys::{generate_pem_pair, load_private_key, load_public_key, private_key_from_pem, public_key_from_pem};
-use difypkg::pack::build_package;
-use difypkg::sign::{sign_package, Category};
-use difypkg::verify::verify_bytes;
 use difypkg::{
-    read_package, validate_package_bytes, validate_package_dir, validate_plugin_dir, write_zip, ArchiveError,
-    EntryRefusal, VerifyError,
+    build_package, generate_pem_pair, load_private_key, load_public_key, private_key_from_pem, public_key_from_pem,
+    read_package, sign_package, validate_package_bytes, validate_package_dir, validate_plugin_dir, verify_bytes,
+    write_zip, Category, VerifyError,
 };
 
 const LAYOUT: [&str; 12] = [
@@ -164,38 +161,4 @@ fn a_single_binary_narrows_meta_arch_in_the_package_only() {
     let source_text = std::fs::read_to_string(source.join("manifest.yaml")).unwrap();
     assert_eq!(text, source_text.replace("    - arm64\n", ""));
     assert!(validate_package_bytes(built.bytes).is_ok());
-}
-
-#[test]
-fn duplicated_names_read_the_first_copy_like_the_daemon() {
-    use difypkg::checksum::{checksum_of_hashes, checksum_of_zip};
-    use difypkg::gofs::DaemonView;
-    use difypkg::zipread::RawZip;
-    use difypkg::PackageFile;
-    use sha2::{Digest, Sha256};
-
-    // Two entries whose names have the same length; renaming the second in both its
-    // local header and the central directory yields a zip with a duplicated name.
-    let zip = write_zip(&[PackageFile::new("one.txt", "AAAA"), PackageFile::new("two.txt", "BBBB")], b"").unwrap();
-    let mut bytes = zip.clone();
-    let mut renamed = 0;
-    for i in 0..bytes.len() - 7 {
-        if &bytes[i..i + 7] == b"two.txt" {
-            bytes[i..i + 7].copy_from_slice(b"one.txt");
-            renamed += 1;
-        }
-    }
-    assert_eq!(renamed, 2);
-    let raw = RawZip::parse(bytes.clone()).unwrap();
-    assert_eq!(raw.entries.len(), 2, "both records are visible");
-    let first: [u8; 32] = Sha256::digest(b"AAAA").into();
-    let hashes = DaemonView::new(&raw).walk_hashes().unwrap();
-    assert_eq!(hashes, vec![("one.txt".to_string(), first), ("one.txt".to_string(), first)]);
-    assert_eq!(checksum_of_zip(&raw).unwrap(), checksum_of_hashes([("one.txt", first)]));
-    match read_package(bytes).err().unwrap() {
-        ArchiveError::Refused(refused) => {
-            assert!(matches!(&refused[..], [EntryRefusal::Duplicate { name }] if name == "one.txt"), "{refused:?}")
-        }
-        other => panic!("{other}"),
-    }
 }

@@ -4,8 +4,9 @@ use std::fs;
 use std::path::Path;
 
 use crate::fixtures::*;
-use difypkg::pack::{build_package, plan_package};
-use difypkg::{validate_package_bytes, validate_plugin_dir, write_zip, PackageFile, Problem};
+use difypkg::{
+    build_package, plan_package, validate_package_bytes, validate_plugin_dir, write_zip, PackageFile, Problem,
+};
 
 /// Problems from validating the source tree and from planning a package with binaries;
 /// both must agree that the tree is broken.
