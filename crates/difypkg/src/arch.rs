@@ -4,7 +4,26 @@ use std::fmt;
 
 use yaml_serde::Value;
 
-use super::error::RewriteError;
+use thiserror::Error;
+
+/// Why the manifest's `meta.arch` list cannot be rewritten by a text edit.
+#[derive(Debug, Error)]
+pub(crate) enum RewriteError {
+    #[error("the manifest is not UTF-8")]
+    NotUtf8,
+    #[error("no top-level `meta:` block in block style")]
+    NoMetaBlock,
+    #[error("no `arch:` key directly under `meta:`")]
+    NoArchKey,
+    #[error("manifest is not valid YAML")]
+    Yaml(#[source] yaml_serde::Error),
+    #[error("the rewritten manifest is not valid YAML")]
+    RewrittenYaml(#[source] yaml_serde::Error),
+    #[error("manifest has no `meta` object")]
+    NoMetaObject,
+    #[error("the text rewrite would change more than `meta.arch`")]
+    Changed,
+}
 
 /// The two architectures the daemon knows (`constants/arch.go`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

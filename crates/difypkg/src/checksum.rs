@@ -3,12 +3,21 @@
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
+use thiserror::Error;
 
 use super::archive::PackageFile;
-use super::error::{IdentifierError, ReadError};
+use super::error::ReadError;
 use super::gofs::DaemonView;
 use super::patterns;
 use super::zipread::RawZip;
+
+/// A plugin unique identifier the daemon's pattern refuses.
+#[derive(Debug, Error)]
+#[error(
+    "plugin unique identifier `{0}` does not match the daemon's pattern \
+     `^(?:([a-z0-9_-]{{1,64}})\\/)?([a-z0-9_-]{{1,255}}):([0-9]{{1,4}})(\\.[0-9]{{1,4}}){{1,3}}(-\\w{{1,16}})?@[a-f0-9]{{32,64}}$`"
+)]
+pub(crate) struct IdentifierError(pub(crate) String);
 
 /// Checksum from (name, SHA-256 of content) pairs. Later pairs with the same name replace
 /// earlier ones, like the daemon's map; the daemon always stores the same bytes for both.

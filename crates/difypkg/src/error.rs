@@ -1,4 +1,4 @@
-//! The crate's errors: each says what failed in its own words and keeps its cause as `source()`.
+//! The errors the crate returns: each says what failed in its own words and keeps its cause as `source()`.
 //!
 //! A message never repeats its cause's text, so the whole story is the chain (what
 //! `{:#}` of `anyhow` prints, or [`chain`]); a cause shown inside parentheses is part of
@@ -250,48 +250,6 @@ impl ValidationError {
     pub fn into_problems(self) -> Vec<Problem> {
         self.problems
     }
-}
-
-/// Why a file of a tree or a file set cannot be used (becomes a [`Problem`]'s message).
-#[derive(Debug, Error)]
-pub(crate) enum FileError {
-    #[error(transparent)]
-    Name(#[from] NameError),
-    #[error("{0} is not in the package")]
-    Absent(String),
-    #[error("{0} exists but is not a regular file")]
-    NotFile(String),
-    #[error("cannot inspect {name}")]
-    Inspect { name: String, source: io::Error },
-    #[error("cannot read {shown}")]
-    Read { shown: String, source: io::Error },
-}
-
-/// A plugin unique identifier the daemon's pattern refuses.
-#[derive(Debug, Error)]
-#[error(
-    "plugin unique identifier `{0}` does not match the daemon's pattern \
-     `^(?:([a-z0-9_-]{{1,64}})\\/)?([a-z0-9_-]{{1,255}}):([0-9]{{1,4}})(\\.[0-9]{{1,4}}){{1,3}}(-\\w{{1,16}})?@[a-f0-9]{{32,64}}$`"
-)]
-pub(crate) struct IdentifierError(pub(crate) String);
-
-/// Why the manifest's `meta.arch` list cannot be rewritten by a text edit.
-#[derive(Debug, Error)]
-pub(crate) enum RewriteError {
-    #[error("the manifest is not UTF-8")]
-    NotUtf8,
-    #[error("no top-level `meta:` block in block style")]
-    NoMetaBlock,
-    #[error("no `arch:` key directly under `meta:`")]
-    NoArchKey,
-    #[error("manifest is not valid YAML")]
-    Yaml(#[source] yaml_serde::Error),
-    #[error("the rewritten manifest is not valid YAML")]
-    RewrittenYaml(#[source] yaml_serde::Error),
-    #[error("manifest has no `meta` object")]
-    NoMetaObject,
-    #[error("the text rewrite would change more than `meta.arch`")]
-    Changed,
 }
 
 /// The error and its causes, `: `-separated, as one line.

@@ -2,10 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
+use thiserror::Error;
+
 use super::archive::{check_entry_name, PackageFile};
-use super::error::FileError;
+use super::error::NameError;
 use super::yamlcheck::Problem;
 
 /// Files every package carries at its root besides the declared YAML, icons and binaries.
@@ -19,6 +22,21 @@ pub(crate) const MAX_UNCOMPRESSED: u64 = 52_428_800;
 
 /// Dify API's default upload limit (`PLUGIN_MAX_PACKAGE_SIZE`) on the compressed file.
 pub(crate) const WARN_COMPRESSED: u64 = 15 * 1024 * 1024;
+
+/// Why a file of a tree or a file set cannot be used (becomes a [`Problem`]'s message).
+#[derive(Debug, Error)]
+pub(crate) enum FileError {
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error("{0} is not in the package")]
+    Absent(String),
+    #[error("{0} exists but is not a regular file")]
+    NotFile(String),
+    #[error("cannot inspect {name}")]
+    Inspect { name: String, source: io::Error },
+    #[error("cannot read {shown}")]
+    Read { shown: String, source: io::Error },
+}
 
 /// Where the bytes of one package file come from.
 #[derive(Clone, Debug)]

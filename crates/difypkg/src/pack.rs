@@ -4,11 +4,11 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::arch::{rewrite_arch, Arch};
+use super::arch::{rewrite_arch, Arch, RewriteError};
 use super::archive::write_zip;
 use super::checksum::{checked_unique_identifier, checksum_of_entries};
 use super::decl_check::check_declarations;
-use super::error::{chain, RewriteError, ValidationError};
+use super::error::{chain, ValidationError};
 use super::layout::{DirTree, FileSet, Tree, WARN_COMPRESSED};
 use super::validate::{check_sizes, list, report_for, same_arches, source_files, Problem, Report};
 
