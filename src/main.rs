@@ -1,8 +1,11 @@
 //! `stateful-tool`: the plugin runtime, its KV container, a local caller, and the package tools.
 
+mod cli;
+
 use clap::{Parser, Subcommand};
 
-use stateful_tool::{call, kv_admin, package, serve};
+use cli::package;
+use stateful_tool::{call, kv_admin, serve};
 
 #[derive(Parser)]
 #[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]

@@ -176,7 +176,7 @@ fn manifest_follows_spec_section_1() {
     assert_eq!(y["privacy"], "PRIVACY.md");
     let repo = str_of(&y["repo"], "repo");
     assert!(repo.starts_with("https://") && !repo.contains(' '));
-    use crate::package::manifest_rules::MANIFEST_TAGS as DAEMON_TAGS;
+    use difypkg::MANIFEST_TAGS as DAEMON_TAGS;
     for tag in y["tags"].as_array().unwrap() {
         assert!(DAEMON_TAGS.contains(&str_of(tag, "tag")), "tag {tag}");
     }
@@ -250,7 +250,7 @@ fn provider_follows_spec_section_2_1() {
         let icon = str_of(&id[key], key);
         assert!(asset_names().contains(icon), "provider {key} {icon}");
     }
-    use crate::package::tool_rules::PROVIDER_TAGS as SDK_TAGS;
+    use difypkg::PROVIDER_TAGS as SDK_TAGS;
     for tag in id["tags"].as_array().unwrap() {
         assert!(SDK_TAGS.contains(&str_of(tag, "tag")), "provider tag {tag}");
     }
@@ -291,7 +291,7 @@ fn provider_follows_spec_section_2_1() {
     assert!(y.get("extra").is_none(), "no extra.python: native plugin");
 }
 
-use crate::package::tool_rules::{PARAMETER_FORMS, PARAMETER_TYPES};
+use difypkg::{PARAMETER_FORMS, PARAMETER_TYPES};
 const JSON_SCHEMA_TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "object", "array", "null"];
 
 #[test]

@@ -139,18 +139,10 @@ mod tests {
     /// daemon's and the SDK's), and the event they declare is the one the plugin emits.
     #[test]
     fn the_shipped_declarations_pass_the_package_rules() {
-        use crate::package::trigger_rules::{check_event, check_trigger_provider};
-        use crate::package::yamlcheck::Checker;
-        fn problems_of(check: impl FnOnce(&mut Checker)) -> Vec<String> {
-            let (mut problems, mut warnings) = (Vec::new(), Vec::new());
-            check(&mut Checker::new("f.yaml", &mut problems, &mut warnings));
-            problems.iter().map(ToString::to_string).collect()
-        }
         let provider = include_bytes!("../../trigger/provider/stateful_trigger.yaml");
-        assert_eq!(problems_of(|c| assert!(check_trigger_provider(c, provider).is_some())), Vec::<String>::new());
+        difypkg::validate_trigger_provider("provider.yaml", provider).unwrap_or_else(|e| panic!("{e}"));
         let event = include_bytes!("../../trigger/events/webhook_received.yaml");
-        let mut name = None;
-        assert_eq!(problems_of(|c| name = check_event(c, event)), Vec::<String>::new());
-        assert_eq!(name.as_deref(), Some(crate::trigger::EVENT));
+        let name = difypkg::validate_trigger_event("event.yaml", event).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(name, crate::trigger::EVENT);
     }
 }

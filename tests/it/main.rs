@@ -73,15 +73,13 @@ mod trigger_captures;
 mod trigger_door;
 mod trigger_start;
 
-// The signed package: building, validating, signing, the spec's vectors, the marketplace check.
+// The signed package through the binary and `make package`, the trigger package, the
+// marketplace check (difypkg's own contract is tested in crates/difypkg/tests/).
 mod marketplace;
-mod package_build;
 mod package_cli;
 mod package_cli_keys;
 mod package_cli_script;
 mod package_trigger;
-mod package_validate;
-mod package_vectors;
 
 // Property tests (proptest) of the line decoder, tool parameters and KV request handling.
 mod prop_kv;

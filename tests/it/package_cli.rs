@@ -3,8 +3,7 @@
 use std::fs;
 
 use crate::support::package::*;
-use stateful_tool::package::zipread::RawZip;
-use stateful_tool::package::{read_package, write_zip};
+use difypkg::{read_package, write_zip};
 
 #[test]
 fn generated_keys_sign_and_verify_through_the_cli() {
@@ -47,7 +46,7 @@ fn cli_signing_reproduces_the_vector_comment() {
         s(&out_path),
     ]);
     assert!(out.status.success(), "{}", all_output(&out));
-    let zip = RawZip::parse(fs::read(&out_path).unwrap()).unwrap();
+    let zip = read_package(fs::read(&out_path).unwrap()).unwrap();
     let want = &expected()["stateful_tool.k1.t1700000000.community.signed.difypkg"];
     assert_eq!(zip.comment, want["zip_comment"].as_str().unwrap().as_bytes());
     let verified = run(&["verify", s(&out_path), "--key", s(&key1_public())]);

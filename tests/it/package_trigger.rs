@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::support::package::*;
-use stateful_tool::package::keys::{load_private_key, load_public_key};
-use stateful_tool::package::pack::build_package;
-use stateful_tool::package::sign::{sign_package, Category};
-use stateful_tool::package::verify::verify_bytes;
-use stateful_tool::package::{read_package, validate_package_bytes, validate_plugin_dir};
+use difypkg::{
+    build_package, load_private_key, load_public_key, read_package, sign_package, validate_package_bytes,
+    validate_plugin_dir, verify_bytes, Category,
+};
 
 fn trigger_tree() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/trigger"))
@@ -62,6 +61,7 @@ fn the_daemons_trigger_rules_refuse_what_it_refuses() {
     let problems = |dir: &Path| {
         validate_plugin_dir(dir)
             .err()
+            .map(difypkg::ValidationError::into_problems)
             .unwrap_or_default()
             .iter()
             .map(ToString::to_string)

@@ -1,9 +1,29 @@
 //! Target architectures, `--bin ARCH=PATH` parsing and the minimal `meta.arch` rewrite.
 
 use std::fmt;
-use std::path::PathBuf;
 
 use yaml_serde::Value;
+
+use thiserror::Error;
+
+/// Why the manifest's `meta.arch` list cannot be rewritten by a text edit.
+#[derive(Debug, Error)]
+pub(crate) enum RewriteError {
+    #[error("the manifest is not UTF-8")]
+    NotUtf8,
+    #[error("no top-level `meta:` block in block style")]
+    NoMetaBlock,
+    #[error("no `arch:` key directly under `meta:`")]
+    NoArchKey,
+    #[error("manifest is not valid YAML")]
+    Yaml(#[source] yaml_serde::Error),
+    #[error("the rewritten manifest is not valid YAML")]
+    RewrittenYaml(#[source] yaml_serde::Error),
+    #[error("manifest has no `meta` object")]
+    NoMetaObject,
+    #[error("the text rewrite would change more than `meta.arch`")]
+    Changed,
+}
 
 /// The two architectures the daemon knows (`constants/arch.go`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -13,14 +33,16 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The name the daemon and `meta.arch` use.
+    pub fn as_str(self) -> &'static str {
         match self {
             Arch::Amd64 => "amd64",
             Arch::Arm64 => "arm64",
         }
     }
 
-    pub(crate) fn parse(s: &str) -> Option<Arch> {
+    /// The architecture `meta.arch` names `s`, if any.
+    pub fn parse(s: &str) -> Option<Arch> {
         match s {
             "amd64" => Some(Arch::Amd64),
             "arm64" => Some(Arch::Arm64),
@@ -29,7 +51,7 @@ impl Arch {
     }
 
     /// Architecture of the running binary, used when no `--bin` is given.
-    pub(crate) fn host() -> Option<Arch> {
+    pub fn host() -> Option<Arch> {
         if cfg!(target_arch = "x86_64") {
             Some(Arch::Amd64)
         } else if cfg!(target_arch = "aarch64") {
@@ -40,7 +62,7 @@ impl Arch {
     }
 
     /// Entry name of this architecture's binary; the `main.py` shim execs exactly this.
-    pub(crate) fn binary_entry(self) -> String {
+    pub fn binary_entry(self) -> String {
         format!("bin/stateful-tool-{}", self.as_str())
     }
 }
@@ -49,18 +71,6 @@ impl fmt::Display for Arch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Parses `amd64=PATH` / `arm64=PATH`.
-pub(crate) fn parse_bin_arg(arg: &str) -> Result<(Arch, PathBuf), String> {
-    let (arch, path) = arg
-        .split_once('=')
-        .ok_or_else(|| format!("--bin `{arg}`: expected ARCH=PATH, e.g. amd64=target/release/stateful-tool"))?;
-    let arch = Arch::parse(arch).ok_or_else(|| format!("--bin `{arg}`: unknown arch `{arch}` (use amd64 or arm64)"))?;
-    if path.is_empty() {
-        return Err(format!("--bin `{arg}`: the path is empty"));
-    }
-    Ok((arch, PathBuf::from(path)))
 }
 
 fn indent_of(line: &str) -> usize {
@@ -82,12 +92,10 @@ fn content_of(line: &str) -> &str {
 /// Rewrites only the `meta.arch` list of a manifest so that it names exactly `arches`,
 /// leaving every other byte alone. The result is re-parsed and must equal the original
 /// document with just `meta.arch` replaced; otherwise the rewrite is refused.
-pub(crate) fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, String> {
+pub(crate) fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, RewriteError> {
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
-    let meta = lines
-        .iter()
-        .position(|l| indent_of(l) == 0 && content_of(l) == "meta:")
-        .ok_or("no top-level `meta:` block in block style")?;
+    let meta =
+        lines.iter().position(|l| indent_of(l) == 0 && content_of(l) == "meta:").ok_or(RewriteError::NoMetaBlock)?;
     let mut child_indent = None;
     let mut key = None;
     for (i, line) in lines.iter().enumerate().skip(meta + 1) {
@@ -106,7 +114,7 @@ pub(crate) fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, String
         }
     }
     let (Some(key), Some(child)) = (key, child_indent) else {
-        return Err("no `arch:` key directly under `meta:`".into());
+        return Err(RewriteError::NoArchKey);
     };
     // The list items that follow the key: deeper lines, or `- ` lines at the key's level.
     let mut last = key;
@@ -143,19 +151,18 @@ pub(crate) fn rewrite_arch(text: &str, arches: &[Arch]) -> Result<String, String
     Ok(out)
 }
 
-fn confirm_rewrite(before: &str, after: &str, arches: &[Arch]) -> Result<(), String> {
-    let mut want: Value = yaml_serde::from_str(before).map_err(|e| format!("manifest is not valid YAML: {e}"))?;
-    let got: Value =
-        yaml_serde::from_str(after).map_err(|e| format!("the rewritten manifest is not valid YAML: {e}"))?;
+fn confirm_rewrite(before: &str, after: &str, arches: &[Arch]) -> Result<(), RewriteError> {
+    let mut want: Value = yaml_serde::from_str(before).map_err(RewriteError::Yaml)?;
+    let got: Value = yaml_serde::from_str(after).map_err(RewriteError::RewrittenYaml)?;
     let list = arches.iter().map(|a| Value::from(a.as_str())).collect();
     match want.get_mut("meta").and_then(Value::as_mapping_mut) {
         Some(meta) => meta.insert("arch".into(), Value::Sequence(list)),
-        None => return Err("manifest has no `meta` object".into()),
+        None => return Err(RewriteError::NoMetaObject),
     };
     if want == got {
         Ok(())
     } else {
-        Err("the text rewrite would change more than `meta.arch`".into())
+        Err(RewriteError::Changed)
     }
 }
 
@@ -183,12 +190,5 @@ mod tests {
     fn missing_key_is_an_error() {
         assert!(rewrite_arch("meta:\n  version: 1\n", &[Arch::Amd64]).is_err());
         assert!(rewrite_arch("meta: {arch: [amd64]}\n", &[Arch::Amd64]).is_err());
-    }
-
-    #[test]
-    fn bin_args() {
-        assert_eq!(parse_bin_arg("arm64=/x/y").unwrap(), (Arch::Arm64, PathBuf::from("/x/y")));
-        assert!(parse_bin_arg("x86=/y").is_err());
-        assert!(parse_bin_arg("amd64").is_err());
     }
 }

@@ -6,28 +6,29 @@ use std::io::{Cursor, Write};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, DateTime, ZipWriter};
 
+use super::error::{ArchiveError, EntryRefusal, NameError};
 use super::zipread::RawZip;
 
 /// Producer rules for an entry name (spec §3.1): relative, `/`-separated, printable
 /// ASCII, no empty/`.`/`..` elements, no backslash, and never a directory.
-pub(crate) fn check_entry_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_entry_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("the name is empty".into());
+        return Err(NameError::Empty);
     }
     if !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-        return Err("names must be printable ASCII".into());
+        return Err(NameError::NotPrintable);
     }
     if name.contains('\\') {
-        return Err("names must use `/` as separator, never `\\`".into());
+        return Err(NameError::Backslash);
     }
     if name.starts_with('/') {
-        return Err("names must be relative (no leading `/`)".into());
+        return Err(NameError::Absolute);
     }
     if name.ends_with('/') {
-        return Err("the name denotes a directory; only file entries are allowed".into());
+        return Err(NameError::Directory);
     }
     if name.split('/').any(|e| e.is_empty() || e == "." || e == "..") {
-        return Err("names must not contain empty, `.` or `..` path elements".into());
+        return Err(NameError::BadElement);
     }
     Ok(())
 }
@@ -51,7 +52,7 @@ const DEFLATE_LEVEL: i64 = 6;
 /// Writes `entries` in the given order, file entries only, with a fixed timestamp
 /// (1980-01-01 00:00, the DOS epoch), fixed permissions and fixed compression, so the
 /// same input always gives the same bytes. `comment` becomes the EOCD comment.
-pub fn write_zip(entries: &[PackageFile], comment: &[u8]) -> Result<Vec<u8>, String> {
+pub fn write_zip(entries: &[PackageFile], comment: &[u8]) -> Result<Vec<u8>, ArchiveError> {
     let mut writer = ZipWriter::new(Cursor::new(Vec::new()));
     let base = SimpleFileOptions::default()
         .compression_method(CompressionMethod::Deflated)
@@ -59,17 +60,17 @@ pub fn write_zip(entries: &[PackageFile], comment: &[u8]) -> Result<Vec<u8>, Str
         .last_modified_time(DateTime::default())
         .large_file(false);
     for entry in entries {
-        check_entry_name(&entry.name).map_err(|e| format!("entry `{}`: {e}", entry.name))?;
+        check_entry_name(&entry.name).map_err(|source| ArchiveError::Name { name: entry.name.clone(), source })?;
         // The daemon extracts everything 0644 anyway; 0755 on binaries only helps people
         // who unzip the package by hand.
         let mode = if entry.name.starts_with("bin/") { 0o755 } else { 0o644 };
         writer
             .start_file(entry.name.as_str(), base.unix_permissions(mode))
             .and_then(|()| writer.write_all(&entry.data).map_err(Into::into))
-            .map_err(|e| format!("cannot add `{}` to the archive: {e}", entry.name))?;
+            .map_err(|source| ArchiveError::Add { name: entry.name.clone(), source })?;
     }
     writer.set_raw_comment(comment.to_vec().into_boxed_slice());
-    let cursor = writer.finish().map_err(|e| format!("cannot finish the archive: {e}"))?;
+    let cursor = writer.finish().map_err(ArchiveError::Finish)?;
     Ok(cursor.into_inner())
 }
 
@@ -82,37 +83,34 @@ pub struct Package {
 /// Reads a package for re-writing (signing): entries in central-directory order. Refuses
 /// what the daemon cannot install — directory entries, duplicate or unsafe names —
 /// listing every offending entry.
-pub fn read_package(bytes: Vec<u8>) -> Result<Package, String> {
-    let zip = RawZip::parse(bytes).map_err(|e| format!("cannot read the archive: {e}"))?;
+pub fn read_package(bytes: Vec<u8>) -> Result<Package, ArchiveError> {
+    let zip = RawZip::parse(bytes).map_err(ArchiveError::Zip)?;
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
     let mut entries = Vec::with_capacity(zip.entries.len());
     for (i, raw) in zip.entries.iter().enumerate() {
         let name = raw.name.as_str();
         if raw.is_dir() {
-            let dir = name.trim_end_matches('/');
-            problems
-                .push(format!("`{name}` is a directory entry (the daemon fails with \"read {dir}: is a directory\")"));
+            problems.push(EntryRefusal::Directory { name: name.to_string() });
             continue;
         }
-        if let Err(e) = check_entry_name(name) {
-            problems.push(format!("entry `{name}`: {e}"));
+        if let Err(source) = check_entry_name(name) {
+            problems.push(EntryRefusal::Name { name: name.to_string(), source });
             continue;
         }
         if !seen.insert(name.to_string()) {
-            problems
-                .push(format!("entry `{name}` appears more than once (the daemon would read the first copy twice)"));
+            problems.push(EntryRefusal::Duplicate { name: name.to_string() });
             continue;
         }
         match zip.content(i) {
             Ok(data) => entries.push(PackageFile::new(name, data)),
-            Err(e) => problems.push(format!("entry `{name}` cannot be read: {e}")),
+            Err(source) => problems.push(EntryRefusal::Data { name: name.to_string(), source }),
         }
     }
     if problems.is_empty() {
         Ok(Package { entries, comment: zip.comment.clone() })
     } else {
-        Err(problems.join("; "))
+        Err(ArchiveError::Refused(problems))
     }
 }
 

@@ -3,15 +3,25 @@
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
+use thiserror::Error;
 
 use super::archive::PackageFile;
+use super::error::ReadError;
 use super::gofs::DaemonView;
 use super::patterns;
 use super::zipread::RawZip;
 
+/// A plugin unique identifier the daemon's pattern refuses.
+#[derive(Debug, Error)]
+#[error(
+    "plugin unique identifier `{0}` does not match the daemon's pattern \
+     `^(?:([a-z0-9_-]{{1,64}})\\/)?([a-z0-9_-]{{1,255}}):([0-9]{{1,4}})(\\.[0-9]{{1,4}}){{1,3}}(-\\w{{1,16}})?@[a-f0-9]{{32,64}}$`"
+)]
+pub(crate) struct IdentifierError(pub(crate) String);
+
 /// Checksum from (name, SHA-256 of content) pairs. Later pairs with the same name replace
 /// earlier ones, like the daemon's map; the daemon always stores the same bytes for both.
-pub fn checksum_of_hashes<'a>(hashes: impl IntoIterator<Item = (&'a str, [u8; 32])>) -> String {
+pub(crate) fn checksum_of_hashes<'a>(hashes: impl IntoIterator<Item = (&'a str, [u8; 32])>) -> String {
     // A BTreeMap over `str` iterates in byte-wise order, which is Go's `sort.Strings`.
     let by_name: BTreeMap<&str, [u8; 32]> = hashes.into_iter().collect();
     let mut buf = Vec::with_capacity(by_name.len() * 64);
@@ -31,7 +41,7 @@ pub(crate) fn checksum_of_entries(entries: &[PackageFile]) -> String {
 
 /// Checksum of an existing archive, reading it the daemon's way (errors included, e.g.
 /// "read _assets: is a directory").
-pub fn checksum_of_zip(zip: &RawZip) -> Result<String, String> {
+pub(crate) fn checksum_of_zip(zip: &RawZip) -> Result<String, ReadError> {
     let hashes = DaemonView::new(zip).walk_hashes()?;
     Ok(checksum_of_hashes(hashes.iter().map(|(name, hash)| (name.as_str(), *hash))))
 }
@@ -51,15 +61,12 @@ pub(crate) fn checked_unique_identifier(
     name: &str,
     version: &str,
     checksum: &str,
-) -> Result<String, String> {
+) -> Result<String, IdentifierError> {
     let id = unique_identifier(author, name, version, checksum);
     if patterns::is_unique_identifier(&id) {
         Ok(id)
     } else {
-        Err(format!(
-            "plugin unique identifier `{id}` does not match the daemon's pattern \
-             `^(?:([a-z0-9_-]{{1,64}})\\/)?([a-z0-9_-]{{1,255}}):([0-9]{{1,4}})(\\.[0-9]{{1,4}}){{1,3}}(-\\w{{1,16}})?@[a-f0-9]{{32,64}}$`"
-        ))
+        Err(IdentifierError(id))
     }
 }
 

@@ -3,6 +3,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::checksum::checked_unique_identifier;
+use super::error::chain;
 use super::layout::{Tree, FIXED_FILES};
 use super::manifest_rules::{check_manifest, ManifestInfo};
 use super::tool_rules::{check_provider, check_tool};
@@ -24,14 +25,14 @@ fn require(tree: &dyn Tree, name: &str, owner: &str, field: &str, problems: &mut
             false
         }
         Err(e) => {
-            problems.push(Problem::new(owner, field, e));
+            problems.push(Problem::new(owner, field, chain(&e)));
             false
         }
     }
 }
 
 fn read(tree: &dyn Tree, name: &str, problems: &mut Vec<Problem>) -> Option<Vec<u8>> {
-    tree.read(name).map_err(|e| problems.push(Problem::new(name, "", e))).ok()
+    tree.read(name).map_err(|e| problems.push(Problem::new(name, "", chain(&e)))).ok()
 }
 
 /// Checks the fixed files, the manifest, the provider, every tool and every icon.
@@ -44,7 +45,7 @@ pub(crate) fn check_declarations(
         match tree.stat(name) {
             Ok(Some(_)) => {}
             Ok(None) => problems.push(Problem::new(name, "", "is missing; every package needs it")),
-            Err(e) => problems.push(Problem::new(name, "", e)),
+            Err(e) => problems.push(Problem::new(name, "", chain(&e))),
         }
     }
     let text = read(tree, "manifest.yaml", problems)?;
@@ -100,7 +101,7 @@ pub(crate) fn check_declarations(
     }
     if !info.author.is_empty() && !info.name.is_empty() && !info.version.is_empty() {
         if let Err(e) = checked_unique_identifier(&info.author, &info.name, &info.version, &"0".repeat(64)) {
-            problems.push(Problem::new("manifest.yaml", "", e));
+            problems.push(Problem::new("manifest.yaml", "", e.to_string()));
         }
     }
     if tree.read("main.py").is_ok_and(|t| !String::from_utf8_lossy(&t).contains("stateful-tool-")) {

@@ -2,12 +2,13 @@
 //!
 //! The daemon walks the central directory and, for every record, re-opens the file *by
 //! name*. That is why a duplicated name hashes the first record's content twice and why a
-//! directory record fails with "read <dir>: is a directory". We replicate it exactly.
+//! directory record fails with `read <dir>: is a directory`. We replicate it exactly.
 
 use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
+use super::error::ReadError;
 use super::zipread::RawZip;
 
 /// Go's `path.Clean`.
@@ -71,7 +72,7 @@ enum Node {
 }
 
 /// Name index of an archive, built like `zip.Reader.initFileList` (first record wins).
-pub struct DaemonView<'z> {
+pub(crate) struct DaemonView<'z> {
     zip: &'z RawZip,
     index: HashMap<String, Node>,
 }
@@ -86,7 +87,7 @@ pub(crate) fn walked_name(name: &str) -> String {
 }
 
 impl<'z> DaemonView<'z> {
-    pub fn new(zip: &'z RawZip) -> DaemonView<'z> {
+    pub(crate) fn new(zip: &'z RawZip) -> DaemonView<'z> {
         let mut index = HashMap::new();
         let mut implicit = Vec::new();
         for (i, entry) in zip.entries.iter().enumerate() {
@@ -109,29 +110,29 @@ impl<'z> DaemonView<'z> {
     }
 
     /// `zip.Reader.Open(name)` followed by a full read: the record whose bytes come back.
-    pub(crate) fn open(&self, name: &str) -> Result<usize, String> {
+    pub(crate) fn open(&self, name: &str) -> Result<usize, ReadError> {
         if !valid_path(name) {
-            return Err(format!("open {name}: invalid argument"));
+            return Err(ReadError::InvalidPath(name.to_string()));
         }
         if name == "." {
-            return Err("read .: is a directory".into());
+            return Err(ReadError::IsDirectory(name.to_string()));
         }
         match self.index.get(name) {
             Some(Node::File(i)) => Ok(*i),
-            Some(Node::Dir) => Err(format!("read {name}: is a directory")),
-            None => Err(format!("open {name}: file does not exist")),
+            Some(Node::Dir) => Err(ReadError::IsDirectory(name.to_string())),
+            None => Err(ReadError::NotFound(name.to_string())),
         }
     }
 
     /// `decoder.ReadFile(name)`.
-    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, ReadError> {
         let index = self.open(name)?;
-        self.zip.content(index).map_err(|e| format!("read {name}: {e}"))
+        self.zip.content(index).map_err(|source| ReadError::Entry { name: name.to_string(), source })
     }
 
     /// The daemon's `Walk` + `ReadFile` loop: for each record in central-directory order,
     /// the name it opens and the SHA-256 of what that read returns.
-    pub fn walk_hashes(&self) -> Result<Vec<(String, [u8; 32])>, String> {
+    pub(crate) fn walk_hashes(&self) -> Result<Vec<(String, [u8; 32])>, ReadError> {
         let mut out = Vec::with_capacity(self.zip.entries.len());
         for entry in &self.zip.entries {
             let name = walked_name(&entry.name);

@@ -10,6 +10,7 @@ use base64::Engine;
 use pkcs1::der::Decode;
 use ring::signature::{RsaKeyPair, RsaPublicKeyComponents, RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY};
 
+use super::error::KeyError;
 pub use super::keygen::{generate_pem_pair, write_key_pair};
 
 /// The marketplace key embedded in the daemon (`pkg/license/public_key/PUBLIC_KEY.pem`).
@@ -17,7 +18,7 @@ pub const OFFICIAL_PUBLIC_KEY_PEM: &str = include_str!("official_marketplace.pub
 
 /// Go's `base64.StdEncoding`: padding required, `\r`/`\n` skipped, non-zero trailing
 /// bits tolerated (the encoding is not `Strict`).
-pub(crate) fn go_std_base64(text: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn go_std_base64(text: &[u8]) -> Result<Vec<u8>, base64::DecodeError> {
     const ENGINE: GeneralPurpose = GeneralPurpose::new(
         &STANDARD,
         GeneralPurposeConfig::new()
@@ -25,7 +26,7 @@ pub(crate) fn go_std_base64(text: &[u8]) -> Result<Vec<u8>, String> {
             .with_decode_allow_trailing_bits(true),
     );
     let cleaned: Vec<u8> = text.iter().copied().filter(|b| *b != b'\r' && *b != b'\n').collect();
-    ENGINE.decode(cleaned).map_err(|e| e.to_string())
+    ENGINE.decode(cleaned)
 }
 
 /// Go's `getLine`: the line without its break and trailing blanks, and what follows it.
@@ -83,9 +84,9 @@ fn pem_decode(data: &[u8]) -> Option<(String, Vec<u8>, &[u8])> {
 
 /// The daemon's `LoadPublicKey`/`LoadPrivateKey` framing: one PEM block of type `want`,
 /// nothing after its END line but one line break.
-fn pem_block(data: &[u8], want: &str, what: &str) -> Result<Vec<u8>, String> {
+fn pem_block(data: &[u8], want: &'static str, what: &'static str) -> Result<Vec<u8>, KeyError> {
     match pem_decode(data) {
-        None => Err(format!("no PEM block found (expected `-----BEGIN {want}-----`)")),
+        None => Err(KeyError::NoPem { want }),
         Some((ty, _, _)) if ty != want => {
             let hint = match ty.as_str() {
                 "PUBLIC KEY" => {
@@ -94,11 +95,9 @@ fn pem_block(data: &[u8], want: &str, what: &str) -> Result<Vec<u8>, String> {
                 "PRIVATE KEY" => " (that is PKCS#8; the daemon needs PKCS#1: `openssl rsa -in KEY -traditional`)",
                 _ => "",
             };
-            Err(format!("found a `{ty}` PEM block, but the {what} must be `{want}` (PKCS#1){hint}"))
+            Err(KeyError::WrongType { found: ty, want, what, hint })
         }
-        Some((_, _, rest)) if !rest.is_empty() => {
-            Err("extra data included in the PEM block: nothing may follow the END line except one line break".into())
-        }
+        Some((_, _, rest)) if !rest.is_empty() => Err(KeyError::TrailingData),
         Some((_, der, _)) => Ok(der),
     }
 }
@@ -133,22 +132,22 @@ pub struct PublicKey {
 impl PublicKey {
     /// Checks what `ring` will need to verify with the key, so an unusable key is reported
     /// when it is loaded instead of as a signature mismatch.
-    fn new(n: &[u8], e: &[u8]) -> Result<PublicKey, String> {
+    fn new(n: &[u8], e: &[u8]) -> Result<PublicKey, KeyError> {
         let strip = |x: &[u8]| x[x.iter().position(|b| *b != 0).unwrap_or(x.len())..].to_vec();
         let (n, e) = (strip(n), strip(e));
         let bits = bit_len(&n);
         if bits < *PUBLIC_KEY_BITS.start() {
-            return Err(format!("the key has {bits} bits; the daemon refuses keys under 1024 bits"));
+            return Err(KeyError::TooSmall(bits));
         }
         if bits > *PUBLIC_KEY_BITS.end() {
-            return Err(format!("the key has {bits} bits; keys over 8192 bits are not supported"));
+            return Err(KeyError::TooLarge(bits));
         }
         if n.last().is_some_and(|b| b & 1 == 0) {
-            return Err("unusable RSA public key: the modulus is even".into());
+            return Err(KeyError::EvenModulus);
         }
         let e_value = e.iter().fold(0u64, |acc, b| acc.saturating_mul(256).saturating_add(u64::from(*b)));
         if e.len() > 5 || !(3..=(1 << 33) - 1).contains(&e_value) || e_value & 1 == 0 {
-            return Err("unusable RSA public key: the exponent must be odd, at least 3 and at most 33 bits".into());
+            return Err(KeyError::Exponent);
         }
         Ok(PublicKey { n, e })
     }
@@ -173,43 +172,42 @@ pub struct PrivateKey {
 
 impl PrivateKey {
     /// From PKCS#1 `RSAPrivateKey` DER; `ring` checks the key's consistency.
-    pub(crate) fn from_pkcs1_der(der: &[u8]) -> Result<PrivateKey, String> {
-        let parsed = pkcs1::RsaPrivateKey::from_der(der).map_err(|e| format!("not a PKCS#1 RSA private key: {e}"))?;
+    pub(crate) fn from_pkcs1_der(der: &[u8]) -> Result<PrivateKey, KeyError> {
+        let parsed = pkcs1::RsaPrivateKey::from_der(der).map_err(KeyError::NotPrivateKey)?;
         let bits = bit_len(parsed.modulus.as_bytes());
         if !signable_bits(bits) {
-            return Err(format!(
-                "the key has {bits} bits; signing needs an RSA key of 2048, 2560, 3072, 3584 or 4096 bits"
-            ));
+            return Err(KeyError::Unsignable(bits));
         }
-        let pair = RsaKeyPair::from_der(der).map_err(|e| format!("unusable RSA private key: {e}"))?;
+        let pair = RsaKeyPair::from_der(der).map_err(KeyError::Rejected)?;
         Ok(PrivateKey { pair })
     }
 
-    pub(crate) fn public_key(&self) -> PublicKey {
+    /// The public half, to verify what this key signed.
+    pub fn public_key(&self) -> PublicKey {
         let parts: RsaPublicKeyComponents<Vec<u8>> = self.pair.public().into();
         PublicKey { n: parts.n, e: parts.e }
     }
 
     /// RSASSA-PKCS1-v1_5 over SHA-256(`data`). The signature is deterministic, so it is
     /// byte-identical to any correct signer's.
-    pub(crate) fn sign_pkcs1_sha256(&self, data: &[u8]) -> Result<Vec<u8>, String> {
+    pub(crate) fn sign_pkcs1_sha256(&self, data: &[u8]) -> Result<Vec<u8>, KeyError> {
         let mut signature = vec![0; self.pair.public().modulus_len()];
         self.pair
             .sign(&ring::signature::RSA_PKCS1_SHA256, &ring::rand::SystemRandom::new(), data, &mut signature)
-            .map_err(|_| "RSA signing failed".to_owned())?;
+            .map_err(|_| KeyError::Signing)?;
         Ok(signature)
     }
 }
 
 /// Parses a PKCS#1 `RSA PUBLIC KEY` PEM: 1024 to 8192 bits (`PUBLIC_KEY_BITS`).
-pub fn public_key_from_pem(data: &[u8]) -> Result<PublicKey, String> {
+pub fn public_key_from_pem(data: &[u8]) -> Result<PublicKey, KeyError> {
     let der = pem_block(data, "RSA PUBLIC KEY", "public key")?;
-    let parsed = pkcs1::RsaPublicKey::from_der(&der).map_err(|e| format!("not a PKCS#1 RSA public key: {e}"))?;
+    let parsed = pkcs1::RsaPublicKey::from_der(&der).map_err(KeyError::NotPublicKey)?;
     PublicKey::new(parsed.modulus.as_bytes(), parsed.public_exponent.as_bytes())
 }
 
 /// Parses a PKCS#1 `RSA PRIVATE KEY` PEM of a size `ring` signs with (`signable_bits`).
-pub fn private_key_from_pem(data: &[u8]) -> Result<PrivateKey, String> {
+pub fn private_key_from_pem(data: &[u8]) -> Result<PrivateKey, KeyError> {
     PrivateKey::from_pkcs1_der(&pem_block(data, "RSA PRIVATE KEY", "private key")?)
 }
 
@@ -225,16 +223,20 @@ pub(super) fn pem_encode(label: &str, der: &[u8]) -> String {
     text
 }
 
-fn read_key_file(path: &Path) -> Result<Vec<u8>, String> {
-    fs::read(path).map_err(|e| format!("key file {}: {e}", path.display()))
+/// Reads a key file and parses it with `parse`; either error names the file.
+fn load_key<K>(path: &Path, parse: fn(&[u8]) -> Result<K, KeyError>) -> Result<K, KeyError> {
+    let data = fs::read(path).map_err(|source| KeyError::Read { path: path.to_path_buf(), source })?;
+    parse(&data).map_err(|e| KeyError::File { path: path.to_path_buf(), source: Box::new(e) })
 }
 
-pub fn load_public_key(path: &Path) -> Result<PublicKey, String> {
-    public_key_from_pem(&read_key_file(path)?).map_err(|e| format!("key file {}: {e}", path.display()))
+/// Loads a PKCS#1 `RSA PUBLIC KEY` PEM file, as [`public_key_from_pem`] parses it.
+pub fn load_public_key(path: &Path) -> Result<PublicKey, KeyError> {
+    load_key(path, public_key_from_pem)
 }
 
-pub fn load_private_key(path: &Path) -> Result<PrivateKey, String> {
-    private_key_from_pem(&read_key_file(path)?).map_err(|e| format!("key file {}: {e}", path.display()))
+/// Loads a PKCS#1 `RSA PRIVATE KEY` PEM file, as [`private_key_from_pem`] parses it.
+pub fn load_private_key(path: &Path) -> Result<PrivateKey, KeyError> {
+    load_key(path, private_key_from_pem)
 }
 
 pub fn official_public_key() -> PublicKey {
@@ -263,7 +265,7 @@ mod tests {
         tlv(0x30, &[int(n), int(e)].concat())
     }
 
-    fn key_of(n_bits: usize, e: &[u8]) -> Result<PublicKey, String> {
+    fn key_of(n_bits: usize, e: &[u8]) -> Result<PublicKey, KeyError> {
         let mut n = vec![0xffu8; n_bits.div_ceil(8)];
         n[0] >>= (8 - n_bits % 8) % 8;
         public_key_from_pem(pem_encode("RSA PUBLIC KEY", &public_der(&n, e)).as_bytes())
@@ -273,10 +275,10 @@ mod tests {
     fn public_keys_outside_what_ring_verifies_are_refused_when_loaded() {
         assert_eq!(key_of(1024, &[1, 0, 1]).unwrap().bits(), 1024);
         assert_eq!(key_of(8192, &[3]).unwrap().bits(), 8192);
-        assert!(key_of(1023, &[1, 0, 1]).unwrap_err().contains("refuses keys under 1024 bits"));
-        assert!(key_of(8193, &[1, 0, 1]).unwrap_err().contains("over 8192 bits"));
+        assert!(matches!(key_of(1023, &[1, 0, 1]), Err(KeyError::TooSmall(1023))));
+        assert!(matches!(key_of(8193, &[1, 0, 1]), Err(KeyError::TooLarge(8193))));
         for e in [&[1u8][..], &[2], &[1, 0, 0], &[2, 0, 0, 0, 1]] {
-            assert!(key_of(2048, e).unwrap_err().contains("exponent"), "{e:?}");
+            assert!(matches!(key_of(2048, e), Err(KeyError::Exponent)), "{e:?}");
         }
         let official = official_public_key();
         assert_eq!(official.bits(), 4096);

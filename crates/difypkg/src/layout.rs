@@ -2,9 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
+use thiserror::Error;
+
 use super::archive::{check_entry_name, PackageFile};
+use super::error::NameError;
+use super::yamlcheck::Problem;
 
 /// Files every package carries at its root besides the declared YAML, icons and binaries.
 pub(crate) const FIXED_FILES: [&str; 5] = ["manifest.yaml", "README.md", "PRIVACY.md", "requirements.txt", "main.py"];
@@ -17,6 +22,21 @@ pub(crate) const MAX_UNCOMPRESSED: u64 = 52_428_800;
 
 /// Dify API's default upload limit (`PLUGIN_MAX_PACKAGE_SIZE`) on the compressed file.
 pub(crate) const WARN_COMPRESSED: u64 = 15 * 1024 * 1024;
+
+/// Why a file of a tree or a file set cannot be used (becomes a [`Problem`]'s message).
+#[derive(Debug, Error)]
+pub(crate) enum FileError {
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error("{0} is not in the package")]
+    Absent(String),
+    #[error("{0} exists but is not a regular file")]
+    NotFile(String),
+    #[error("cannot inspect {name}")]
+    Inspect { name: String, source: io::Error },
+    #[error("cannot read {shown}")]
+    Read { shown: String, source: io::Error },
+}
 
 /// Where the bytes of one package file come from.
 #[derive(Clone, Debug)]
@@ -62,16 +82,18 @@ impl FileSet {
         all
     }
 
-    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    pub(crate) fn read(&self, name: &str) -> Result<Vec<u8>, FileError> {
         match self.files.get(name) {
-            None => Err(format!("{name} is not in the package")),
+            None => Err(FileError::Absent(name.to_string())),
             Some((_, Source::Memory(data))) => Ok(data.clone()),
-            Some((_, Source::Disk(path))) => fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display())),
+            Some((_, Source::Disk(path))) => {
+                fs::read(path).map_err(|source| FileError::Read { shown: path.display().to_string(), source })
+            }
         }
     }
 
     /// Every file with its bytes, in entry order.
-    pub(crate) fn to_entries(&self) -> Result<Vec<PackageFile>, String> {
+    pub(crate) fn to_entries(&self) -> Result<Vec<PackageFile>, FileError> {
         self.names().map(|name| Ok(PackageFile::new(name, self.read(name)?))).collect()
     }
 }
@@ -79,15 +101,15 @@ impl FileSet {
 /// Read access to a plugin tree (a source directory or a set of package files).
 pub(crate) trait Tree {
     /// Size of regular file `name`; `Ok(None)` when absent, `Err` when unusable.
-    fn stat(&self, name: &str) -> Result<Option<u64>, String>;
-    fn read(&self, name: &str) -> Result<Vec<u8>, String>;
+    fn stat(&self, name: &str) -> Result<Option<u64>, FileError>;
+    fn read(&self, name: &str) -> Result<Vec<u8>, FileError>;
 }
 
 impl Tree for FileSet {
-    fn stat(&self, name: &str) -> Result<Option<u64>, String> {
+    fn stat(&self, name: &str) -> Result<Option<u64>, FileError> {
         Ok(self.size_of(name))
     }
-    fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    fn read(&self, name: &str) -> Result<Vec<u8>, FileError> {
         FileSet::read(self, name)
     }
 }
@@ -104,24 +126,24 @@ impl DirTree<'_> {
 }
 
 impl Tree for DirTree<'_> {
-    fn stat(&self, name: &str) -> Result<Option<u64>, String> {
+    fn stat(&self, name: &str) -> Result<Option<u64>, FileError> {
         check_entry_name(name)?;
         match fs::metadata(self.path_of(name)) {
             Ok(meta) if meta.is_file() => Ok(Some(meta.len())),
-            Ok(_) => Err(format!("{name} exists but is not a regular file")),
+            Ok(_) => Err(FileError::NotFile(name.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("cannot inspect {name}: {e}")),
+            Err(source) => Err(FileError::Inspect { name: name.to_string(), source }),
         }
     }
-    fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+    fn read(&self, name: &str) -> Result<Vec<u8>, FileError> {
         check_entry_name(name)?;
-        fs::read(self.path_of(name)).map_err(|e| format!("cannot read {name}: {e}"))
+        fs::read(self.path_of(name)).map_err(|source| FileError::Read { shown: name.to_string(), source })
     }
 }
 
 /// Every regular file under `root` (an unzipped package), keyed by `/`-joined relative
-/// name. Symlinks and non-UTF-8 names are reported, not followed.
-pub(crate) fn scan_dir(root: &Path) -> Result<FileSet, Vec<String>> {
+/// name. Symlinks and non-UTF-8 names are reported (against `root`), not followed.
+pub(crate) fn scan_dir(root: &Path) -> Result<FileSet, Vec<Problem>> {
     let mut set = FileSet::default();
     let mut problems = Vec::new();
     let mut stack = vec![(root.to_path_buf(), String::new())];
@@ -157,7 +179,7 @@ pub(crate) fn scan_dir(root: &Path) -> Result<FileSet, Vec<String>> {
     if problems.is_empty() {
         Ok(set)
     } else {
-        Err(problems)
+        Err(problems.into_iter().map(|e| Problem::new(root.display().to_string(), "", e)).collect())
     }
 }
 

@@ -4,19 +4,20 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::arch::{rewrite_arch, Arch};
+use super::arch::{rewrite_arch, Arch, RewriteError};
 use super::archive::write_zip;
 use super::checksum::{checked_unique_identifier, checksum_of_entries};
 use super::decl_check::check_declarations;
+use super::error::{chain, ValidationError};
 use super::layout::{DirTree, FileSet, Tree, WARN_COMPRESSED};
 use super::validate::{check_sizes, list, report_for, same_arches, source_files, Problem, Report};
 
 /// Everything that will go into the package, validated.
 pub struct Plan {
     pub(crate) files: FileSet,
-    pub(crate) report: Report,
+    pub report: Report,
     /// Per-arch binary sizes, in arch order.
-    pub(crate) binaries: Vec<(Arch, u64)>,
+    pub binaries: Vec<(Arch, u64)>,
     /// What was changed on the way in (the `meta.arch` rewrite).
     pub notes: Vec<String>,
 }
@@ -58,8 +59,8 @@ fn replace_readme(set: &mut FileSet, path: &Path, problems: &mut Vec<Problem>) {
 /// Collects and validates a source tree plus binaries. When `meta.arch` differs from the
 /// packaged arches, the manifest that goes into the package gets exactly the packaged
 /// arches (a minimal text edit of the `arch:` list; the source file is left untouched).
-pub fn plan_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Plan, Vec<Problem>> {
-    plan_package_with_readme(source, bins, None)
+pub fn plan_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Plan, ValidationError> {
+    plan_package_with_readme(source, bins, None).map_err(ValidationError::new)
 }
 
 /// [`plan_package`], with `readme` (when given) packaged as `README.md` in place of the
@@ -88,9 +89,8 @@ pub(crate) fn plan_package_with_readme(
     let declared_arches = &declared.info.arches;
     if !packaged.is_empty() && !declared_arches.is_empty() && !same_arches(declared_arches, &packaged) {
         let text = tree.read("manifest.yaml").unwrap_or_default();
-        let rewritten = String::from_utf8(text)
-            .map_err(|_| "the manifest is not UTF-8".to_string())
-            .and_then(|t| rewrite_arch(&t, &packaged));
+        let rewritten =
+            String::from_utf8(text).map_err(|_| RewriteError::NotUtf8).and_then(|t| rewrite_arch(&t, &packaged));
         match rewritten {
             Ok(new_text) => {
                 files.insert_memory("manifest.yaml", new_text.into_bytes());
@@ -103,7 +103,7 @@ pub(crate) fn plan_package_with_readme(
             Err(e) => problems.push(Problem::new(
                 "manifest.yaml",
                 "meta.arch",
-                format!("lists [{}] but binaries are packaged for [{}], and the list cannot be rewritten ({e}); edit meta.arch or pass --bin for each listed arch", list(declared_arches), list(&packaged)),
+                format!("lists [{}] but binaries are packaged for [{}], and the list cannot be rewritten ({}); edit meta.arch or pass --bin for each listed arch", list(declared_arches), list(&packaged), chain(&e)),
             )),
         }
     }
@@ -131,7 +131,7 @@ pub(crate) fn output_name(name: &str, version: &str) -> String {
 }
 
 /// Validates and builds the package bytes; nothing is written.
-pub fn build_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Built, Vec<Problem>> {
+pub fn build_package(source: &Path, bins: &[(Arch, PathBuf)]) -> Result<Built, ValidationError> {
     build_package_with_readme(source, bins, None)
 }
 
@@ -140,10 +140,10 @@ pub fn build_package_with_readme(
     source: &Path,
     bins: &[(Arch, PathBuf)],
     readme: Option<&Path>,
-) -> Result<Built, Vec<Problem>> {
-    let plan = plan_package_with_readme(source, bins, readme)?;
-    let fail = |msg: String| vec![Problem::new("(package)", "", msg)];
-    let entries = plan.files.to_entries().map_err(fail)?;
+) -> Result<Built, ValidationError> {
+    let plan = plan_package_with_readme(source, bins, readme).map_err(ValidationError::new)?;
+    let fail = |msg: String| ValidationError::new(vec![Problem::new("(package)", "", msg)]);
+    let entries = plan.files.to_entries().map_err(|e| fail(chain(&e)))?;
     // Files may change between the size check and the read; check what was read.
     let total: u64 = entries.iter().map(|e| e.data.len() as u64).sum();
     if total != plan.report.total_size {
@@ -151,8 +151,9 @@ pub fn build_package_with_readme(
     }
     let checksum = checksum_of_entries(&entries);
     let r = &plan.report;
-    let identifier = checked_unique_identifier(&r.author, &r.name, &r.version, &checksum).map_err(fail)?;
-    let bytes = write_zip(&entries, b"").map_err(fail)?;
+    let identifier =
+        checked_unique_identifier(&r.author, &r.name, &r.version, &checksum).map_err(|e| fail(e.to_string()))?;
+    let bytes = write_zip(&entries, b"").map_err(|e| fail(chain(&e)))?;
     let mut warnings = plan.report.warnings.clone();
     if bytes.len() as u64 > WARN_COMPRESSED {
         warnings.push(format!(
@@ -165,7 +166,7 @@ pub fn build_package_with_readme(
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, so a reader
 /// never sees a half-written package.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));

@@ -5,11 +5,12 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 use super::archive::{read_package, write_zip, PackageFile};
+use super::error::SignError;
 use super::keys::PrivateKey;
 use super::layout::VERIFICATION_FILE;
 
 /// `authorized_category` values (`decoder/entities.go`), always written in lower case.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Category {
     Langgenius,
     Partner,
@@ -17,6 +18,11 @@ pub enum Category {
 }
 
 impl Category {
+    /// The category an `authorized_category` value names (lower case only, as Dify accepts it).
+    pub fn from_name(name: &str) -> Option<Category> {
+        [Category::Langgenius, Category::Partner, Category::Community].into_iter().find(|c| c.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Category::Langgenius => "langgenius",
@@ -32,7 +38,7 @@ pub(crate) fn verification_json(category: Category) -> String {
 }
 
 /// `D = SHA-256(c_1) ‖ … ‖ SHA-256(c_n) ‖ decimal(T)` (spec §4.2).
-pub fn signed_data<'a>(contents: impl IntoIterator<Item = &'a [u8]>, time: i64) -> Vec<u8> {
+pub(crate) fn signed_data<'a>(contents: impl IntoIterator<Item = &'a [u8]>, time: i64) -> Vec<u8> {
     let mut data = Vec::new();
     for content in contents {
         data.extend_from_slice(&Sha256::digest(content));
@@ -56,12 +62,12 @@ pub struct Signed {
 
 /// Signs `entries` in their order. RSASSA-PKCS1-v1_5 with SHA-256 is deterministic, so
 /// the same key, entries, category and time always give the same comment.
-pub fn sign_entries(
+pub(crate) fn sign_entries(
     entries: Vec<PackageFile>,
     key: &PrivateKey,
     category: Category,
     time: i64,
-) -> Result<Signed, String> {
+) -> Result<Signed, SignError> {
     // A second verification file would make the daemon read the first copy twice.
     let mut entries: Vec<PackageFile> = entries.into_iter().filter(|e| e.name != VERIFICATION_FILE).collect();
     entries.push(PackageFile::new(VERIFICATION_FILE, verification_json(category)));
@@ -79,13 +85,13 @@ pub fn sign_package(
     key: &PrivateKey,
     category: Category,
     time: i64,
-) -> Result<(Vec<u8>, Signed), String> {
-    let package = read_package(bytes).map_err(|e| format!("refusing to sign: {e}"))?;
+) -> Result<(Vec<u8>, Signed), SignError> {
+    let package = read_package(bytes).map_err(SignError::Refused)?;
     if !package.entries.iter().any(|e| e.name == "manifest.yaml") {
-        return Err("refusing to sign: the package has no manifest.yaml".into());
+        return Err(SignError::NoManifest);
     }
     let signed = sign_entries(package.entries, key, category, time)?;
-    let zip = write_zip(&signed.entries, signed.comment.as_bytes())?;
+    let zip = write_zip(&signed.entries, signed.comment.as_bytes()).map_err(SignError::Write)?;
     Ok((zip, signed))
 }
 

@@ -57,7 +57,7 @@ pub const PARAMETER_FORMS: [&str; 3] = ["llm", "form", "schema"];
 
 /// What the packager needs from a provider file.
 #[derive(Debug, Default)]
-pub struct ProviderInfo {
+pub(crate) struct ProviderInfo {
     pub(crate) name: String,
     /// Paths listed in `tools`.
     pub(crate) tools: Vec<String>,

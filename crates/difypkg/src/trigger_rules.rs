@@ -76,7 +76,7 @@ fn check_subscription_schema(c: &mut Checker, doc: &Value) {
 }
 
 /// Checks a trigger provider file; `tools` of the returned info holds its event files.
-pub fn check_trigger_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
+pub(crate) fn check_trigger_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderInfo> {
     let doc = c.parse(text)?;
     let mut info = ProviderInfo::default();
     check_identity(c, &doc, &MANIFEST_TAGS, &mut info);
@@ -102,7 +102,7 @@ pub fn check_trigger_provider(c: &mut Checker, text: &[u8]) -> Option<ProviderIn
 }
 
 /// Checks one event file; returns its identity name.
-pub fn check_event(c: &mut Checker, text: &[u8]) -> Option<String> {
+pub(crate) fn check_event(c: &mut Checker, text: &[u8]) -> Option<String> {
     let doc = c.parse(text)?;
     check_event_doc(c, &doc, "")
 }

@@ -9,8 +9,11 @@ use std::path::Path;
 use super::arch::Arch;
 use super::archive::read_package;
 use super::decl_check::{check_declarations, Declared};
+use super::error::{chain, ValidationError};
 use super::layout::{scan_dir, DirTree, FileSet, Tree, FIXED_FILES, MAX_UNCOMPRESSED, VERIFICATION_FILE};
 use super::manifest_rules::ManifestInfo;
+use super::trigger_rules::{check_event, check_trigger_provider};
+use super::yamlcheck::Checker;
 
 pub use super::yamlcheck::Problem;
 
@@ -22,7 +25,8 @@ pub struct Report {
     pub version: String,
     /// Entry names, byte-wise ascending.
     pub files: Vec<String>,
-    pub(crate) total_size: u64,
+    /// Uncompressed bytes of all files.
+    pub total_size: u64,
     pub(crate) warnings: Vec<String>,
 }
 
@@ -64,7 +68,11 @@ pub(crate) fn source_files(tree: &DirTree, declared: &Declared) -> FileSet {
 
 /// Validates a plugin source directory (declarations, icons, fixed files, size) without
 /// binaries. Reusable as a marketplace pre-check.
-pub fn validate_plugin_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
+pub fn validate_plugin_dir(dir: &Path) -> Result<Report, ValidationError> {
+    plugin_dir_report(dir).map_err(ValidationError::new)
+}
+
+fn plugin_dir_report(dir: &Path) -> Result<Report, Vec<Problem>> {
     if !dir.is_dir() {
         return Err(vec![Problem::new(dir.display().to_string(), "", "is not a directory")]);
     }
@@ -89,7 +97,7 @@ pub(crate) fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Proble
     let (mut problems, mut warnings) = (Vec::new(), Vec::new());
     for name in set.names() {
         if let Err(e) = super::archive::check_entry_name(name) {
-            problems.push(Problem::new(name, "", e));
+            problems.push(Problem::new(name, "", e.to_string()));
         }
     }
     let Some(declared) = check_declarations(set, &mut problems, &mut warnings) else {
@@ -130,20 +138,40 @@ pub(crate) fn validate_package_files(set: &FileSet) -> Result<Report, Vec<Proble
 }
 
 /// Validates an unzipped package directory.
-pub fn validate_package_dir(dir: &Path) -> Result<Report, Vec<Problem>> {
-    let set = scan_dir(dir)
-        .map_err(|errs| errs.into_iter().map(|e| Problem::new(dir.display().to_string(), "", e)).collect::<Vec<_>>())?;
-    validate_package_files(&set)
+pub fn validate_package_dir(dir: &Path) -> Result<Report, ValidationError> {
+    let set = scan_dir(dir).map_err(ValidationError::new)?;
+    validate_package_files(&set).map_err(ValidationError::new)
 }
 
 /// Validates a `.difypkg` given as bytes.
-pub fn validate_package_bytes(bytes: Vec<u8>) -> Result<Report, Vec<Problem>> {
-    let package = read_package(bytes).map_err(|e| vec![Problem::new("(package)", "", e)])?;
+pub fn validate_package_bytes(bytes: Vec<u8>) -> Result<Report, ValidationError> {
+    let package =
+        read_package(bytes).map_err(|e| ValidationError::new(vec![Problem::new("(package)", "", chain(&e))]))?;
     let mut set = FileSet::default();
     for entry in package.entries {
         set.insert_memory(&entry.name, entry.data);
     }
-    validate_package_files(&set)
+    validate_package_files(&set).map_err(ValidationError::new)
+}
+
+/// Checks one trigger provider file by the daemon's rules (the events it lists are not read).
+pub fn validate_trigger_provider(file: &str, text: &[u8]) -> Result<(), ValidationError> {
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    let checked = check_trigger_provider(&mut Checker::new(file, &mut problems, &mut warnings), text);
+    match checked {
+        Some(_) if problems.is_empty() => Ok(()),
+        _ => Err(ValidationError::new(problems)),
+    }
+}
+
+/// Checks one trigger event file by the daemon's rules; returns the event's identity name.
+pub fn validate_trigger_event(file: &str, text: &[u8]) -> Result<String, ValidationError> {
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    let name = check_event(&mut Checker::new(file, &mut problems, &mut warnings), text);
+    match name {
+        Some(name) if problems.is_empty() => Ok(name),
+        _ => Err(ValidationError::new(problems)),
+    }
 }
 
 pub(crate) fn same_arches(a: &[Arch], b: &[Arch]) -> bool {

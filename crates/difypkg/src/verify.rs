@@ -1,60 +1,28 @@
 //! Verification exactly as the daemon does it (spec §4.5), with reasons a person can act on.
 
-use std::fmt;
-
 use serde_json::Value;
 
 use super::checksum::{checksum_of_zip, unique_identifier};
+use super::error::{CategoryError, ChecksumError, CommentError, ReadError, VerifyError};
 use super::gofs::DaemonView;
 use super::keys::{go_std_base64, PublicKey};
 use super::layout::VERIFICATION_FILE;
+use super::sign::Category;
 use super::zipread::RawZip;
 
-/// Why a package is not verified.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// Not a readable zip archive.
-    Archive(String),
-    /// An entry cannot be read the daemon's way (directory entry, bad name, bad data).
-    Entry(String),
-    /// Zip comment empty or not the signature JSON.
-    Comment(String),
-    /// `signature` is not standard padded base64.
-    Base64(String),
-    /// Cryptographic mismatch: tampered content, reordered entries, other time, wrong key.
-    Mismatch,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Failure::Archive(e) => {
-                write!(f, "cannot read the package as a difypkg (zip) archive: {e}")
-            }
-            Failure::Entry(e) if e.ends_with("is a directory") => {
-                write!(f, "{e} (the package contains directory entries, which the daemon cannot read)")
-            }
-            Failure::Entry(e) => write!(f, "cannot read an entry the way the daemon does: {e}"),
-            Failure::Comment(e) => f.write_str(e),
-            Failure::Base64(e) => write!(f, "the signature is not valid standard base64: {e}"),
-            Failure::Mismatch => f.write_str("signature does not match the content with any given key"),
-        }
-    }
-}
-
 /// Category as the daemon would report it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum CategoryInfo {
     /// `authorized_category` from `.verification.dify.json`.
-    Declared(String),
+    Declared(Category),
     /// No verification file: the daemon reports `langgenius` ("historical reason").
     Missing,
     /// The file exists but Dify would not accept it.
-    Invalid(String),
+    Invalid(CategoryError),
 }
 
 /// Successful verification.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Verified {
     /// Index into the key list that matched.
     pub key_index: usize,
@@ -64,19 +32,19 @@ pub struct Verified {
 
 /// Everything `verify` reports about a package.
 pub struct Verification {
-    pub checksum: Result<String, String>,
+    pub checksum: Result<String, ChecksumError>,
     pub identifier: Option<String>,
-    pub result: Result<Verified, Failure>,
+    pub result: Result<Verified, VerifyError>,
 }
 
 /// Parses the zip comment like Go's `json.Unmarshal` into `{Signature string; Time int64}`:
 /// keys match case-insensitively, the last occurrence wins, unknown members are ignored.
-pub(crate) fn parse_comment(comment: &[u8]) -> Result<(String, i64), Failure> {
+pub(crate) fn parse_comment(comment: &[u8]) -> Result<(String, i64), VerifyError> {
     if comment.is_empty() {
-        return Err(Failure::Comment("the package is not signed: its zip comment is empty".into()));
+        return Err(VerifyError::NotSigned);
     }
-    let bad = |why: String| Failure::Comment(format!("the zip comment is not a valid signature: {why}"));
-    let value: Value = serde_json::from_slice(comment).map_err(|e| bad(format!("invalid JSON ({e})")))?;
+    let bad = VerifyError::Comment;
+    let value: Value = serde_json::from_slice(comment).map_err(|e| bad(CommentError::Json(e)))?;
     let (mut signature, mut time) = (String::new(), 0i64);
     match value {
         Value::Null => {}
@@ -86,18 +54,18 @@ pub(crate) fn parse_comment(comment: &[u8]) -> Result<(String, i64), Failure> {
                     match v {
                         Value::String(s) => signature = s,
                         Value::Null => {}
-                        other => return Err(bad(format!("`signature` must be a string, found {other}"))),
+                        other => return Err(bad(CommentError::Signature(other))),
                     }
                 } else if key.eq_ignore_ascii_case("time") {
                     match v {
                         Value::Number(n) if n.as_i64().is_some() => time = n.as_i64().unwrap_or(0),
                         Value::Null => {}
-                        other => return Err(bad(format!("`time` must be an integer, found {other}"))),
+                        other => return Err(bad(CommentError::Time(other))),
                     }
                 }
             }
         }
-        other => return Err(bad(format!("expected a JSON object, found {other}"))),
+        other => return Err(bad(CommentError::NotObject(other))),
     }
     Ok((signature, time))
 }
@@ -105,14 +73,16 @@ pub(crate) fn parse_comment(comment: &[u8]) -> Result<(String, i64), Failure> {
 fn category_of(view: &DaemonView) -> CategoryInfo {
     let text = match view.read(VERIFICATION_FILE) {
         Ok(text) => text,
-        Err(e) if e.ends_with("file does not exist") => return CategoryInfo::Missing,
-        Err(e) => return CategoryInfo::Invalid(e),
+        Err(ReadError::NotFound(_)) => return CategoryInfo::Missing,
+        Err(e) => return CategoryInfo::Invalid(CategoryError::Read(e)),
     };
     let parsed: Result<Value, _> = serde_json::from_slice(&text);
     match parsed.as_ref().ok().and_then(|v| v.get("authorized_category")).and_then(Value::as_str) {
-        Some(c @ ("langgenius" | "partner" | "community")) => CategoryInfo::Declared(c.to_string()),
-        Some(other) => CategoryInfo::Invalid(format!("unknown authorized_category `{other}`")),
-        None => CategoryInfo::Invalid(format!("{VERIFICATION_FILE} has no authorized_category string")),
+        Some(c) => match Category::from_name(c) {
+            Some(category) => CategoryInfo::Declared(category),
+            None => CategoryInfo::Invalid(CategoryError::Unknown(c.to_string())),
+        },
+        None => CategoryInfo::Invalid(CategoryError::NoCategory),
     }
 }
 
@@ -122,13 +92,16 @@ fn identifier_of(view: &DaemonView, checksum: &str) -> Option<String> {
     Some(unique_identifier(&field("author")?, &field("name")?, &field("version")?, checksum))
 }
 
-fn check_signature(zip: &RawZip, view: &DaemonView, keys: &[PublicKey]) -> Result<Verified, Failure> {
-    let hashes = view.walk_hashes().map_err(Failure::Entry)?;
+fn check_signature(zip: &RawZip, view: &DaemonView, keys: &[PublicKey]) -> Result<Verified, VerifyError> {
+    let hashes = view.walk_hashes().map_err(|e| match e {
+        ReadError::IsDirectory(name) => VerifyError::DirectoryEntry(name),
+        other => VerifyError::Entry(other),
+    })?;
     let (signature, time) = parse_comment(&zip.comment)?;
     let mut data: Vec<u8> = hashes.iter().flat_map(|(_, h)| h.iter().copied()).collect();
     data.extend_from_slice(time.to_string().as_bytes());
-    let raw = go_std_base64(signature.as_bytes()).map_err(Failure::Base64)?;
-    let key_index = keys.iter().position(|key| key.verify_pkcs1_sha256(&data, &raw)).ok_or(Failure::Mismatch)?;
+    let raw = go_std_base64(signature.as_bytes()).map_err(VerifyError::Base64)?;
+    let key_index = keys.iter().position(|key| key.verify_pkcs1_sha256(&data, &raw)).ok_or(VerifyError::Mismatch)?;
     Ok(Verified { key_index, time, category: category_of(view) })
 }
 
@@ -136,10 +109,12 @@ fn check_signature(zip: &RawZip, view: &DaemonView, keys: &[PublicKey]) -> Resul
 pub fn verify_bytes(bytes: Vec<u8>, keys: &[PublicKey]) -> Verification {
     let zip = match RawZip::parse(bytes) {
         Ok(zip) => zip,
-        Err(e) => return Verification { checksum: Err(e.clone()), identifier: None, result: Err(Failure::Archive(e)) },
+        Err(e) => {
+            return Verification { checksum: Err(e.into()), identifier: None, result: Err(VerifyError::Archive(e)) }
+        }
     };
     let view = DaemonView::new(&zip);
-    let checksum = checksum_of_zip(&zip);
+    let checksum = checksum_of_zip(&zip).map_err(ChecksumError::from);
     let identifier = checksum.as_ref().ok().and_then(|c| identifier_of(&view, c));
     Verification { result: check_signature(&zip, &view, keys), checksum, identifier }
 }
@@ -154,7 +129,7 @@ mod tests {
         assert_eq!(parse_comment(br#"{ "Time": 7, "extra": 1, "SIGNATURE": "x" }"#).unwrap(), ("x".into(), 7));
         assert_eq!(parse_comment(b"null").unwrap(), (String::new(), 0));
         for bad in [&b""[..], b"{", br#"{"time":"5"}"#, br#"{"time":1.5}"#, b"[]"] {
-            assert!(matches!(parse_comment(bad), Err(Failure::Comment(_))), "{bad:?}");
+            assert!(matches!(parse_comment(bad), Err(VerifyError::Comment(_) | VerifyError::NotSigned)), "{bad:?}");
         }
     }
 }

@@ -52,14 +52,18 @@ pub(crate) fn kind(v: &Value) -> &'static str {
 }
 
 /// Problem collector for one file.
-pub struct Checker<'p> {
+pub(crate) struct Checker<'p> {
     pub(crate) file: String,
     problems: &'p mut Vec<Problem>,
     warnings: &'p mut Vec<String>,
 }
 
 impl<'p> Checker<'p> {
-    pub fn new(file: impl Into<String>, problems: &'p mut Vec<Problem>, warnings: &'p mut Vec<String>) -> Checker<'p> {
+    pub(crate) fn new(
+        file: impl Into<String>,
+        problems: &'p mut Vec<Problem>,
+        warnings: &'p mut Vec<String>,
+    ) -> Checker<'p> {
         Checker { file: file.into(), problems, warnings }
     }
 

@@ -5,6 +5,8 @@
 
 use std::io::Read;
 
+use super::error::{EntryError, ZipError};
+
 const EOCD_SIG: u32 = 0x0605_4b50;
 const EOCD64_LOCATOR_SIG: u32 = 0x0706_4b50;
 const EOCD64_SIG: u32 = 0x0606_4b50;
@@ -14,8 +16,8 @@ const EOCD_LEN: usize = 22;
 
 /// One central-directory record.
 #[derive(Debug, Clone)]
-pub struct RawEntry {
-    pub name: String,
+pub(crate) struct RawEntry {
+    pub(crate) name: String,
     pub(crate) method: u16,
     pub(crate) crc32: u32,
     pub(crate) compressed_size: u64,
@@ -31,10 +33,10 @@ impl RawEntry {
 }
 
 /// A parsed archive: the bytes, the records in central-directory order and the EOCD comment.
-pub struct RawZip {
+pub(crate) struct RawZip {
     data: Vec<u8>,
-    pub entries: Vec<RawEntry>,
-    pub comment: Vec<u8>,
+    pub(crate) entries: Vec<RawEntry>,
+    pub(crate) comment: Vec<u8>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -52,8 +54,8 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(a))
 }
 
-fn not_zip(why: &str) -> String {
-    format!("not a valid zip file ({why})")
+fn not_zip(why: &'static str) -> ZipError {
+    ZipError(why)
 }
 
 /// Finds the end-of-central-directory record the way Go does: the last signature whose
@@ -80,7 +82,7 @@ fn find_eocd(data: &[u8]) -> Option<usize> {
 
 impl RawZip {
     /// Parses the central directory; entry contents are decoded lazily by [`RawZip::content`].
-    pub fn parse(data: Vec<u8>) -> Result<RawZip, String> {
+    pub(crate) fn parse(data: Vec<u8>) -> Result<RawZip, ZipError> {
         let eocd = find_eocd(&data).ok_or_else(|| not_zip("no end of central directory"))?;
         let comment_len = u16_at(&data, eocd + 20).unwrap_or(0) as usize;
         let comment = data[eocd + EOCD_LEN..eocd + EOCD_LEN + comment_len].to_vec();
@@ -119,11 +121,11 @@ impl RawZip {
     }
 
     /// Uncompressed bytes of record `index`, with the size and CRC-32 checks Go applies.
-    pub fn content(&self, index: usize) -> Result<Vec<u8>, String> {
+    pub(crate) fn content(&self, index: usize) -> Result<Vec<u8>, EntryError> {
         let e = &self.entries[index];
-        let at = usize::try_from(e.local_header_offset).map_err(|_| "zip: not a valid zip file")?;
+        let at = usize::try_from(e.local_header_offset).map_err(|_| EntryError::Offset)?;
         if u32_at(&self.data, at) != Some(LOCAL_SIG) {
-            return Err("zip: not a valid zip file (bad local header)".into());
+            return Err(EntryError::LocalHeader);
         }
         let name_len = u16_at(&self.data, at + 26).unwrap_or(0) as usize;
         let extra_len = u16_at(&self.data, at + 28).unwrap_or(0) as usize;
@@ -131,7 +133,7 @@ impl RawZip {
         let raw = usize::try_from(e.compressed_size)
             .ok()
             .and_then(|n| self.data.get(start..start.checked_add(n)?))
-            .ok_or("zip: entry data runs past the end of the archive")?;
+            .ok_or(EntryError::Truncated)?;
         // Read one byte more than declared so an overlong stream is noticed, never buffered.
         let limit = e.uncompressed_size.saturating_add(1);
         let mut out = Vec::with_capacity(e.uncompressed_size.min(64 << 20) as usize);
@@ -141,22 +143,22 @@ impl RawZip {
                 flate2::read::DeflateDecoder::new(raw)
                     .take(limit)
                     .read_to_end(&mut out)
-                    .map_err(|err| format!("flate: {err}"))?;
+                    .map_err(EntryError::Inflate)?;
             }
-            m => return Err(format!("zip: unsupported compression algorithm ({m})")),
+            m => return Err(EntryError::Method(m)),
         }
         if out.len() as u64 != e.uncompressed_size {
-            return Err("unexpected EOF".into());
+            return Err(EntryError::Size);
         }
         if e.crc32 != 0 && crc32(&out) != e.crc32 {
-            return Err("zip: checksum error".into());
+            return Err(EntryError::Crc);
         }
         Ok(out)
     }
 }
 
 /// Parses one central-directory record at `at`; returns it and the offset of the next one.
-fn parse_central(data: &[u8], at: usize, end: usize) -> Result<(RawEntry, usize), String> {
+fn parse_central(data: &[u8], at: usize, end: usize) -> Result<(RawEntry, usize), ZipError> {
     if at + 46 > end || u32_at(data, at) != Some(CENTRAL_SIG) {
         return Err(not_zip("bad central directory record"));
     }

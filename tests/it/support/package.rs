@@ -1,89 +1,19 @@
-//! Shared helpers for the `package_*` integration tests: vector paths, fixture copies.
+//! Shared helpers for the `package_*` integration tests: difypkg's fixtures, running the binary.
 
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use stateful_tool::package::Arch;
+/// difypkg's fixtures (vectors, plugin tree), read where the crate keeps them.
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/difypkg/tests/fixtures");
 
-/// The signed and tampered package vectors (copied from the protocol spec; see tests/fixtures/spec/README.md).
-pub fn vectors() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/spec/vectors"))
-}
-
-pub fn vector(name: &str) -> PathBuf {
-    vectors().join(name)
-}
-
-pub fn vector_bytes(name: &str) -> Vec<u8> {
-    fs::read(vector(name)).unwrap_or_else(|e| panic!("read vector {name}: {e}"))
-}
-
-pub fn expected() -> serde_json::Value {
-    let text = fs::read_to_string(vector("expected.json")).expect("expected.json");
-    serde_json::from_str(&text).expect("expected.json parses")
-}
-
-pub fn key1_private() -> PathBuf {
-    vector("test_key_pair_1.private.pem")
-}
-
-pub fn key1_public() -> PathBuf {
-    vector("test_key_pair_1.public.pem")
-}
-
-pub fn key2_public() -> PathBuf {
-    vector("test_key_pair_2.public.pem")
-}
-
-/// The checked-in fixture plugin tree.
-pub fn fixture() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/plugin"))
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for item in fs::read_dir(from).unwrap() {
-        let item = item.unwrap();
-        let target = to.join(item.file_name());
-        if item.file_type().unwrap().is_dir() {
-            copy_tree(&item.path(), &target);
-        } else {
-            fs::copy(item.path(), &target).unwrap();
-        }
-    }
-}
-
-/// A writable copy of the fixture (for tests that break it) plus two small fake
-/// binaries; returns (tempdir guard, source dir, binaries).
-pub fn fixture_copy() -> (tempfile::TempDir, PathBuf, Vec<(Arch, PathBuf)>) {
-    let tmp = tempfile::tempdir().unwrap();
-    let source = tmp.path().join("plugin");
-    copy_tree(&fixture(), &source);
-    let bins = fake_bins(tmp.path());
-    (tmp, source, bins)
-}
-
-/// Two small stand-in binaries; the packager never executes them.
-pub fn fake_bins(dir: &Path) -> Vec<(Arch, PathBuf)> {
-    let amd = dir.join("fake-amd64");
-    let arm = dir.join("fake-arm64");
-    fs::write(&amd, b"\x7fELF fake amd64 build of stateful-tool").unwrap();
-    fs::write(&arm, b"\x7fELF fake arm64 build of stateful-tool").unwrap();
-    vec![(Arch::Amd64, amd), (Arch::Arm64, arm)]
-}
-
-/// Replaces `from` with `to` in a file of the tree (the text must occur).
-pub fn edit(root: &Path, name: &str, from: &str, to: &str) {
-    let path = root.join(name);
-    let text = fs::read_to_string(&path).unwrap();
-    assert!(text.contains(from), "{name} does not contain {from:?}");
-    fs::write(&path, text.replacen(from, to, 1)).unwrap();
-}
+#[path = "../../../crates/difypkg/tests/contract/fixtures.rs"]
+mod fixtures;
+pub(crate) use fixtures::*;
 
 /// Runs the real binary.
 pub fn run(args: &[&str]) -> Output {

@@ -15,6 +15,7 @@
 //! `KV-Time-Ms`).
 
 mod access;
+mod app;
 mod auth;
 mod backup;
 mod batch;
@@ -58,10 +59,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+pub use app::Container;
 pub(crate) use backup::{backup_dir, read_snapshot, restore, Summary};
 pub(crate) use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;
+pub use record::ServerClock;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

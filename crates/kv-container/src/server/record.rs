@@ -97,19 +97,20 @@ fn checksum(header: &[u8], value: &[u8]) -> u32 {
 /// The server's notion of "now" in unix milliseconds. Tests can pin it so TTL behaviour is
 /// checked without sleeping.
 #[derive(Clone, Default)]
-pub(crate) struct ServerClock {
+pub struct ServerClock {
     manual: Option<Arc<AtomicU64>>,
 }
 
 impl ServerClock {
     /// The wall clock.
-    pub(crate) fn system() -> ServerClock {
+    pub fn system() -> ServerClock {
         ServerClock { manual: None }
     }
 
-    /// A clock that only moves when the returned handle is written to.
-    #[cfg(test)]
-    pub(crate) fn manual(start_ms: u64) -> (ServerClock, Arc<AtomicU64>) {
+    /// A clock that only moves when the returned handle is written to (unix ms), for tests
+    /// (the `testkit` feature).
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn manual(start_ms: u64) -> (ServerClock, Arc<AtomicU64>) {
         let handle = Arc::new(AtomicU64::new(start_ms));
         (ServerClock { manual: Some(handle.clone()) }, handle)
     }

@@ -3,17 +3,18 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::package::*;
-use stateful_tool::package::pack::{build_package, plan_package};
-use stateful_tool::package::{validate_package_bytes, validate_plugin_dir, write_zip, PackageFile, Problem};
+use crate::fixtures::*;
+use difypkg::{
+    build_package, plan_package, validate_package_bytes, validate_plugin_dir, write_zip, PackageFile, Problem,
+};
 
 /// Problems from validating the source tree and from planning a package with binaries;
 /// both must agree that the tree is broken.
-fn problems_of(source: &Path, bins: &[(stateful_tool::package::Arch, std::path::PathBuf)]) -> Vec<Problem> {
+fn problems_of(source: &Path, bins: &[(difypkg::Arch, std::path::PathBuf)]) -> Vec<Problem> {
     let from_dir = validate_plugin_dir(source).expect_err("validate_plugin_dir accepted a broken tree");
     let from_plan = plan_package(source, bins).err().expect("plan_package accepted a broken tree");
     assert_eq!(from_dir, from_plan, "both entry points report the same problems");
-    from_plan
+    from_plan.into_problems()
 }
 
 fn has(problems: &[Problem], file: &str, field: &str, needle: &str) -> bool {
@@ -84,12 +85,13 @@ fn directories_where_files_belong_are_rejected() {
 fn directory_entries_and_bad_names_in_a_package_are_rejected() {
     let tmp = tempfile::tempdir().unwrap();
     let built = build_package(&fixture(), &fake_bins(tmp.path())).unwrap();
-    let mut entries = stateful_tool::package::read_package(built.bytes).unwrap().entries;
+    let mut entries = difypkg::read_package(built.bytes).unwrap().entries;
     entries.push(PackageFile::new("tools/extra.yaml", "x: 1"));
     let with_extra = write_zip(&entries, b"").unwrap();
-    let problems = validate_package_bytes(with_extra).unwrap_err();
+    let problems = validate_package_bytes(with_extra).unwrap_err().into_problems();
     assert!(has(&problems, "tools/extra.yaml", "", "not part of the package layout"), "{problems:#?}");
-    let problems = validate_package_bytes(vector_bytes("neg.with_directory_entries.difypkg")).unwrap_err();
+    let problems =
+        validate_package_bytes(vector_bytes("neg.with_directory_entries.difypkg")).unwrap_err().into_problems();
     assert!(problems[0].message.contains("`_assets/` is a directory entry"), "{problems:#?}");
     assert!(problems[0].message.contains("`tools/` is a directory entry"), "{problems:#?}");
 }
@@ -101,7 +103,7 @@ fn oversize_packages_are_rejected_before_reading() {
     let big = tmp.path().join("huge-binary");
     fs::File::create(&big).unwrap().set_len(60 << 20).unwrap();
     bins[1].1 = big;
-    let problems = build_package(&source, &bins).err().unwrap();
+    let problems = build_package(&source, &bins).err().unwrap().into_problems();
     assert_eq!(problems.len(), 1, "{problems:#?}");
     assert!(has(&problems, "(package)", "size", "over the daemon's limit of 52428800"), "{problems:#?}");
     assert!(problems[0].message.contains("bin/stateful-tool-arm64 (62914560 bytes)"));
@@ -144,11 +146,11 @@ fn arch_and_binary_rules() {
 
     let (_tmp, source, mut bins) = fixture_copy();
     bins.push(bins[0].clone());
-    let problems = plan_package(&source, &bins).err().unwrap();
+    let problems = plan_package(&source, &bins).err().unwrap().into_problems();
     assert!(has(&problems, "--bin", "amd64", "more than once"), "{problems:#?}");
 
     let (_tmp, source, _bins) = fixture_copy();
-    let problems = plan_package(&source, &[]).err().unwrap();
+    let problems = plan_package(&source, &[]).err().unwrap().into_problems();
     assert!(has(&problems, "--bin", "", "no binary"), "{problems:#?}");
 }
 

@@ -1,13 +1,11 @@
 //! The spec's vectors: verdicts, checksums, signed bytes and byte-exact signing.
 
-use crate::support::package::*;
+use crate::fixtures::*;
+use difypkg::{
+    load_private_key, load_public_key, official_public_key, read_package, sign_package, verify_bytes, Category,
+    CategoryInfo, ChecksumError, ReadError, SignError, VerifyError, OFFICIAL_PUBLIC_KEY_PEM,
+};
 use serde_json::Value;
-use sha2::Digest;
-use stateful_tool::package::keys::{load_private_key, load_public_key, official_public_key, OFFICIAL_PUBLIC_KEY_PEM};
-use stateful_tool::package::sign::{sign_entries, sign_package, signed_data, Category};
-use stateful_tool::package::verify::{verify_bytes, CategoryInfo, Failure};
-use stateful_tool::package::zipread::RawZip;
-use stateful_tool::package::{read_package, PackageFile};
 
 const T: i64 = 1_700_000_000;
 
@@ -32,16 +30,20 @@ fn every_vector_gets_its_expected_verdict_per_key() {
                 Value::Bool(true) => assert!(outcome.result.is_ok(), "{name} with {key_name}: {:?}", outcome.result),
                 // Unsigned vectors fail on the empty comment, signed ones cryptographically.
                 Value::Bool(false) if want["zip_comment"] == "" => assert!(
-                    matches!(outcome.result, Err(Failure::Comment(_))),
+                    matches!(outcome.result, Err(VerifyError::NotSigned)),
                     "{name} with {key_name}: {:?}",
                     outcome.result
                 ),
                 Value::Bool(false) => {
-                    assert_eq!(outcome.result, Err(Failure::Mismatch), "{name} with {key_name}")
+                    assert!(matches!(outcome.result, Err(VerifyError::Mismatch)), "{name} with {key_name}")
                 }
                 Value::String(err) => {
                     assert!(err.contains("read _assets: is a directory"), "{err}");
-                    assert_eq!(outcome.result, Err(Failure::Entry("read _assets: is a directory".into())), "{name}");
+                    let failure = outcome.result.unwrap_err();
+                    assert!(
+                        matches!(&failure, VerifyError::DirectoryEntry(dir) if dir == "_assets"),
+                        "{name}: {failure}"
+                    );
                 }
                 other => panic!("{name}: unexpected verdict {other}"),
             }
@@ -68,7 +70,7 @@ fn unsigned_vectors_fail_for_the_empty_comment() {
     for name in ["dummy_plugin.difypkg", "stateful_tool.difypkg"] {
         let outcome = verify_bytes(vector_bytes(name), &[official_public_key()]);
         match outcome.result {
-            Err(Failure::Comment(msg)) => assert!(msg.contains("comment is empty"), "{msg}"),
+            Err(failure @ VerifyError::NotSigned) => assert!(failure.to_string().contains("comment is empty")),
             other => panic!("{name}: {other:?}"),
         }
     }
@@ -80,56 +82,29 @@ fn checksums_match_for_every_vector() {
     for (name, want) in vectors_in(&expected) {
         let outcome = verify_bytes(vector_bytes(name), &[]);
         let want = want["checksum"].as_str().unwrap();
-        if want.starts_with("ERROR") {
-            assert_eq!(outcome.checksum, Err("read _assets: is a directory".into()), "{name}");
-        } else {
-            assert_eq!(outcome.checksum.as_deref(), Ok(want), "{name}");
+        match outcome.checksum {
+            Err(ChecksumError::Read(ReadError::IsDirectory(dir))) if want.starts_with("ERROR") => {
+                assert_eq!(dir, "_assets", "{name}")
+            }
+            Ok(sum) => assert_eq!(sum, want, "{name}"),
+            Err(e) => panic!("{name}: {e}, want {want}"),
         }
     }
-}
-
-#[test]
-fn entries_and_signed_data_match_expected_json() {
-    let expected = expected();
-    for (name, want) in vectors_in(&expected) {
-        let zip = RawZip::parse(vector_bytes(name)).unwrap();
-        let listed = want["entries_in_central_directory_order"].as_array().unwrap();
-        assert_eq!(zip.entries.len(), listed.len(), "{name}");
-        let mut contents = Vec::new();
-        for (i, (raw, item)) in zip.entries.iter().zip(listed).enumerate() {
-            assert_eq!(raw.name, item["name"].as_str().unwrap(), "{name}");
-            let data = zip.content(i).unwrap();
-            assert_eq!(data.len() as u64, item["size"].as_u64().unwrap(), "{name} {}", raw.name);
-            assert_eq!(hex::encode(sha2::Sha256::digest(&data)), item["sha256"].as_str().unwrap());
-            contents.push(data);
-        }
-        assert_eq!(String::from_utf8_lossy(&zip.comment), want["zip_comment"].as_str().unwrap(), "{name}");
-        if let Some(hex_d) = want["signed_data_hex"].as_str() {
-            let d = signed_data(contents.iter().map(Vec::as_slice), want["time"].as_i64().unwrap());
-            assert_eq!(hex::encode(&d), hex_d, "{name}");
-            assert_eq!(hex::encode(sha2::Sha256::digest(&d)), want["signed_data_sha256"].as_str().unwrap());
-        }
-    }
-}
-
-fn entries_of(name: &str) -> Vec<PackageFile> {
-    read_package(vector_bytes(name)).unwrap().entries
 }
 
 fn assert_signing_reproduces(unsigned: &str, signed: &str, category: Category) {
     let key = load_private_key(&key1_private()).unwrap();
     let want = &expected()[signed];
-    let result = sign_entries(entries_of(unsigned), &key, category, T).unwrap();
+    let (zip, result) = sign_package(vector_bytes(unsigned), &key, category, T).unwrap();
     assert_eq!(result.comment, want["zip_comment"].as_str().unwrap());
     let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &result.signature);
     assert_eq!(b64, want["signature_b64"].as_str().unwrap());
     assert_eq!(result.entries.last().unwrap().data, want["verification_file"].as_str().unwrap().as_bytes());
     // The archive written around it carries the same comment and verifies.
-    let (zip, _) = sign_package(vector_bytes(unsigned), &key, category, T).unwrap();
-    assert_eq!(RawZip::parse(zip.clone()).unwrap().comment, want["zip_comment"].as_str().unwrap().as_bytes());
+    assert_eq!(read_package(zip.clone()).unwrap().comment, want["zip_comment"].as_str().unwrap().as_bytes());
     let outcome = verify_bytes(zip, &[load_public_key(&key1_public()).unwrap()]);
     assert_eq!(outcome.checksum.unwrap(), want["checksum"].as_str().unwrap());
-    assert_eq!(outcome.result.unwrap().category, CategoryInfo::Declared(category.as_str().into()));
+    assert!(matches!(outcome.result.unwrap().category, CategoryInfo::Declared(c) if c == category));
 }
 
 #[test]
@@ -167,14 +142,15 @@ fn resigning_replaces_the_verification_file() {
     assert_eq!(result.entries, entries);
     let outcome = verify_bytes(zip, &[load_public_key(&key1_public()).unwrap()]);
     let verified = outcome.result.unwrap();
-    assert_eq!((verified.time, verified.category), (T + 5, CategoryInfo::Declared("partner".into())));
+    assert_eq!(verified.time, T + 5);
+    assert!(matches!(verified.category, CategoryInfo::Declared(Category::Partner)), "{:?}", verified.category);
 }
 
 #[test]
 fn a_package_without_verification_file_reports_the_daemon_default() {
     let name = "stateful_tool.k1.t1700000000.noverification.signed.difypkg";
     let outcome = verify_bytes(vector_bytes(name), &[load_public_key(&key1_public()).unwrap()]);
-    assert_eq!(outcome.result.unwrap().category, CategoryInfo::Missing);
+    assert!(matches!(outcome.result.unwrap().category, CategoryInfo::Missing));
 }
 
 #[test]
@@ -187,5 +163,6 @@ fn directory_entries_are_refused_for_signing() {
     let key = load_private_key(&key1_private()).unwrap();
     let err =
         sign_package(vector_bytes("neg.with_directory_entries.difypkg"), &key, Category::Community, T).err().unwrap();
-    assert!(err.contains("`_assets/` is a directory entry"), "{err}");
+    let SignError::Refused(cause) = err else { panic!("{err}") };
+    assert!(cause.to_string().starts_with("`_assets/` is a directory entry"), "{cause}");
 }
