@@ -6,10 +6,7 @@ use std::borrow::Cow;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use dify_plugin::logging::LogRoute;
-use dify_plugin::protocol::RequestData;
-use dify_plugin::runtime::{stdio::run_stdio, ServeOptions};
-use dify_plugin::{ErrorMessage, Handler, Session};
+use dify_plugin::{ErrorMessage, Handler, RequestData, Session};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -32,7 +29,7 @@ struct Parameters<'a> {
 
 impl Handler for Echo {
     // Read in the same pass as the request line; a request whose data does not read as this
-    // is answered with the runtime's `param_invalid` ("malformed input: …").
+    // is answered with the runtime's `malformed_request` ("malformed request: …").
     type Data<'a> = Request<'a>;
 
     async fn handle<'a>(&'a self, session: Session, data: Request<'a>, _: &'a RequestData) {
@@ -48,8 +45,14 @@ impl Handler for Echo {
     }
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
     dify_plugin::logging::init(None);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(run_stdio(Arc::new(Echo), ServeOptions { logs: LogRoute::Protocol, ..ServeOptions::default() }))
+    // INSTALL_METHOD chooses the runtime (stdio when unset, as the daemon starts a plugin).
+    match dify_plugin::run(Arc::new(Echo)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("echo: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

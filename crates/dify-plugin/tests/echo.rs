@@ -21,6 +21,7 @@ fn example(name: &str) -> PathBuf {
 fn the_echo_example_serves_sessions_over_stdio() {
     let mut child = Command::new(example("echo"))
         .env("RUST_LOG", "info")
+        .env("INSTALL_METHOD", "local")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -50,7 +51,7 @@ fn the_echo_example_serves_sessions_over_stdio() {
     let s2 = session("s2");
     assert_eq!((s2[0]["type"].as_str(), s2[0]["data"]["error_type"].as_str()), (Some("error"), Some("param_invalid")));
     let s3 = session("s3");
-    assert!(s3[0]["data"]["message"].as_str().unwrap().starts_with("malformed input"), "{s3:?}");
+    assert!(s3[0]["data"]["message"].as_str().unwrap().starts_with("malformed request"), "{s3:?}");
     assert_eq!(s3.last().unwrap()["type"], "end");
     let logs: Vec<&Value> = lines.iter().filter(|l| l["event"] == "log").collect();
     assert!(logs.iter().any(|l| l.to_string().contains("echoing 5 bytes")), "{logs:?}");

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use crate::handler::{serve_session, Handler};
+use crate::handler::{serve_session, ErrorMessage, Handler};
 use crate::protocol::{Caller, Inbound, Outbox, RequestData};
 
 /// What `GET /` says about the plugin: its name (also in the start-up line) and any further
@@ -90,7 +90,8 @@ pub async fn invoke<H: Handler>(
     let (sid, caller, data) = match parse_request(&bytes, header_sid) {
         Ok(ok) => ok,
         Err((Some(sid), msg)) => {
-            return stream_session(&state, sid, Caller::Unknown, Err(msg));
+            let refusal = state.app.malformed(&msg);
+            return stream_session(&state, sid, Caller::Unknown, Err(refusal));
         }
         Err((None, msg)) => return error_line(StatusCode::BAD_REQUEST, None, format!("malformed input: {msg}")),
     };
@@ -147,7 +148,9 @@ fn parse_request(
     match msg.into_request(header_sid) {
         Ok(Some(request)) => Ok(request),
         // Every POST is answered: a backwards_response sent here is a mistake of the caller's.
-        Ok(None) => Err((sid, "a backwards_response is not a request: this plugin never calls back into Dify".into())),
+        Ok(None) => {
+            Err((sid, "a backwards_response is not a request, and no backwards call is waiting for one".into()))
+        }
         Err(e) if e.session_id.is_none() => {
             Err((None, format!("{}: no session_id in the body or the Dify-Plugin-Session-ID header", e.message)))
         }
@@ -162,7 +165,7 @@ fn stream_session<H: Handler>(
     state: &HttpState<H>,
     sid: String,
     caller: Caller,
-    data: Result<RequestData, String>,
+    data: Result<RequestData, ErrorMessage>,
 ) -> Response {
     let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let (outbox, write) = Outbox::new(writer, 64);

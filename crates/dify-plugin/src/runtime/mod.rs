@@ -7,6 +7,7 @@ pub mod register;
 pub mod remote;
 pub mod serverless;
 pub mod session_loop;
+#[cfg(unix)]
 pub mod stdio;
 
 use std::time::Duration;
