@@ -86,13 +86,16 @@ pub enum Oversize {
 /// A session's `error` message as the daemon reads it: `error_type`, `message` and `args`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ErrorMessage {
+    /// The error's class, as the caller sees it (the Python SDK puts the exception's name here).
     pub error_type: String,
+    /// What went wrong, for people.
     pub message: String,
     /// Machine-readable details; the daemon keeps at most 10 keys.
     pub args: Map<String, Value>,
 }
 
 impl ErrorMessage {
+    /// An error of class `error_type` saying `message`, without details.
     pub fn new(error_type: impl Into<String>, message: impl Into<String>) -> Self {
         ErrorMessage { error_type: error_type.into(), message: message.into(), args: Map::new() }
     }

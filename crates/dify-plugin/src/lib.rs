@@ -52,6 +52,8 @@
 //! # });
 //! ```
 
+#![deny(missing_docs)]
+
 mod error;
 pub mod handler;
 pub mod logging;

@@ -11,10 +11,15 @@ use super::request::RequestData;
 /// JSON text (see [`RequestData`]).
 #[derive(Debug)]
 pub struct Inbound {
+    /// The session the message belongs to (`null` on a heartbeat-like message).
     pub session_id: Option<String>,
+    /// `request`, or `backwards_response` (the answer to a plugin's call into Dify).
     pub event: String,
+    /// The message's `data`, as its JSON text.
     pub data: Option<Box<RawValue>>,
+    /// Whether the envelope named an app ([`Caller`] is told from this and `message_id`).
     pub app_id: Presence,
+    /// Whether the envelope named a chat message.
     pub message_id: Presence,
 }
 
@@ -34,7 +39,9 @@ struct InboundTree {
 /// readable, so that session can still be answered.
 #[derive(Debug)]
 pub struct InboundError {
+    /// The session the line names, when that much could be read.
     pub session_id: Option<String>,
+    /// What is wrong with the line (it never quotes the line: it may hold credentials).
     pub message: String,
 }
 
@@ -44,6 +51,7 @@ impl Inbound {
         Caller::from_envelope(self.app_id, self.message_id)
     }
 
+    /// Reads one daemon line (without its newline).
     pub fn parse(line: &[u8]) -> Result<Inbound, InboundError> {
         // Fast path: straight into the struct, `data` as its text, from `str` (checking the
         // line for UTF-8 once is cheaper than serde_json checking every stretch between
@@ -220,10 +228,8 @@ pub fn session_id_from_prefix(line: &[u8]) -> Option<String> {
     id.chars().all(|c| c.is_ascii_graphic()).then(|| id.to_owned())
 }
 
-pub use super::outbound::{answer_end_lines, log_line, session_line};
-
 /// The heartbeat line, exactly as the SDK writes it.
-pub const HEARTBEAT: &[u8] = b"{\"event\":\"heartbeat\",\"session_id\":null,\"data\":{}}\n";
+pub(crate) const HEARTBEAT: &[u8] = b"{\"event\":\"heartbeat\",\"session_id\":null,\"data\":{}}\n";
 
 #[cfg(test)]
 mod tests {

@@ -11,5 +11,6 @@ pub mod wire;
 pub use caller::Caller;
 pub use message::{Inbound, InboundError};
 pub use request::{raw_str, Fields, Name, RequestData};
-pub use session::{LogPort, Outbox, Session};
+pub use session::Session;
+pub(crate) use session::{LogPort, Outbox};
 pub use wire::{Line, LineReader};

@@ -63,7 +63,7 @@ impl EnvSettings {
 /// prefix, values optionally in single quotes (literal) or double quotes (`\n`, `\"`, `\\`
 /// escapes); an unquoted value ends at ` #`. Bad lines are skipped with a warning that names
 /// the line number only: the line may hold a secret.
-pub fn parse(text: &str) -> HashMap<String, String> {
+pub(crate) fn parse(text: &str) -> HashMap<String, String> {
     let mut out = HashMap::new();
     for (n, raw) in text.trim_start_matches('\u{feff}').lines().enumerate() {
         let line = raw.trim();

@@ -21,16 +21,18 @@ use crate::protocol::{Caller, Inbound, Outbox, RequestData};
 /// fields (a version, the tools it provides, …).
 #[derive(Debug, Clone)]
 pub struct About {
+    /// The plugin's name.
     pub name: &'static str,
+    /// Further members of `GET /`'s object.
     pub fields: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What the HTTP handlers need: the plugin, the runtime's name (serverless / aws_lambda) and
 /// what `GET /` says about the plugin.
-pub struct HttpState<H> {
-    pub app: Arc<H>,
-    pub method: &'static str,
-    pub about: Arc<About>,
+pub(crate) struct HttpState<H> {
+    pub(crate) app: Arc<H>,
+    pub(crate) method: &'static str,
+    pub(crate) about: Arc<About>,
 }
 
 impl<H> Clone for HttpState<H> {
@@ -40,7 +42,7 @@ impl<H> Clone for HttpState<H> {
 }
 
 /// The daemon's cap on a serverless request body.
-pub const MAX_SERVERLESS_REQUEST_BYTES: usize = 5 * 1024 * 1024;
+pub(crate) const MAX_SERVERLESS_REQUEST_BYTES: usize = 5 * 1024 * 1024;
 /// An oversize body is read (and discarded) up to this size before the 413 goes out, so the
 /// client finishes sending and reads our answer instead of a connection reset.
 const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
@@ -52,11 +54,11 @@ const PIPE_BYTES: usize = 64 * 1024;
 const NDJSON: &str = "application/x-ndjson";
 
 #[derive(Deserialize)]
-pub struct InvokeQuery {
+pub(crate) struct InvokeQuery {
     action: Option<String>,
 }
 
-pub async fn invoke<H: Handler>(
+pub(crate) async fn invoke<H: Handler>(
     State(state): State<HttpState<H>>,
     query: Result<Query<InvokeQuery>, QueryRejection>,
     headers: HeaderMap,

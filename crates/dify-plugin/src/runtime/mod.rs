@@ -2,7 +2,7 @@
 //! (how the daemon starts a plugin), remote debugging over TCP, and HTTP (serverless).
 
 pub mod env;
-pub mod invoke;
+mod invoke;
 pub mod register;
 pub mod remote;
 pub mod serverless;
@@ -17,7 +17,10 @@ use crate::logging::LogRoute;
 /// Knobs of the session loop (tests shorten the heartbeat).
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
+    /// How often a `heartbeat` line tells the daemon the plugin is alive (it gives up on a
+    /// plugin silent for 60 s).
     pub heartbeat: Duration,
+    /// Sessions served at once; the next request line waits for one to end.
     pub max_in_flight: usize,
     /// Where log records go while the loop runs.
     pub logs: LogRoute,

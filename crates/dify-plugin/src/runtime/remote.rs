@@ -5,7 +5,7 @@
 //!   (bad key, invalid declaration). A text line is final: exit code 2, never retried, also on
 //!   a reconnect (the key expires after two idle hours).
 //! - The registration counts as accepted once the daemon sends its first JSON line (a request)
-//!   or [`ACCEPT_GRACE`] passes after `end` without an answer.
+//!   or two seconds pass after `end` without an answer.
 //! - A close before acceptance on the very first connection also exits 2 (the address is
 //!   wrong or the daemon is refusing us without a word); on a later connection it is one more
 //!   failed attempt.
@@ -31,9 +31,10 @@ use super::{session_loop, ServeOptions};
 use crate::error::Error;
 use crate::handler::Handler;
 
+/// The daemon's remote-debugging port unless the settings name another.
 pub const DEFAULT_PORT: u16 = 5003;
 /// Silence after `end` that we take as success (the daemon never acknowledges one).
-pub const ACCEPT_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const ACCEPT_GRACE: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The daemon drops a connection whose handshake takes longer than 10 s.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,10 +48,15 @@ pub const DEFAULT_RECONNECT_BASE: Duration = Duration::from_millis(1000);
 /// Failed attempts in a row before giving up, unless the host chooses another number.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 
+/// Where the daemon listens for debugging connections, the key it wants, and the host's
+/// reconnect policy.
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
+    /// The daemon's host.
     pub host: String,
+    /// The daemon's remote-debugging port.
     pub port: u16,
+    /// The debugging key Dify shows (Plugins → Debug).
     pub key: String,
     /// The first reconnect delay (doubling per consecutive failure up to 30 s; at least 1 ms).
     pub reconnect_base: Duration,
@@ -89,6 +95,7 @@ impl RemoteConfig {
         Ok(RemoteConfig { host, port, key, reconnect_base: DEFAULT_RECONNECT_BASE, max_attempts: DEFAULT_MAX_ATTEMPTS })
     }
 
+    /// `host:port`, the host in brackets when it is an IPv6 address.
     pub fn addr(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
@@ -104,7 +111,7 @@ impl RemoteConfig {
 }
 
 /// `host`, `host:port`, `[v6]:port`, optionally behind `scheme://` and before a `/path`.
-pub fn parse_address(url: &str) -> Result<(String, u16), String> {
+pub(crate) fn parse_address(url: &str) -> Result<(String, u16), String> {
     let rest = url.trim().split_once("://").map_or(url.trim(), |(_, r)| r);
     let rest = rest.split('/').next().unwrap_or_default();
     let (host, port) = match rest.strip_prefix('[') {

@@ -16,13 +16,17 @@ use super::invoke::{self, HttpState};
 use crate::error::Error;
 use crate::handler::Handler;
 
+/// The HTTP port unless `<PREFIX>_PORT` says another.
 pub const DEFAULT_PORT: u16 = 8080;
 
+/// Where the HTTP runtime listens, and which one it is.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     /// `serverless` or `aws_lambda`, shown by `GET /`.
     pub method: &'static str,
+    /// The address to bind (`0.0.0.0` by default).
     pub host: String,
+    /// The port to bind (0 picks a free one).
     pub port: u16,
 }
 
@@ -42,7 +46,8 @@ impl HttpConfig {
     }
 }
 
-pub fn router<H: Handler>(state: HttpState<H>) -> Router {
+/// `GET /`, `GET /health` and `POST /invoke` over `state`.
+pub(crate) fn router<H: Handler>(state: HttpState<H>) -> Router {
     Router::new()
         .route("/", get(index::<H>))
         .route("/health", get(health))
@@ -71,7 +76,7 @@ pub async fn run_http<H: Handler>(app: Arc<H>, cfg: HttpConfig, about: About) ->
 /// The marketplace pre-check starts the plugin, waits (20 s) for `Serving Flask app` on stdout,
 /// then probes `GET http://127.0.0.1:8080/`. In the HTTP modes stdout carries no protocol, so
 /// these lines are safe there. The second line gives the real port (useful with port 0).
-pub fn announce(out: &mut impl Write, name: &str, addr: SocketAddr) -> std::io::Result<()> {
+pub(crate) fn announce(out: &mut impl Write, name: &str, addr: SocketAddr) -> std::io::Result<()> {
     writeln!(out, " * Serving Flask app '{name}' (native runtime on http://{addr})")?;
     writeln!(out, " * Running on http://{addr}")?;
     out.flush()
