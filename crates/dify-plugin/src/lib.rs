@@ -8,11 +8,16 @@
 //! stdin/stdout), [`runtime::remote`] (remote debugging over TCP, with the registration) or
 //! [`runtime::serverless`] (HTTP); [`run_with`] takes the settings and the host's knobs
 //! ([`RunOptions`]). It returns how it ended ([`Exit`], [`Error`]) and leaves printing and
-//! exit codes to the host. [`protocol`] holds the wire format; [`logging`] turns `tracing`
-//! records into the daemon's `log` events. The crate knows nothing of what a plugin does.
+//! exit codes to the host. [`protocol`] holds the wire format and describes the protocol as
+//! this crate speaks it (`docs/protocol.md`); [`logging`] turns `tracing` records into the
+//! daemon's `log` events. The crate knows nothing of what a plugin does.
+//!
+//! Not yet: backwards invocation (a plugin calling back into Dify: models, storage, other
+//! tools), files and blobs, i18n declarations, typed tool and trigger interfaces (a handler
+//! reads `data` into its own type; `examples/tool.rs` and `examples/webhook.rs` show both).
 //!
 //! A plugin that answers every request with one `stream` message, driven here over a byte
-//! slice as the daemon would drive it over stdin (`examples/echo.rs` is this plugin as a
+//! slice as the daemon would drive it over stdin (`examples/tool.rs` is a fuller plugin as a
 //! program, served by [`run`]):
 //!
 //! ```

@@ -1,5 +1,8 @@
-//! The daemon's line protocol: framing (`wire`), message shapes (`message`), and the session
-//! handle tools answer through (`session`).
+//! The daemon's line protocol: framing (`wire`), message shapes (`message`, `outbound`), and the session handle.
+//!
+//! What follows is `docs/protocol.md`, the protocol as this crate speaks it.
+//!
+#![doc = include_str!("../../docs/protocol.md")]
 
 pub mod caller;
 pub mod message;
