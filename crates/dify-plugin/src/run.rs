@@ -16,8 +16,9 @@ use crate::logging::LogRoute;
 use crate::runtime::env::EnvSettings;
 use crate::runtime::register::Registration;
 use crate::runtime::remote::RemoteConfig;
-use crate::runtime::serverless::{About, HttpConfig};
-use crate::runtime::{remote, serverless, ServeOptions};
+#[cfg(feature = "http")]
+use crate::runtime::serverless::{self, HttpConfig};
+use crate::runtime::{remote, About, ServeOptions};
 
 /// The `INSTALL_METHOD` values, as an error message lists them.
 const INSTALL_METHODS: &str =
@@ -90,6 +91,7 @@ pub enum Transport {
     /// reconnect policy, and what to register.
     Remote(ServeOptions, RemoteConfig, Registration),
     /// HTTP (serverless or aws_lambda).
+    #[cfg(feature = "http")]
     Http(HttpConfig),
 }
 
@@ -130,8 +132,16 @@ impl Transport {
                 // The daemon drops `log` events of a debugging connection: the terminal gets them too.
                 Transport::Remote(ServeOptions { logs: LogRoute::ProtocolAndStderr, ..serve }, cfg, registration)
             }
+            #[cfg(feature = "http")]
             InstallMethod::Serverless => Transport::Http(HttpConfig::from_settings("serverless", "SERVERLESS", get)?),
+            #[cfg(feature = "http")]
             InstallMethod::AwsLambda => Transport::Http(HttpConfig::from_settings("aws_lambda", "AWS_LAMBDA", get)?),
+            #[cfg(not(feature = "http"))]
+            InstallMethod::Serverless | InstallMethod::AwsLambda => {
+                return Err(Error::Setting(
+                    "INSTALL_METHOD names an HTTP runtime: this plugin was built without the `http` feature".into(),
+                ))
+            }
         })
     }
 }
@@ -165,12 +175,15 @@ pub fn run_with<H: Handler>(handler: Arc<H>, options: RunOptions) -> Result<Exit
 /// [`run_with`]'s work, on a runtime the caller provides.
 pub async fn serve<H: Handler>(handler: Arc<H>, transport: Transport, about: About) -> Result<Exit, Error> {
     let never = |r: Result<Infallible, Error>| r.map(|never| match never {});
+    #[cfg(not(feature = "http"))]
+    drop(about);
     match transport {
         #[cfg(unix)]
         Transport::Local(opts) => crate::runtime::stdio::run_stdio(handler, opts).await,
         #[cfg(not(unix))]
         Transport::Local(_) => Err(Error::Setting("INSTALL_METHOD=local: the stdio runtime is Unix-only".into())),
         Transport::Remote(opts, cfg, registration) => never(remote::run_remote(handler, opts, cfg, registration).await),
+        #[cfg(feature = "http")]
         Transport::Http(cfg) => never(serverless::run_http(handler, cfg, about).await),
     }
 }
@@ -201,8 +214,11 @@ mod tests {
         let Transport::Local(opts) = transport(&[], None).unwrap() else { panic!("unset is local") };
         assert_eq!((opts.heartbeat, opts.logs), (Duration::from_secs(10), LogRoute::Protocol));
         assert!(matches!(transport(&[("INSTALL_METHOD", "LOCAL")], None), Ok(Transport::Local(_))));
-        let http = transport(&[("INSTALL_METHOD", "aws_lambda"), ("AWS_LAMBDA_PORT", "9")], None).unwrap();
-        assert!(matches!(http, Transport::Http(HttpConfig { method: "aws_lambda", port: 9, .. })), "{http:?}");
+        let http = transport(&[("INSTALL_METHOD", "aws_lambda"), ("AWS_LAMBDA_PORT", "9")], None);
+        #[cfg(feature = "http")]
+        assert!(matches!(http, Ok(Transport::Http(HttpConfig { method: "aws_lambda", port: 9, .. }))), "{http:?}");
+        #[cfg(not(feature = "http"))]
+        assert!(http.unwrap_err().to_string().contains("`http` feature"));
         let e = transport(&[("INSTALL_METHOD", "carrier-pigeon")], None).unwrap_err().to_string();
         assert!(e.contains("\"carrier-pigeon\"") && e.contains("serverless"), "{e}");
     }

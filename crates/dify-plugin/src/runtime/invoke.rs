@@ -14,18 +14,9 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, DuplexStream};
 
+use super::About;
 use crate::handler::{serve_session, ErrorMessage, Handler};
 use crate::protocol::{Caller, Inbound, Outbox, RequestData};
-
-/// What `GET /` says about the plugin: its name (also in the start-up line) and any further
-/// fields (a version, the tools it provides, …).
-#[derive(Debug, Clone)]
-pub struct About {
-    /// The plugin's name.
-    pub name: &'static str,
-    /// Further members of `GET /`'s object.
-    pub fields: serde_json::Map<String, serde_json::Value>,
-}
 
 /// What the HTTP handlers need: the plugin, the runtime's name (serverless / aws_lambda) and
 /// what `GET /` says about the plugin.

@@ -11,8 +11,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-pub use super::invoke::About;
 use super::invoke::{self, HttpState};
+pub use super::About;
 use crate::error::Error;
 use crate::handler::Handler;
 
