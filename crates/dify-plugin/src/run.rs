@@ -97,22 +97,27 @@ pub enum Transport {
 
 impl Transport {
     /// Reads every setting the chosen runtime needs, so a bad one is reported before anything
-    /// starts. A knob that is not a positive number keeps its default (with a warning).
+    /// starts. A knob that is not a number keeps its default.
     pub fn from_options(options: &RunOptions) -> Result<Transport, Error> {
         let settings = &options.settings;
         let get = |name: &str| settings.get(name);
-        let knob = |name: &str| {
+        let setting = |name: &str| {
             let name = format!("{}_{name}", options.env_prefix);
-            let value = settings.get(&name)?;
-            let number = value.parse::<u64>().ok().filter(|&n| n > 0);
-            if number.is_none() {
-                tracing::warn!("{name}={value:?} is not a positive number; using the default");
-            }
-            number
+            settings.get(&name).map(|value| (name, value))
         };
+        // The heartbeat must tick: zero keeps the default, with a warning.
+        let heartbeat = setting("HEARTBEAT_MS").and_then(|(name, value)| {
+            let ms = value.parse::<u64>().ok().filter(|&n| n > 0);
+            if ms.is_none() {
+                tracing::warn!("{name}={value:?} is not a positive number of milliseconds; using the default");
+            }
+            ms
+        });
+        // A reconnect knob that is not a number keeps its default (zero is clamped in use).
+        let reconnect = |name: &str| setting(name).and_then(|(_, value)| value.parse::<u64>().ok());
         let defaults = ServeOptions::default();
         let serve = ServeOptions {
-            heartbeat: knob("HEARTBEAT_MS").map_or(defaults.heartbeat, Duration::from_millis),
+            heartbeat: heartbeat.map_or(defaults.heartbeat, Duration::from_millis),
             max_in_flight: options.max_in_flight.max(1),
             logs: LogRoute::Protocol,
         };
@@ -124,8 +129,8 @@ impl Transport {
                 })?;
                 let cfg = RemoteConfig::from_settings(get)?;
                 let cfg = RemoteConfig {
-                    reconnect_base: knob("RECONNECT_MS").map_or(cfg.reconnect_base, Duration::from_millis),
-                    max_attempts: knob("RECONNECT_ATTEMPTS")
+                    reconnect_base: reconnect("RECONNECT_MS").map_or(cfg.reconnect_base, Duration::from_millis),
+                    max_attempts: reconnect("RECONNECT_ATTEMPTS")
                         .map_or(cfg.max_attempts, |n| u32::try_from(n).unwrap_or(u32::MAX)),
                     ..cfg
                 };
@@ -244,6 +249,9 @@ mod tests {
         let knobs = [remote[0], remote[1], ("HOST_RECONNECT_MS", "10"), ("HOST_RECONNECT_ATTEMPTS", "99999999999")];
         let Transport::Remote(_, cfg, _) = transport(&knobs, registration()).unwrap() else { panic!() };
         assert_eq!((cfg.reconnect_base, cfg.max_attempts), (Duration::from_millis(10), u32::MAX));
+        let odd = [remote[0], remote[1], ("HOST_RECONNECT_MS", "soon"), ("HOST_RECONNECT_ATTEMPTS", "-1")];
+        let Transport::Remote(_, cfg, _) = transport(&odd, registration()).unwrap() else { panic!() };
+        assert_eq!((cfg.reconnect_base, cfg.max_attempts), (Duration::from_secs(1), 10), "not a number: the default");
         let e = transport(&remote, None).unwrap_err().to_string();
         assert!(e.contains("registration"), "{e}");
         let e = transport(&remote[..1], registration()).unwrap_err().to_string();
