@@ -4,8 +4,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use dify_plugin::protocol::RequestData;
-use dify_plugin::{ErrorMessage, Handler, Session};
+use dify_plugin::{ErrorMessage, Handler, Oversize, OversizeLine, RequestData, Session};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
@@ -15,6 +14,11 @@ use crate::store::{Clock, StoreCache, StoreOptions};
 use crate::tools::{self, Params, Settings, Tool};
 
 pub const PROVIDER: &str = "stateful_tool";
+
+/// What a session whose handler panicked is told: the request failed inside the plugin, and
+/// (every tool's effect being exactly-once) the caller may retry it.
+pub(crate) const PANICKED: &str =
+    "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe";
 
 /// Distinct credential sets whose settings are kept; a workspace has a handful, and past this
 /// many the map is emptied and refilled (an attacker cycling credentials only costs parses).
@@ -57,7 +61,8 @@ impl App {
 }
 
 /// The plugin as the runtimes see it: every request's data goes to [`handle_request`], and
-/// the errors the runtimes answer on their own are ours too ([`SessionError`]'s classes).
+/// the errors the runtimes answer on their own are ours too ([`SessionError`]'s classes); a
+/// webhook too long to hold still gets its sender a 413 from the trigger.
 impl Handler for App {
     type Data<'a> = Data<'a>;
 
@@ -75,7 +80,14 @@ impl Handler for App {
     }
 
     fn panicked(&self) -> ErrorMessage {
-        SessionError::from(ToolError::upstream(dify_plugin::handler::PANICKED)).to_message()
+        SessionError::from(ToolError::upstream(PANICKED)).to_message()
+    }
+
+    fn oversize(&self, line: &OversizeLine<'_>) -> Oversize {
+        match crate::trigger::oversize_dispatch(line.prefix, line.len) {
+            Some(stand_in) => Oversize::Handle(stand_in),
+            None => Oversize::Refuse(self.malformed(&line.describe())),
+        }
     }
 }
 

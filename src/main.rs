@@ -39,7 +39,7 @@ fn main() -> std::process::ExitCode {
     // STATEFUL_TOOL_LOG, else RUST_LOG, else info (for every command, so it is read here).
     stateful_tool::logging::init(std::env::var("STATEFUL_TOOL_LOG").ok().as_deref());
     let result = match cli.command {
-        Command::Serve => serve::run(),
+        Command::Serve => return serve_exit(serve::run()),
         Command::Call(args) => call::run(args),
         Command::Kv(cmd) => kv_admin::run(cmd),
         Command::Package(args) => package::run_package(args),
@@ -54,4 +54,20 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `serve`'s end as an exit code: 0 when the daemon is done with the plugin, 2 when remote
+/// debugging was refused (retrying cannot help), 3 when the protocol output closed, else 1.
+fn serve_exit(result: Result<dify_plugin::Exit, dify_plugin::Error>) -> std::process::ExitCode {
+    let e = match result {
+        Ok(_) => return std::process::ExitCode::SUCCESS,
+        Err(e) => e,
+    };
+    let code = match e {
+        dify_plugin::Error::Refused(_) => 2,
+        dify_plugin::Error::OutputClosed(_) => 3,
+        _ => 1,
+    };
+    eprintln!("stateful-tool: {:#}", anyhow::Error::from(e));
+    std::process::ExitCode::from(code)
 }

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 
 use dify_plugin::protocol::Name;
 
-use crate::tools::params::{Params, NUMBER_TOKEN};
+use crate::tools::params::{is_number_key, Params};
 
 /// The members of a request's data that dispatch reads. A member of the wrong type reads as
 /// absent, and a repeated one as its last value, as a JSON map would keep it.
@@ -149,9 +149,9 @@ impl<'de> Deserialize<'de> for Slot<'de> {
                 Ok(Slot::NotObject)
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Slot<'de>, A::Error> {
-                // A number arrives as a map whose only key is serde_json's number token.
+                // A number arrives as a map whose only key is serde_json's (see `is_number_key`).
                 match map.next_key::<Name>()? {
-                    Some(Name(key)) if key == NUMBER_TOKEN => {
+                    Some(Name(key)) if is_number_key(&key) => {
                         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                         Ok(Slot::NotObject)
                     }

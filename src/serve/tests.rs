@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use dify_plugin::logging::LogRoute;
+use dify_plugin::runtime::env::EnvSettings;
 use dify_plugin::runtime::session_loop::serve;
 use dify_plugin::runtime::ServeOptions;
 use dify_plugin::{Handler, Session};
@@ -33,7 +34,8 @@ fn app() -> std::sync::Arc<App> {
     App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() })
 }
 
-/// The plugin's own handler, except that a request of type "test" panics in it.
+/// The plugin's own handler (its answers to a panic included), except that a request of type
+/// "test" panics in it.
 struct Panicky(std::sync::Arc<App>);
 
 impl Handler for Panicky {
@@ -44,6 +46,10 @@ impl Handler for Panicky {
             panic!("an injected panicking handler");
         }
         self.0.handle(session, data, request).await
+    }
+
+    fn panicked(&self) -> dify_plugin::ErrorMessage {
+        self.0.panicked()
     }
 }
 
@@ -219,20 +225,39 @@ async fn a_kv_url_we_cannot_use_is_the_callers_mistake() {
 }
 
 #[test]
-fn remote_debugging_reads_our_reconnect_policy_beside_the_daemons_settings() {
-    let config = |pairs: &[(&str, &str)]| {
-        let map: std::collections::HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        super::remote_config(|k| map.get(k).cloned()).unwrap()
-    };
-    let key = ("REMOTE_INSTALL_KEY", "k");
-    let c = config(&[key]);
-    assert_eq!((c.key.as_str(), c.reconnect_base, c.max_attempts), ("k", Duration::from_secs(1), 10), "defaults");
-    let c = config(&[key, ("STATEFUL_TOOL_RECONNECT_MS", "10"), ("STATEFUL_TOOL_RECONNECT_ATTEMPTS", "3")]);
-    assert_eq!((c.reconnect_base, c.max_attempts), (Duration::from_millis(10), 3));
-    let c = config(&[key, ("STATEFUL_TOOL_RECONNECT_MS", "soon"), ("STATEFUL_TOOL_RECONNECT_ATTEMPTS", "-1")]);
-    assert_eq!((c.reconnect_base, c.max_attempts), (Duration::from_secs(1), 10), "not a number: the default");
-    let c = config(&[key, ("STATEFUL_TOOL_RECONNECT_ATTEMPTS", "99999999999")]);
-    assert_eq!(c.max_attempts, u32::MAX);
-    assert!(super::remote_config(|_| None).is_err(), "REMOTE_INSTALL_KEY is still required");
+fn the_plugins_settings_are_read_from_the_settings_it_is_given() {
+    let settings = EnvSettings::from_pairs([
+        ("STATEFUL_TOOL_STORE_TIMEOUT_MS", "250"),
+        ("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS", "soon"),
+        ("STATEFUL_TOOL_STORE_HOSTS", "kv.internal"),
+    ]);
+    let options = super::PluginOptions::from_settings(&settings).unwrap();
+    let defaults = StoreOptions::default();
+    assert_eq!(options.store.call_timeout, Duration::from_millis(250));
+    assert_eq!(options.store.door_timeout, defaults.door_timeout, "not a number: the default");
+    assert!(format!("{:?}", options.store.allowed_hosts).contains("kv.internal"));
+    let bad = EnvSettings::from_pairs([("STATEFUL_TOOL_STORE_HOSTS", "http://kv/")]);
+    assert!(super::PluginOptions::from_settings(&bad).unwrap_err().to_string().contains("STATEFUL_TOOL_STORE_HOSTS"));
+}
+
+#[test]
+fn remote_debugging_registers_the_package_the_setting_names() {
+    let tool = super::registration(None).unwrap();
+    assert_eq!(tool.declaration.0, "tool_declaration");
+    assert_eq!(super::registration(Some("trigger")).unwrap().declaration.0, "trigger_declaration");
+    let e = super::registration(Some("both")).unwrap_err().to_string();
+    assert!(e.contains("STATEFUL_TOOL_PACKAGE=\"both\""), "{e}");
+}
+
+#[tokio::test]
+async fn an_oversize_webhook_reaches_the_trigger_and_other_oversize_lines_are_refused_in_our_words() {
+    let mut input =
+        br#"{"session_id":"s-hook","event":"request","data":{"action":"dispatch_trigger_event","raw":""#.to_vec();
+    input.extend(std::iter::repeat_n(b'a', crate::protocol::wire::MAX_INPUT_LINE + 10));
+    input.extend_from_slice(b"\"}}\n");
+    let out = run(&input).await;
+    assert_eq!(session_types(&out, "s-hook"), ["stream", "end"], "{out:?}");
+    let chunk = out.iter().find(|v| v["session_id"] == "s-hook" && v["data"]["type"] == "stream").unwrap();
+    let response = hex::decode(chunk["data"]["data"]["response"].as_str().unwrap()).unwrap();
+    assert!(response.starts_with(b"HTTP/1.1 413"), "{}", String::from_utf8_lossy(&response));
 }

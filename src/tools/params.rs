@@ -2,8 +2,9 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::LazyLock;
 
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -11,8 +12,31 @@ use dify_plugin::protocol::Name;
 
 use crate::error::ToolError;
 
-/// What serde_json (`arbitrary_precision`) reports a number as: a one-entry map under this key.
-pub(crate) const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+/// Whether `key`, the first key of a map a visitor is handed, says the map is a number:
+/// serde_json (`arbitrary_precision`) hands a number over as a one-entry map under a key of
+/// its own. The key is learnt from serde_json once, by reading a number, rather than spelled
+/// out here: it is serde_json's private business. (Should serde_json stop handing numbers
+/// over as maps, no key is learnt and no map is taken for a number.)
+pub(crate) fn is_number_key(key: &str) -> bool {
+    static KEY: LazyLock<Option<String>> = LazyLock::new(|| {
+        struct FirstKey;
+        impl<'de> Visitor<'de> for FirstKey {
+            type Value = Option<String>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+                let key = map.next_key::<String>()?;
+                if key.is_some() {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Ok(key)
+            }
+        }
+        serde_json::Deserializer::from_str("1.5").deserialize_any(FirstKey).ok().flatten()
+    });
+    KEY.as_deref() == Some(key)
+}
 
 /// A call's `tool_parameters`, read in the same pass as the rest of the request: each
 /// member's value, its strings borrowed from the request's text where they had no escapes.
@@ -135,7 +159,7 @@ impl<'de> Visitor<'de> for ParamVisitor {
         let Some(Name(first)) = map.next_key()? else {
             return Ok(Param::Composite(Value::Object(Map::new())));
         };
-        if first == NUMBER_TOKEN {
+        if is_number_key(&first) {
             return Ok(Param::Number(map.next_value::<String>()?));
         }
         // As `Value` builds a map: a repeated key keeps its first place and its last value.
@@ -237,6 +261,14 @@ mod tests {
         assert!(Params::parse(&deep).unwrap_err().to_string().contains("recursion limit"));
         let m = Params::parse(r#"{"a": "x", "a": null, "b": "y", "b": "z"}"#).unwrap();
         assert_eq!((optional_str(&m, "a").unwrap(), optional_str(&m, "b").unwrap().as_deref()), (None, Some("z")));
+    }
+
+    #[test]
+    fn numbers_are_told_from_objects_without_naming_serde_jsons_key() {
+        let m = Params::parse(r#"{"n": -0.50, "o": {"n": 1}}"#).unwrap();
+        assert!(matches!(m.get("n"), Param::Number(n) if n == "-0.50"), "{m:?}");
+        assert!(matches!(m.get("o"), Param::Composite(Value::Object(_))), "{m:?}");
+        assert!(!is_number_key("n") && !is_number_key(""));
     }
 
     #[test]

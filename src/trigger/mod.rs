@@ -28,9 +28,18 @@ pub const PROVIDER: &str = "stateful_trigger";
 /// The one event this provider declares.
 pub(crate) const EVENT: &str = "webhook_received";
 
-/// Data key of the synthetic request the session loop makes of a dispatch line too long to
-/// hold: answered with 413 instead of an error.
-pub(crate) use dify_plugin::runtime::session_loop::OVERSIZE_KEY;
+/// Data key of the stand-in request [`oversize_dispatch`] makes of a dispatch line too long
+/// to hold, with the line's length in bytes: answered with 413 instead of an error.
+pub(crate) const OVERSIZE_KEY: &str = "oversize_line_bytes";
+
+/// The stand-in for a `dispatch_trigger_event` line too long to hold (`prefix` is its start,
+/// `len` its length): its `data` is only `type`, `action` and [`OVERSIZE_KEY`], so the sender
+/// gets a clean 413 instead of our error text. `None` for any other line.
+pub(crate) fn oversize_dispatch(prefix: &[u8], len: usize) -> Option<dify_plugin::RequestData> {
+    memchr::memmem::find(prefix, br#""data":{"action":"dispatch_trigger_event""#)?;
+    let data = json!({"type": "trigger", "action": "dispatch_trigger_event", (OVERSIZE_KEY): len});
+    dify_plugin::RequestData::from_value(&data)
+}
 
 /// Answers one trigger action with its stream chunks.
 pub(crate) async fn handle(stores: &StoreCache, action: &str, data: &Value) -> Result<Vec<Value>, SessionError> {

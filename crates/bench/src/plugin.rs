@@ -261,7 +261,7 @@ fn string_at(s: &[u8]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dify_plugin::protocol::message::session_line as make;
+    use dify_plugin::protocol::outbound::session_line as make;
     use serde_json::json;
 
     #[test]

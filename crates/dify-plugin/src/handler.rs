@@ -1,5 +1,5 @@
 //! The one interface between the runtimes and a plugin: a [`Handler`] answers each request on
-//! its session, and [`serve_session`] makes sure every session is answered whatever happens.
+//! its session, and the runtimes make sure every session is answered whatever happens.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -8,6 +8,8 @@ use futures_util::FutureExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::protocol::message::session_id_from_prefix;
+use crate::protocol::wire::MAX_INPUT_LINE;
 use crate::protocol::{Caller, Outbox, RequestData, Session};
 
 /// What answers one request: the plugin. Every runtime takes any `Handler`, so a test can
@@ -28,32 +30,72 @@ pub trait Handler: Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send + 'a;
 
     /// The error answering a line that names a session but is not a request this protocol
-    /// can take (`why` says what is wrong).
+    /// can take, or whose data does not read as [`Handler::Data`] (`why` says what is wrong).
+    /// By default `malformed_request`, "malformed request: {why}".
     fn malformed(&self, why: &str) -> ErrorMessage {
-        ErrorMessage::new("param_invalid", format!("malformed input: {why}"))
+        ErrorMessage::new("malformed_request", format!("malformed request: {why}"))
     }
 
-    /// The error answering a session whose handler panicked.
+    /// The error answering a session whose handler panicked (the panic itself is logged).
+    /// By default `internal_error`, saying the plugin failed and where to look.
     fn panicked(&self) -> ErrorMessage {
-        ErrorMessage::new("upstream_error", PANICKED)
+        ErrorMessage::new("internal_error", "the plugin failed while handling this request (see the plugin log)")
+    }
+
+    /// How to answer a line too long to hold that names a session: by default
+    /// [`Oversize::Refuse`] with [`Handler::malformed`] of [`OversizeLine::describe`]. A
+    /// handler that can still answer such a request usefully from what the line's start says
+    /// (say, a trigger turning an oversize webhook into a 413 for its sender) hands a request
+    /// of its own making to [`Handler::handle`] with [`Oversize::Handle`].
+    fn oversize(&self, line: &OversizeLine<'_>) -> Oversize {
+        Oversize::Refuse(self.malformed(&line.describe()))
     }
 }
 
-/// What [`Handler::panicked`] says by default: the request failed inside the plugin, and the
-/// caller may retry it.
-pub const PANICKED: &str =
-    "the plugin failed internally while handling this request (see the plugin log); retrying the call is safe";
+/// A request line longer than the runtime holds in memory: its first bytes and its length.
+#[derive(Debug, Clone, Copy)]
+pub struct OversizeLine<'a> {
+    /// The line's first bytes (a few KiB; the daemon writes `session_id` first).
+    pub prefix: &'a [u8],
+    /// The whole line's length in bytes.
+    pub len: usize,
+}
+
+impl OversizeLine<'_> {
+    /// What is wrong with the line, for an error message: its length and the limit.
+    pub fn describe(&self) -> String {
+        format!("request line of {} bytes exceeds the {MAX_INPUT_LINE} byte limit", self.len)
+    }
+
+    /// The session the line names, when its start says.
+    pub fn session_id(&self) -> Option<String> {
+        session_id_from_prefix(self.prefix)
+    }
+}
+
+/// A handler's answer to an oversize line ([`Handler::oversize`]).
+#[derive(Debug)]
+pub enum Oversize {
+    /// Answer the session with this error.
+    Refuse(ErrorMessage),
+    /// Handle this request (made by the handler from what the line's start says) as if the
+    /// line had carried it.
+    Handle(RequestData),
+}
 
 /// A session's `error` message as the daemon reads it: `error_type`, `message` and `args`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ErrorMessage {
+    /// The error's class, as the caller sees it (the Python SDK puts the exception's name here).
     pub error_type: String,
+    /// What went wrong, for people.
     pub message: String,
     /// Machine-readable details; the daemon keeps at most 10 keys.
     pub args: Map<String, Value>,
 }
 
 impl ErrorMessage {
+    /// An error of class `error_type` saying `message`, without details.
     pub fn new(error_type: impl Into<String>, message: impl Into<String>) -> Self {
         ErrorMessage { error_type: error_type.into(), message: message.into(), args: Map::new() }
     }
@@ -74,16 +116,17 @@ impl ErrorMessage {
     }
 }
 
-/// Answers one session whatever happens: `handler`'s answer to the request, the error of a
-/// line that could not be taken as a request (`Err(why)`) or whose data `handler` cannot read,
-/// or, should the handler panic, its [`Handler::panicked`] error. The daemon waits for every
-/// session's `end`, so a bug in one handler must not leave its session open.
-pub async fn serve_session<H: Handler>(
+/// Answers one session whatever happens: `handler`'s answer to the request, the error a line
+/// that could not be taken as a request was refused with (`Err`), [`Handler::malformed`] for
+/// data `handler` cannot read, or, should the handler panic, its [`Handler::panicked`] error.
+/// The daemon waits for every session's `end`, so a bug in one handler must not leave its
+/// session open.
+pub(crate) async fn serve_session<H: Handler>(
     handler: &H,
     session_id: String,
     caller: Caller,
     outbox: Outbox,
-    request: Result<RequestData, String>,
+    request: Result<RequestData, ErrorMessage>,
 ) {
     let session = Session::new(session_id.clone(), outbox.clone()).with_caller(caller);
     // The handler's future is awaited where it is made (not passed on by value): a future
@@ -95,7 +138,7 @@ pub async fn serve_session<H: Handler>(
                 Ok(data) => handler.handle(session, data, request).await,
                 Err(e) => session.finish(Some(handler.malformed(&e.to_string()).to_wire())).await,
             },
-            Err(why) => session.finish(Some(handler.malformed(why).to_wire())).await,
+            Err(refusal) => session.finish(Some(refusal.to_wire())).await,
         }
     };
     if let Err(panic) = AssertUnwindSafe(work).catch_unwind().await {

@@ -2,17 +2,23 @@
 //!
 //! A plugin implements [`Handler`]: it receives each request's `data`, read into its own type
 //! ([`Handler::Data`], borrowing from the request line, in the same pass as the line), on its
-//! own [`Session`], and answers it (stream messages, then exactly one `end`). The runtimes
-//! carry the protocol:
+//! own [`Session`], and answers it (stream messages, then exactly one `end`). [`run`] serves
+//! it on the runtime the daemon's environment chooses (`INSTALL_METHOD`):
 //! [`runtime::stdio`] (how the daemon starts an installed plugin: newline-delimited JSON on
-//! stdin/stdout), [`runtime::remote`] (remote debugging over TCP, with the registration) and
-//! [`runtime::serverless`] (HTTP). [`protocol`] holds the wire format; [`logging`] turns
-//! `tracing` records into the daemon's `log` events. The crate knows nothing of what a plugin
-//! does.
+//! stdin/stdout), [`runtime::remote`] (remote debugging over TCP, with the registration) or
+//! [`runtime::serverless`] (HTTP); [`run_with`] takes the settings and the host's knobs
+//! ([`RunOptions`]). It returns how it ended ([`Exit`], [`Error`]) and leaves printing and
+//! exit codes to the host. [`protocol`] holds the wire format and describes the protocol as
+//! this crate speaks it (`docs/protocol.md`); [`logging`] turns `tracing` records into the
+//! daemon's `log` events. The crate knows nothing of what a plugin does.
+//!
+//! Not yet: backwards invocation (a plugin calling back into Dify: models, storage, other
+//! tools), files and blobs, i18n declarations, typed tool and trigger interfaces (a handler
+//! reads `data` into its own type; `examples/tool.rs` and `examples/webhook.rs` show both).
 //!
 //! A plugin that answers every request with one `stream` message, driven here over a byte
-//! slice as the daemon would drive it over stdin ([`runtime::stdio::run_stdio`] serves the
-//! real pipes; `examples/echo.rs` is this plugin as a program):
+//! slice as the daemon would drive it over stdin (`examples/tool.rs` is a fuller plugin as a
+//! program, served by [`run`]):
 //!
 //! ```
 //! use std::sync::Arc;
@@ -49,12 +55,18 @@
 //! assert_eq!(lines[1]["data"], json!({"type": "stream", "data": {"action": "invoke_tool"}}));
 //! assert_eq!(lines[2]["data"], json!({"type": "end", "data": {}}));
 //! # });
-//! //! ```
+//! ```
 
+#![deny(missing_docs)]
+
+mod error;
 pub mod handler;
 pub mod logging;
 pub mod protocol;
+mod run;
 pub mod runtime;
 
-pub use handler::{serve_session, ErrorMessage, Handler};
+pub use error::{Error, Exit};
+pub use handler::{ErrorMessage, Handler, Oversize, OversizeLine};
 pub use protocol::{RequestData, Session};
+pub use run::{run, run_with, serve, InstallMethod, RunOptions, Transport};

@@ -60,7 +60,7 @@ pub fn init(filter: Option<&str>) {
 }
 
 /// Sends log records to `port` (per `route`) until the guard is dropped.
-pub fn attach(port: LogPort, route: LogRoute) -> Option<AttachGuard> {
+pub(crate) fn attach(port: LogPort, route: LogRoute) -> Option<AttachGuard> {
     if route == LogRoute::Stderr {
         return None;
     }
@@ -71,7 +71,7 @@ pub fn attach(port: LogPort, route: LogRoute) -> Option<AttachGuard> {
 }
 
 /// Detaches on drop (unless a later session loop attached since).
-pub struct AttachGuard {
+pub(crate) struct AttachGuard {
     generation: u64,
 }
 
@@ -89,7 +89,7 @@ fn writes_stderr() -> bool {
 }
 
 /// The daemon's level names (it maps `debug`, `warn`/`warning`, `error`, else info).
-pub fn level_name(level: &Level) -> &'static str {
+pub(crate) fn level_name(level: &Level) -> &'static str {
     match *level {
         Level::ERROR => "ERROR",
         Level::WARN => "WARNING",

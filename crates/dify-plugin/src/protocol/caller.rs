@@ -26,6 +26,7 @@ pub enum Caller {
 }
 
 impl Caller {
+    /// The caller an envelope's `app_id` and `message_id` tell.
     pub fn from_envelope(app_id: Presence, message_id: Presence) -> Caller {
         use Presence::{Empty, Set};
         match (app_id, message_id) {

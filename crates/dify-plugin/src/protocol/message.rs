@@ -1,4 +1,4 @@
-//! Shapes of daemon → plugin lines and the plugin → daemon events we emit.
+//! The one reader of a daemon → plugin line (`Message`), and what the runtimes make of a line (`Inbound`, a request, a refusal).
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -11,30 +11,25 @@ use super::request::RequestData;
 /// JSON text (see [`RequestData`]).
 #[derive(Debug)]
 pub struct Inbound {
+    /// The session the message belongs to (`null` on a heartbeat-like message).
     pub session_id: Option<String>,
+    /// `request`, or `backwards_response` (the answer to a plugin's call into Dify).
     pub event: String,
+    /// The message's `data`, as its JSON text.
     pub data: Option<Box<RawValue>>,
+    /// Whether the envelope named an app ([`Caller`] is told from this and `message_id`).
     pub app_id: Presence,
+    /// Whether the envelope named a chat message.
     pub message_id: Presence,
-}
-
-/// [`Inbound`] as the generic path reads it, from a tree.
-#[derive(Deserialize)]
-struct InboundTree {
-    session_id: Option<String>,
-    event: String,
-    data: Option<Value>,
-    #[serde(default)]
-    app_id: Presence,
-    #[serde(default)]
-    message_id: Presence,
 }
 
 /// Why an input line could not be taken as a request; `session_id` is set when it was
 /// readable, so that session can still be answered.
 #[derive(Debug)]
 pub struct InboundError {
+    /// The session the line names, when that much could be read.
     pub session_id: Option<String>,
+    /// What is wrong with the line (it never quotes the line: it may hold credentials).
     pub message: String,
 }
 
@@ -44,38 +39,25 @@ impl Inbound {
         Caller::from_envelope(self.app_id, self.message_id)
     }
 
+    /// Reads one daemon line (without its newline) with the one reader of a line, `data`
+    /// kept as its text.
     pub fn parse(line: &[u8]) -> Result<Inbound, InboundError> {
-        // Fast path: straight into the struct, `data` as its text, from `str` (checking the
-        // line for UTF-8 once is cheaper than serde_json checking every stretch between
-        // escapes). Any failure (including odd but valid input such as a repeated key, which
-        // the struct refuses and the generic path accepts) takes the generic path below, so
-        // results and error messages are exactly those of the generic path.
-        let fast =
-            std::str::from_utf8(line).ok().and_then(|text| serde_json::from_str::<Fast<Box<RawValue>>>(text).ok());
-        if let Some(Fast(e)) = fast {
-            let Envelope { session_id, event, data, app_id, message_id } = e;
-            return Ok(Inbound { session_id, event, data, app_id, message_id });
-        }
-        let value: Value = serde_json::from_slice(line).map_err(|e| InboundError {
-            session_id: session_id_from_prefix(line),
-            message: format!("input line is not valid JSON: {e}"),
-        })?;
-        let session_id = value.get("session_id").and_then(Value::as_str).map(str::to_owned);
-        let tree = serde_json::from_value::<InboundTree>(value)
-            .map_err(|e| InboundError { session_id, message: format!("input line is not a daemon message: {e}") })?;
-        Ok(Inbound {
-            session_id: tree.session_id,
-            event: tree.event,
-            data: tree.data.map(|d| serde_json::value::to_raw_value(&d).expect("a JSON value serialises")),
-            app_id: tree.app_id,
-            message_id: tree.message_id,
-        })
+        // From `str` when the line is UTF-8 (checking it once is cheaper than serde_json
+        // checking every stretch between escapes); from the bytes otherwise, so the error
+        // says where the line is broken.
+        let read = match std::str::from_utf8(line) {
+            Ok(text) => serde_json::from_str::<Message<Box<RawValue>>>(text),
+            Err(_) => serde_json::from_slice::<Message<Box<RawValue>>>(line),
+        };
+        let Message { session_id, event, data, app_id, message_id } = read.map_err(|e| refused(line, &e))?;
+        Ok(Inbound { session_id, event, data, app_id, message_id })
     }
 
     /// The one rule that takes a message as a request, for every transport: event `request`,
     /// a session id (the message's own, else `fallback`, e.g. the HTTP runtime's session
     /// header) and a `data` object; the request's (session id, caller, data). A
-    /// `backwards_response` is `Ok(None)`: a plugin that never calls back into Dify ignores it.
+    /// `backwards_response` (the daemon's answer to a plugin's call back into Dify, which this
+    /// SDK does not make yet) is `Ok(None)`.
     pub fn into_request(self, fallback: Option<String>) -> Result<Option<(String, Caller, RequestData)>, InboundError> {
         let caller = self.caller();
         let session_id = self.session_id.or(fallback);
@@ -99,23 +81,39 @@ impl Inbound {
     }
 }
 
+/// Why `line` is not a daemon message, and the session it names when that can be read: its
+/// top-level `session_id` when the line is JSON, else what its start says.
+fn refused(line: &[u8], e: &serde_json::Error) -> InboundError {
+    use serde_json::error::Category;
+    let (session_id, what) = match e.classify() {
+        Category::Data => {
+            let tree = serde_json::from_slice::<Value>(line).ok();
+            let sid = tree.as_ref().and_then(|t| t.get("session_id")?.as_str().map(str::to_owned));
+            (sid, "not a daemon message")
+        }
+        Category::Io | Category::Syntax | Category::Eof => (session_id_from_prefix(line), "not valid JSON"),
+    };
+    InboundError { session_id, message: format!("input line is {what}: {e}") }
+}
+
 /// The (session id, caller, data) of `line` when it is plainly a request (event `request`, a
-/// session id, and a `data` member that `D` reads), all read in one pass with `data` going
-/// straight into the handler's type: scanning `data` once to keep it as text and once more
-/// to read it was a tenth of a tool call's instructions. `None` for any other line, which
-/// [`Inbound::parse`] and [`Inbound::into_request`] then take or refuse as their rule says
-/// (`data` is read as an object whatever `D` would accept, so both agree on every line).
+/// session id, and a `data` object that `D` reads), all read in one pass by [`Message`] with
+/// `data` going straight into the handler's type: scanning `data` once to keep it as text
+/// and once more to read it was a tenth of a tool call's instructions. `None` for any other
+/// line, which [`Inbound::parse`] and [`Inbound::into_request`] then take or refuse as their
+/// rule says (`data` is read as an object whatever `D` would accept, so both agree on every
+/// line).
 pub(crate) fn request_in_one_pass<'a, D: Deserialize<'a>>(line: &'a str) -> Option<(String, Caller, D)> {
-    let Fast(e) = serde_json::from_str::<Fast<Object<D>>>(line).ok()?;
-    if e.event != "request" {
+    let message = serde_json::from_str::<Message<Object<D>>>(line).ok()?;
+    if message.event != "request" {
         return None;
     }
-    Some((e.session_id?, Caller::from_envelope(e.app_id, e.message_id), e.data?.0))
+    Some((message.session_id?, Caller::from_envelope(message.app_id, message.message_id), message.data?.0))
 }
 
 /// `D` read from a JSON object only: the request rule takes no other `data`, even where `D`
 /// would (serde's derive for a struct also reads an array).
-struct Object<D>(D);
+pub(crate) struct Object<D>(pub(crate) D);
 
 impl<'de, D: Deserialize<'de>> Deserialize<'de> for Object<D> {
     fn deserialize<De: serde::Deserializer<'de>>(d: De) -> Result<Self, De::Error> {
@@ -133,20 +131,19 @@ impl<'de, D: Deserialize<'de>> Deserialize<'de> for Object<D> {
     }
 }
 
-/// A daemon message read in one pass, its `data` as `D`.
-struct Envelope<D> {
-    session_id: Option<String>,
-    event: String,
-    data: Option<D>,
-    app_id: Presence,
-    message_id: Presence,
+/// The one reader of a daemon → plugin line: the envelope members the runtimes act on, and
+/// `data` as `D` (its text for [`Inbound`], the handler's own type in the one pass, a
+/// request's data again for [`RequestData::parse`]). A repeated member reads as its last
+/// value, as a JSON map would keep it; every other member is read as a tree and dropped, so
+/// the same nesting limit applies to the whole line. Hand-written because derive refuses a
+/// repeated member.
+pub(crate) struct Message<D> {
+    pub(crate) session_id: Option<String>,
+    pub(crate) event: String,
+    pub(crate) data: Option<D>,
+    pub(crate) app_id: Presence,
+    pub(crate) message_id: Presence,
 }
-
-/// [`Envelope`] read in one pass. Every member but `data` is parsed as the generic path parses
-/// it (unknown ones as a `Value` that is dropped, so the same nesting limit applies to them);
-/// `data` is read as `D` (kept as text, at any depth, for [`Inbound`]); a repeated known
-/// member is refused here and left to the generic path (last one wins).
-struct Fast<D>(Envelope<D>);
 
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
@@ -160,41 +157,29 @@ enum Member {
     Other,
 }
 
-impl<'de, D: Deserialize<'de>> Deserialize<'de> for Fast<D> {
+impl<'de, D: Deserialize<'de>> Deserialize<'de> for Message<D> {
     fn deserialize<De: serde::Deserializer<'de>>(d: De) -> Result<Self, De::Error> {
         struct Members<D>(std::marker::PhantomData<D>);
         impl<'de, D: Deserialize<'de>> serde::de::Visitor<'de> for Members<D> {
-            type Value = Fast<D>;
+            type Value = Message<D>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a daemon message object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fast<D>, A::Error> {
-                use serde::de::Error;
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Message<D>, A::Error> {
                 let (mut session_id, mut event, mut data) = (None, None, None);
-                let (mut app_id, mut message_id) = (None, None);
-                fn once<T, E: Error>(slot: &mut Option<T>, value: T) -> Result<(), E> {
-                    match slot.replace(value) {
-                        None => Ok(()),
-                        Some(_) => Err(E::custom("repeated member")),
-                    }
-                }
+                let (mut app_id, mut message_id) = (Presence::Absent, Presence::Absent);
                 while let Some(member) = map.next_key::<Member>()? {
                     match member {
-                        Member::SessionId => once(&mut session_id, map.next_value::<Option<String>>()?)?,
-                        Member::Event => once(&mut event, map.next_value::<String>()?)?,
-                        Member::Data => once(&mut data, map.next_value::<Option<D>>()?)?,
-                        Member::AppId => once(&mut app_id, map.next_value::<Presence>()?)?,
-                        Member::MessageId => once(&mut message_id, map.next_value::<Presence>()?)?,
+                        Member::SessionId => session_id = map.next_value::<Option<String>>()?,
+                        Member::Event => event = Some(map.next_value::<String>()?),
+                        Member::Data => data = map.next_value::<Option<D>>()?,
+                        Member::AppId => app_id = map.next_value()?,
+                        Member::MessageId => message_id = map.next_value()?,
                         Member::Other => drop(map.next_value::<Value>()?),
                     }
                 }
-                Ok(Fast(Envelope {
-                    session_id: session_id.flatten(),
-                    event: event.ok_or_else(|| A::Error::missing_field("event"))?,
-                    data: data.flatten(),
-                    app_id: app_id.unwrap_or_default(),
-                    message_id: message_id.unwrap_or_default(),
-                }))
+                let event = event.ok_or_else(|| serde::de::Error::missing_field("event"))?;
+                Ok(Message { session_id, event, data, app_id, message_id })
             }
         }
         d.deserialize_map(Members(std::marker::PhantomData))
@@ -219,10 +204,8 @@ pub fn session_id_from_prefix(line: &[u8]) -> Option<String> {
     id.chars().all(|c| c.is_ascii_graphic()).then(|| id.to_owned())
 }
 
-pub use super::outbound::{answer_end_lines, log_line, session_line};
-
 /// The heartbeat line, exactly as the SDK writes it.
-pub const HEARTBEAT: &[u8] = b"{\"event\":\"heartbeat\",\"session_id\":null,\"data\":{}}\n";
+pub(crate) const HEARTBEAT: &[u8] = b"{\"event\":\"heartbeat\",\"session_id\":null,\"data\":{}}\n";
 
 #[cfg(test)]
 mod tests {
@@ -304,7 +287,6 @@ mod tests {
         assert_eq!(m.event, "request");
         assert_eq!(m.caller(), crate::protocol::Caller::Workflow, "app_id without message_id");
         assert_eq!(m.data.unwrap().get(), r#"{"action":"x"}"#);
-        assert!(serde_json::from_slice::<Fast<Box<RawValue>>>(line).is_ok(), "a daemon line takes the fast path");
         let text = std::str::from_utf8(line).unwrap();
         let (sid, caller, data) = request_in_one_pass::<Fields>(text).unwrap();
         assert_eq!((sid.as_str(), caller, data.str("action").as_deref()), ("s1", Caller::Workflow, Some("x")));

@@ -1,5 +1,8 @@
-//! The daemon's line protocol: framing (`wire`), message shapes (`message`), and the session
-//! handle tools answer through (`session`).
+//! The daemon's line protocol: framing (`wire`), message shapes (`message`, `outbound`), and the session handle.
+//!
+//! What follows is `docs/protocol.md`, the protocol as this crate speaks it.
+//!
+#![doc = include_str!("../../docs/protocol.md")]
 
 pub mod caller;
 pub mod message;
@@ -11,5 +14,6 @@ pub mod wire;
 pub use caller::Caller;
 pub use message::{Inbound, InboundError};
 pub use request::{raw_str, Fields, Name, RequestData};
-pub use session::{LogPort, Outbox, Session};
+pub use session::Session;
+pub(crate) use session::{LogPort, Outbox};
 pub use wire::{Line, LineReader};

@@ -175,7 +175,7 @@ fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 }
 
 /// A `log` event line; the daemon logs it with the plugin's id.
-pub fn log_line(level: &str, message: &str) -> Vec<u8> {
+pub(crate) fn log_line(level: &str, message: &str) -> Vec<u8> {
     let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let mut line = serde_json::to_vec(&json!({
         "event": "log",

@@ -8,6 +8,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::message::Message;
+
 /// The `data` of a request (`type`, `action`, and the action's fields) as JSON text: either
 /// the object's own text, or the whole request line that carries it. A handler gets its data
 /// already read into its own type ([`crate::Handler::Data`], in the same pass as the line);
@@ -56,7 +58,10 @@ impl RequestData {
     pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
         match &self.0 {
             Text::Object(raw) => serde_json::from_str(raw.get()),
-            Text::Line(line) => serde_json::from_str::<DataMember<T>>(line).map(|m| m.0),
+            // The line read again by the one reader, its `data` into `T`.
+            Text::Line(line) => {
+                serde_json::from_str::<Message<T>>(line)?.data.ok_or_else(|| serde::de::Error::missing_field("data"))
+            }
         }
     }
 
@@ -68,33 +73,6 @@ impl RequestData {
     /// The object as a tree. Its nesting is limited as serde_json limits it (128 levels).
     pub fn to_value(&self) -> serde_json::Result<Value> {
         self.parse()
-    }
-}
-
-/// The `data` member of a request line read into `T` (the last one, should it repeat, as a
-/// JSON map would keep it); every other member is skipped.
-struct DataMember<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for DataMember<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Members<T> {
-            type Value = DataMember<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a request line")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DataMember<T>, A::Error> {
-                let mut data = None;
-                while let Some(Name(key)) = map.next_key()? {
-                    match &*key {
-                        "data" => data = Some(map.next_value::<T>()?),
-                        _ => drop(map.next_value::<serde::de::IgnoredAny>()?),
-                    }
-                }
-                data.map(DataMember).ok_or_else(|| serde::de::Error::missing_field("data"))
-            }
-        }
-        d.deserialize_map(Members(std::marker::PhantomData))
     }
 }
 
@@ -222,12 +200,12 @@ mod tests {
 
     #[test]
     fn a_line_reads_as_its_data_member() {
-        let line = r#"{"session_id":"s","data":{"a":"old"},"context":{"x":[1]},"data":{"a":"b\"c","n":1.50}}"#;
+        let line = r#"{"session_id":"s","data":{"a":"old"},"context":{"x":[1]},"event":"request","data":{"a":"b\"c","n":1.50}}"#;
         let d = RequestData::from_line(line.into());
         let last: Value = serde_json::from_str(r#"{"a":"b\"c","n":1.50}"#).unwrap();
         assert_eq!(d.to_value().unwrap(), last, "the last data member");
         assert_eq!(d.fields().unwrap().get("n").unwrap().get(), "1.50");
-        let missing = RequestData::from_line(r#"{"session_id":"s"}"#.into());
+        let missing = RequestData::from_line(r#"{"session_id":"s","event":"request"}"#.into());
         assert!(missing.to_value().unwrap_err().to_string().contains("missing field `data`"));
     }
 }

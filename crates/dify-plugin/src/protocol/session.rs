@@ -12,7 +12,7 @@ use super::outbound::{log_line, session_line, write_answer_end_lines, ToolAnswer
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
 /// that stops reading slows the plugin down instead of growing its memory.
 #[derive(Clone)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     tx: mpsc::Sender<Vec<u8>>,
     spare: Spare,
 }
@@ -28,7 +28,7 @@ const SPARE_CAPACITY: usize = 64 * 1024;
 impl Outbox {
     /// Creates the outbox and the writer future that drains it into `out`. The writer ends
     /// when every `Outbox` is dropped (after flushing) or when a write fails (e.g. EPIPE).
-    pub fn new<W>(out: W, depth: usize) -> (Outbox, impl std::future::Future<Output = std::io::Result<()>>)
+    pub(crate) fn new<W>(out: W, depth: usize) -> (Outbox, impl std::future::Future<Output = std::io::Result<()>>)
     where
         W: AsyncWrite + Unpin,
     {
@@ -38,27 +38,23 @@ impl Outbox {
     }
 
     /// An empty buffer to build a line in (a recycled one when there is one).
-    pub fn buffer(&self) -> Vec<u8> {
+    pub(crate) fn buffer(&self) -> Vec<u8> {
         self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default()
     }
 
     /// Gives back a buffer that was not sent.
-    pub fn recycle(&self, buf: Vec<u8>) {
+    pub(crate) fn recycle(&self, buf: Vec<u8>) {
         recycle(&self.spare, buf);
     }
 
     /// Queues one line. Returns false when the writer is gone (output closed).
-    pub async fn send(&self, line: Vec<u8>) -> bool {
+    pub(crate) async fn send(&self, line: Vec<u8>) -> bool {
         self.tx.send(line).await.is_ok()
-    }
-
-    pub async fn log(&self, level: &str, message: &str) {
-        self.send(log_line(level, message)).await;
     }
 
     /// A port for `log` events that does not keep the writer alive (the writer ends when
     /// the last `Outbox` is dropped, and a logger lives longer than any session loop).
-    pub fn log_port(&self) -> LogPort {
+    pub(crate) fn log_port(&self) -> LogPort {
         LogPort(self.tx.downgrade())
     }
 }
@@ -66,11 +62,11 @@ impl Outbox {
 /// Queues `log` events without waiting: a logging call must never block (the writer may be
 /// on the same thread), so a full queue or a finished writer refuses the line instead.
 #[derive(Clone)]
-pub struct LogPort(mpsc::WeakSender<Vec<u8>>);
+pub(crate) struct LogPort(mpsc::WeakSender<Vec<u8>>);
 
 impl LogPort {
     /// True when the line was queued.
-    pub fn try_log(&self, level: &str, message: &str) -> bool {
+    pub(crate) fn try_log(&self, level: &str, message: &str) -> bool {
         self.0.upgrade().is_some_and(|tx| tx.try_send(log_line(level, message)).is_ok())
     }
 }
@@ -119,6 +115,7 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 /// One invocation's reply channel. Its terminal message is sent by `finish`, which consumes
 /// the handle, so a session cannot end twice.
 pub struct Session {
+    /// The session's id, as the request line named it.
     pub id: String,
     /// Who called; decides which messages an answer carries.
     pub caller: Caller,
@@ -127,15 +124,17 @@ pub struct Session {
 
 impl Session {
     /// A session of an unclassified caller (answers carry every message).
-    pub fn new(id: String, out: Outbox) -> Self {
+    pub(crate) fn new(id: String, out: Outbox) -> Self {
         Session { id, caller: Caller::Unknown, out }
     }
 
-    pub fn with_caller(mut self, caller: Caller) -> Self {
+    pub(crate) fn with_caller(mut self, caller: Caller) -> Self {
         self.caller = caller;
         self
     }
 
+    /// Sends one `stream` message: `chunk` is what the daemon passes on (a tool's message,
+    /// a trigger's answer, …).
     pub async fn stream(&self, chunk: &Value) {
         self.out.send(session_line(&self.id, "stream", chunk)).await;
     }

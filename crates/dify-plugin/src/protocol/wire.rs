@@ -16,10 +16,16 @@ pub enum Line<B = Vec<u8>> {
     /// A complete line without its terminating `\n` (and without one trailing `\r`).
     Complete(B),
     /// A line longer than the cap: its first bytes and its total length.
-    Oversize { prefix: B, len: usize },
+    Oversize {
+        /// The line's first bytes (up to 4 KiB).
+        prefix: B,
+        /// The whole line's length in bytes.
+        len: usize,
+    },
 }
 
 impl Line<&[u8]> {
+    /// The line with its bytes copied out of the reader's buffer.
     pub fn to_owned(&self) -> Line {
         match self {
             Line::Complete(b) => Line::Complete(b.to_vec()),
@@ -32,6 +38,8 @@ impl Line<&[u8]> {
 /// its memory for the rest of the process.
 const KEEP_BUFFER: usize = 1024 * 1024;
 
+/// Reads newline-delimited lines from `R`, each at most a limit long (longer ones are
+/// skipped, their start kept).
 pub struct LineReader<R> {
     inner: R,
     max: usize,
@@ -45,10 +53,12 @@ enum Read {
 }
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    /// A reader with the protocol's limit, [`MAX_INPUT_LINE`].
     pub fn new(inner: R) -> Self {
         Self::with_limit(inner, MAX_INPUT_LINE)
     }
 
+    /// A reader whose lines are at most `max` bytes.
     pub fn with_limit(inner: R, max: usize) -> Self {
         LineReader { inner, max, buf: Vec::new() }
     }

@@ -3,35 +3,49 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Where the remote and HTTP runtimes read their settings. As with the Python SDK, a developer
-/// keeps the debugging key in `.env`; an environment variable overrides the file.
+/// Where the runtimes read their settings, read once at start-up. As with the Python SDK, a
+/// developer keeps the debugging key in `.env`; an environment variable overrides the file.
+/// A test builds one from pairs ([`EnvSettings::from_pairs`]) instead of changing the
+/// process environment.
 #[derive(Debug, Default, Clone)]
 pub struct EnvSettings {
+    vars: HashMap<String, String>,
     file: HashMap<String, String>,
 }
 
 impl EnvSettings {
-    /// Reads `./.env` when there is one; a missing file is the normal case.
+    /// The process environment as it is now, and `./.env` when there is one (a missing file
+    /// is the normal case).
     pub fn load() -> Self {
         Self::from_file(Path::new(".env"))
     }
 
+    /// The process environment as it is now, and the `.env` file at `path`.
     pub fn from_file(path: &Path) -> Self {
-        match std::fs::read_to_string(path) {
-            Ok(text) => EnvSettings { file: parse(&text) },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
+        let file = match std::fs::read_to_string(path) {
+            Ok(text) => parse(&text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(e) => {
                 tracing::warn!("ignoring {}: {e}", path.display());
-                Self::default()
+                HashMap::new()
             }
-        }
+        };
+        // Variables that are not UTF-8 cannot be settings of ours; they are left out.
+        let vars = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        EnvSettings { vars: vars.collect(), file }
+    }
+
+    /// Settings from `pairs` alone, as if they were the whole environment and there were no
+    /// `.env` file.
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+        EnvSettings { vars: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect(), file: HashMap::new() }
     }
 
     /// The environment variable when set and not empty, else the `.env` value.
     /// (An empty variable counts as unset: `make` and shells pass empty ones around freely.)
     pub fn get(&self, name: &str) -> Option<String> {
-        match std::env::var(name) {
-            Ok(v) if !v.trim().is_empty() => Some(v.trim().to_owned()),
+        match self.vars.get(name) {
+            Some(v) if !v.trim().is_empty() => Some(v.trim().to_owned()),
             _ => self.dotenv(name),
         }
     }
@@ -49,7 +63,7 @@ impl EnvSettings {
 /// prefix, values optionally in single quotes (literal) or double quotes (`\n`, `\"`, `\\`
 /// escapes); an unquoted value ends at ` #`. Bad lines are skipped with a warning that names
 /// the line number only: the line may hold a secret.
-pub fn parse(text: &str) -> HashMap<String, String> {
+pub(crate) fn parse(text: &str) -> HashMap<String, String> {
     let mut out = HashMap::new();
     for (n, raw) in text.trim_start_matches('\u{feff}').lines().enumerate() {
         let line = raw.trim();
@@ -129,7 +143,17 @@ mod tests {
     fn missing_file_is_empty_and_empty_values_are_unset() {
         let s = EnvSettings::from_file(Path::new("/nonexistent/.env"));
         assert_eq!(s.dotenv("ANY"), None);
-        let s = EnvSettings { file: parse("DIFY_PLUGIN_TEST_DOTENV_ONLY=\n") };
-        assert_eq!(s.get("DIFY_PLUGIN_TEST_DOTENV_ONLY"), None);
+        let s = EnvSettings { vars: HashMap::new(), file: parse("DOTENV_ONLY=\n") };
+        assert_eq!(s.get("DOTENV_ONLY"), None);
+    }
+
+    #[test]
+    fn the_environment_wins_over_the_file_unless_it_is_blank() {
+        let mut s = EnvSettings::from_pairs([("BOTH", " env "), ("BLANK", "  ")]);
+        s.file = parse("BOTH=file\nBLANK=file\nFILE_ONLY=f\n");
+        assert_eq!(s.get("BOTH").as_deref(), Some("env"), "trimmed");
+        assert_eq!(s.get("BLANK").as_deref(), Some("file"), "a blank variable counts as unset");
+        assert_eq!(s.get("FILE_ONLY").as_deref(), Some("f"));
+        assert_eq!(s.get("NEITHER"), None);
     }
 }

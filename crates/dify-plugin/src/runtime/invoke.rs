@@ -14,23 +14,16 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, DuplexStream};
 
-use crate::handler::{serve_session, Handler};
+use super::About;
+use crate::handler::{serve_session, ErrorMessage, Handler};
 use crate::protocol::{Caller, Inbound, Outbox, RequestData};
-
-/// What `GET /` says about the plugin: its name (also in the start-up line) and any further
-/// fields (a version, the tools it provides, …).
-#[derive(Debug, Clone)]
-pub struct About {
-    pub name: &'static str,
-    pub fields: serde_json::Map<String, serde_json::Value>,
-}
 
 /// What the HTTP handlers need: the plugin, the runtime's name (serverless / aws_lambda) and
 /// what `GET /` says about the plugin.
-pub struct HttpState<H> {
-    pub app: Arc<H>,
-    pub method: &'static str,
-    pub about: Arc<About>,
+pub(crate) struct HttpState<H> {
+    pub(crate) app: Arc<H>,
+    pub(crate) method: &'static str,
+    pub(crate) about: Arc<About>,
 }
 
 impl<H> Clone for HttpState<H> {
@@ -40,7 +33,7 @@ impl<H> Clone for HttpState<H> {
 }
 
 /// The daemon's cap on a serverless request body.
-pub const MAX_SERVERLESS_REQUEST_BYTES: usize = 5 * 1024 * 1024;
+pub(crate) const MAX_SERVERLESS_REQUEST_BYTES: usize = 5 * 1024 * 1024;
 /// An oversize body is read (and discarded) up to this size before the 413 goes out, so the
 /// client finishes sending and reads our answer instead of a connection reset.
 const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
@@ -52,11 +45,11 @@ const PIPE_BYTES: usize = 64 * 1024;
 const NDJSON: &str = "application/x-ndjson";
 
 #[derive(Deserialize)]
-pub struct InvokeQuery {
+pub(crate) struct InvokeQuery {
     action: Option<String>,
 }
 
-pub async fn invoke<H: Handler>(
+pub(crate) async fn invoke<H: Handler>(
     State(state): State<HttpState<H>>,
     query: Result<Query<InvokeQuery>, QueryRejection>,
     headers: HeaderMap,
@@ -90,7 +83,8 @@ pub async fn invoke<H: Handler>(
     let (sid, caller, data) = match parse_request(&bytes, header_sid) {
         Ok(ok) => ok,
         Err((Some(sid), msg)) => {
-            return stream_session(&state, sid, Caller::Unknown, Err(msg));
+            let refusal = state.app.malformed(&msg);
+            return stream_session(&state, sid, Caller::Unknown, Err(refusal));
         }
         Err((None, msg)) => return error_line(StatusCode::BAD_REQUEST, None, format!("malformed input: {msg}")),
     };
@@ -147,7 +141,9 @@ fn parse_request(
     match msg.into_request(header_sid) {
         Ok(Some(request)) => Ok(request),
         // Every POST is answered: a backwards_response sent here is a mistake of the caller's.
-        Ok(None) => Err((sid, "a backwards_response is not a request: this plugin never calls back into Dify".into())),
+        Ok(None) => {
+            Err((sid, "a backwards_response is not a request, and no backwards call is waiting for one".into()))
+        }
         Err(e) if e.session_id.is_none() => {
             Err((None, format!("{}: no session_id in the body or the Dify-Plugin-Session-ID header", e.message)))
         }
@@ -162,7 +158,7 @@ fn stream_session<H: Handler>(
     state: &HttpState<H>,
     sid: String,
     caller: Caller,
-    data: Result<RequestData, String>,
+    data: Result<RequestData, ErrorMessage>,
 ) -> Response {
     let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let (outbox, write) = Outbox::new(writer, 64);

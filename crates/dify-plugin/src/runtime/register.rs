@@ -14,19 +14,27 @@ use tokio::sync::watch;
 /// the daemon refuses a registration holding both) and its assets (name, bytes).
 #[derive(Debug, Clone, Copy)]
 pub struct Registration {
+    /// The plugin's manifest (`manifest.yaml` as JSON).
     pub manifest: &'static Value,
+    /// The declaration's kind (`tool_declaration`, `trigger_declaration`) and the provider.
     pub declaration: (&'static str, &'static Value),
+    /// The files the declarations name (icons), as (name, bytes).
     pub assets: &'static [(&'static str, &'static [u8])],
 }
 
 /// Raw bytes per `asset_chunk` (the SDK's size; the daemon accepts any non-empty chunk).
-pub const ASSET_CHUNK: usize = 8192;
+pub(crate) const ASSET_CHUNK: usize = 8192;
 
 /// The whole registration in the order the daemon requires: handshake, manifest (before any
 /// category declaration: it replaces the whole declaration), the provider's declaration
 /// (`(kind, provider)`: `tool_declaration` or `trigger_declaration`), asset chunks, end. Nothing else may be sent before `end`: any other line, a heartbeat included, makes the
 /// daemon refuse the connection.
-pub fn registration(key: &str, manifest: &Value, declaration: (&str, &Value), assets: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn registration(
+    key: &str,
+    manifest: &Value,
+    declaration: (&str, &Value),
+    assets: &[(&str, &[u8])],
+) -> Vec<u8> {
     let mut out = Vec::new();
     push(&mut out, "handshake", &json!({ "key": key }));
     push(&mut out, "manifest_declaration", manifest);
@@ -55,7 +63,7 @@ fn push(out: &mut Vec<u8>, kind: &str, data: &Value) {
 
 /// What the daemon has said on one connection so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Nothing yet: the daemon is silent on a successful registration.
     Silent,
     /// Its first bytes opened a JSON object: it is sending requests, so we are registered.
@@ -70,14 +78,14 @@ pub enum Verdict {
 /// the daemon writes only JSON lines, while every failure is one text line and a close, so the
 /// first non-blank byte decides. A refusal is also returned as an error, so the session loop
 /// never mistakes it for a malformed request.
-pub struct Watched<R> {
+pub(crate) struct Watched<R> {
     inner: R,
     verdict: watch::Sender<Verdict>,
     decided: bool,
 }
 
 impl<R> Watched<R> {
-    pub fn new(inner: R) -> (Self, watch::Receiver<Verdict>) {
+    pub(crate) fn new(inner: R) -> (Self, watch::Receiver<Verdict>) {
         let (tx, rx) = watch::channel(Verdict::Silent);
         (Watched { inner, verdict: tx, decided: false }, rx)
     }
@@ -135,7 +143,7 @@ fn refusal_text(bytes: &[u8]) -> String {
 }
 
 /// What to tell the developer about a refusal, by the daemon's wording.
-pub fn explain_refusal(text: &str, addr: &str) -> String {
+pub(crate) fn explain_refusal(text: &str, addr: &str) -> String {
     if text.contains("invalid key") {
         format!(
             "the daemon refused the debugging key: get a fresh one in Dify → Plugins → Debug and set REMOTE_INSTALL_KEY \

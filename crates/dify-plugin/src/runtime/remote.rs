@@ -5,7 +5,7 @@
 //!   (bad key, invalid declaration). A text line is final: exit code 2, never retried, also on
 //!   a reconnect (the key expires after two idle hours).
 //! - The registration counts as accepted once the daemon sends its first JSON line (a request)
-//!   or [`ACCEPT_GRACE`] passes after `end` without an answer.
+//!   or two seconds pass after `end` without an answer.
 //! - A close before acceptance on the very first connection also exits 2 (the address is
 //!   wrong or the daemon is refusing us without a word); on a later connection it is one more
 //!   failed attempt.
@@ -13,25 +13,28 @@
 //!   already failed them) and the plugin reconnects and re-registers from scratch.
 //! - Reconnect delays start at [`RemoteConfig::reconnect_base`] (default 1000 ms) and double
 //!   per consecutive failure up to 30 s; after [`RemoteConfig::max_attempts`] (default 10,
-//!   about 2.5 minutes) consecutive failures the plugin gives up with exit code 1. The host
-//!   chooses both (the daemon has no setting for them).
+//!   about 2.5 minutes) consecutive failures the plugin gives up ([`Error::GaveUp`]). The
+//!   host chooses both (the daemon has no setting for them).
+//!
+//! A refusal and a silent first close end the runtime with [`Error::Refused`].
 
-use std::process::ExitCode;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout};
 
 use super::register::{explain_refusal, registration, Registration, Verdict, Watched};
 use super::{session_loop, ServeOptions};
+use crate::error::Error;
 use crate::handler::Handler;
 
+/// The daemon's remote-debugging port unless the settings name another.
 pub const DEFAULT_PORT: u16 = 5003;
 /// Silence after `end` that we take as success (the daemon never acknowledges one).
-pub const ACCEPT_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const ACCEPT_GRACE: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The daemon drops a connection whose handshake takes longer than 10 s.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,10 +48,15 @@ pub const DEFAULT_RECONNECT_BASE: Duration = Duration::from_millis(1000);
 /// Failed attempts in a row before giving up, unless the host chooses another number.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 
+/// Where the daemon listens for debugging connections, the key it wants, and the host's
+/// reconnect policy.
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
+    /// The daemon's host.
     pub host: String,
+    /// The daemon's remote-debugging port.
     pub port: u16,
+    /// The debugging key Dify shows (Plugins → Debug).
     pub key: String,
     /// The first reconnect delay (doubling per consecutive failure up to 30 s; at least 1 ms).
     pub reconnect_base: Duration,
@@ -61,9 +69,9 @@ impl RemoteConfig {
     /// `REMOTE_INSTALL_URL` (`host:port` or `scheme://host:port`) or `REMOTE_INSTALL_HOST` /
     /// `REMOTE_INSTALL_PORT`, and `REMOTE_INSTALL_KEY`. The reconnect policy is the defaults
     /// ([`DEFAULT_RECONNECT_BASE`], [`DEFAULT_MAX_ATTEMPTS`]); set the fields to change it.
-    pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+    pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
         let (host, port) = match get("REMOTE_INSTALL_URL") {
-            Some(url) => parse_address(&url).map_err(|e| anyhow::anyhow!("REMOTE_INSTALL_URL={url:?}: {e}"))?,
+            Some(url) => parse_address(&url).map_err(|e| Error::Setting(format!("REMOTE_INSTALL_URL={url:?}: {e}")))?,
             None => {
                 let host = get("REMOTE_INSTALL_HOST").unwrap_or_else(|| "localhost".to_owned());
                 let port = match get("REMOTE_INSTALL_PORT") {
@@ -71,19 +79,23 @@ impl RemoteConfig {
                         .parse()
                         .ok()
                         .filter(|&p| p > 0)
-                        .with_context(|| format!("REMOTE_INSTALL_PORT={p:?} is not a port"))?,
+                        .ok_or_else(|| Error::Setting(format!("REMOTE_INSTALL_PORT={p:?} is not a port")))?,
                     None => DEFAULT_PORT,
                 };
                 (host.trim_start_matches('[').trim_end_matches(']').to_owned(), port)
             }
         };
-        let key = get("REMOTE_INSTALL_KEY").context(
-            "REMOTE_INSTALL_KEY is not set: copy the debugging key from Dify → Plugins → Debug into .env \
-             (REMOTE_INSTALL_KEY=...) or the environment",
-        )?;
+        let key = get("REMOTE_INSTALL_KEY").ok_or_else(|| {
+            Error::Setting(
+                "REMOTE_INSTALL_KEY is not set: copy the debugging key from Dify → Plugins → Debug into .env \
+                 (REMOTE_INSTALL_KEY=...) or the environment"
+                    .to_owned(),
+            )
+        })?;
         Ok(RemoteConfig { host, port, key, reconnect_base: DEFAULT_RECONNECT_BASE, max_attempts: DEFAULT_MAX_ATTEMPTS })
     }
 
+    /// `host:port`, the host in brackets when it is an IPv6 address.
     pub fn addr(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
@@ -99,7 +111,7 @@ impl RemoteConfig {
 }
 
 /// `host`, `host:port`, `[v6]:port`, optionally behind `scheme://` and before a `/path`.
-pub fn parse_address(url: &str) -> Result<(String, u16), String> {
+pub(crate) fn parse_address(url: &str) -> Result<(String, u16), String> {
     let rest = url.trim().split_once("://").map_or(url.trim(), |(_, r)| r);
     let rest = rest.split('/').next().unwrap_or_default();
     let (host, port) = match rest.strip_prefix('[') {
@@ -134,13 +146,13 @@ enum ConnectionEnd {
 }
 
 /// Registers `registration` with the daemon at `cfg`'s address and serves `app`'s sessions
-/// there, reconnecting as the module's policy says.
+/// there, reconnecting as the module's policy says; it ends only with an error.
 pub async fn run_remote<H: Handler>(
     app: Arc<H>,
     mut opts: ServeOptions,
     cfg: RemoteConfig,
     registration: Registration,
-) -> anyhow::Result<ExitCode> {
+) -> Result<Infallible, Error> {
     opts.heartbeat = opts.heartbeat.min(MAX_HEARTBEAT);
     let addr = cfg.addr();
     let mut failures = 0u32;
@@ -148,9 +160,9 @@ pub async fn run_remote<H: Handler>(
     loop {
         let outcome = connect_once(&cfg, &registration, &app, &opts).await;
         let why = match outcome {
-            ConnectionEnd::Refused(text) => return Ok(fatal(explain_refusal(&text, &addr))),
+            ConnectionEnd::Refused(text) => return Err(Error::Refused(explain_refusal(&text, &addr))),
             ConnectionEnd::ClosedEarly(why) if !registered_before => {
-                return Ok(fatal(format!(
+                return Err(Error::Refused(format!(
                     "{why}; the daemon at {addr} gave no reason. Check that REMOTE_INSTALL_URL names the plugin \
                      daemon's remote-debugging port and that the key is current (Dify → Plugins → Debug)"
                 )))
@@ -166,17 +178,12 @@ pub async fn run_remote<H: Handler>(
         };
         failures += 1;
         if failures >= cfg.max_attempts.max(1) {
-            anyhow::bail!("gave up after {failures} failed attempts to register with the daemon at {addr}: {why}");
+            return Err(Error::GaveUp { attempts: failures, addr, why });
         }
         let delay = cfg.backoff(failures - 1);
         tracing::warn!("{why}; retrying in {delay:?} (attempt {}/{})", failures + 1, cfg.max_attempts);
         sleep(delay).await;
     }
-}
-
-fn fatal(message: String) -> ExitCode {
-    eprintln!("{message}");
-    ExitCode::from(2)
 }
 
 async fn connect_once<H: Handler>(
@@ -268,7 +275,7 @@ mod tests {
         assert!(parse_address("host:0").is_err());
     }
 
-    fn config(pairs: &[(&str, &str)]) -> anyhow::Result<RemoteConfig> {
+    fn config(pairs: &[(&str, &str)]) -> Result<RemoteConfig, Error> {
         let map: std::collections::HashMap<String, String> =
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         RemoteConfig::from_settings(|k| map.get(k).cloned())

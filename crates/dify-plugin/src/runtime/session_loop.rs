@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
-use crate::handler::{answer_panic, log_panic, serve_session, Handler};
+use crate::handler::{answer_panic, log_panic, serve_session, ErrorMessage, Handler, Oversize, OversizeLine};
 use crate::protocol::message::{request_in_one_pass, session_id_from_prefix, HEARTBEAT};
 use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox, RequestData, Session};
 
@@ -65,14 +65,12 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
             Err(e) => break Err(e),
         };
         while sessions.try_join_next().is_some() {}
-        // A complete line is read on its session's task, in one pass; one too long to hold is
-        // answered from its start.
+        // Every line is taken on its session's own task, where a panic of the handler's (in
+        // its `Data`, its hooks or its answer) answers that session alone: a complete line is
+        // read in one pass; one too long to hold is answered from its start.
         let work = match line {
             Line::Complete(bytes) => Work::Line(bytes.to_vec()),
-            oversize => match accept_line(oversize) {
-                Some(accepted) => Work::Accepted(accepted),
-                None => continue,
-            },
+            Line::Oversize { prefix, len } => Work::Oversize(prefix.to_vec(), len),
         };
         let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
         let (app, outbox) = (app.clone(), outbox.clone());
@@ -84,8 +82,8 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
             let _permit = permit;
             match work {
                 Work::Line(line) => serve_line(&*app, line, outbox).await,
-                Work::Accepted((session_id, caller, data)) => {
-                    serve_session(&*app, session_id, caller, outbox, data).await
+                Work::Oversize(prefix, len) => {
+                    accept_and_serve(&*app, Line::Oversize { prefix: &prefix, len }, outbox).await
                 }
             }
         }));
@@ -113,12 +111,7 @@ async fn beat(outbox: Outbox, every: std::time::Duration) {
 async fn serve_line<H: Handler>(handler: &H, line: Vec<u8>, outbox: Outbox) {
     let request = match String::from_utf8(line) {
         Ok(text) => RequestData::from_line(text.into_boxed_str()),
-        Err(e) => {
-            if let Some((sid, caller, request)) = accept_line(Line::Complete(e.as_bytes())) {
-                serve_session(handler, sid, caller, outbox, request).await;
-            }
-            return;
-        }
+        Err(e) => return accept_and_serve(handler, Line::Complete(e.as_bytes()), outbox).await,
     };
     let text = request.source();
     // A panic while reading (in the handler's own `Data`) is answered on the session the line
@@ -131,11 +124,7 @@ async fn serve_line<H: Handler>(handler: &H, line: Vec<u8>, outbox: Outbox) {
                 answer_panic(handler, sid, caller, outbox, panic).await;
             }
         }
-        Ok(None) => {
-            if let Some((sid, caller, request)) = accept_line(Line::Complete(text.as_bytes())) {
-                serve_session(handler, sid, caller, outbox, request).await;
-            }
-        }
+        Ok(None) => accept_and_serve(handler, Line::Complete(text.as_bytes()), outbox).await,
         Err(panic) => match session_id_from_prefix(text.as_bytes()) {
             Some(sid) => answer_panic(handler, sid, Caller::Unknown, outbox, panic).await,
             None => log_panic("?", &*panic),
@@ -143,59 +132,144 @@ async fn serve_line<H: Handler>(handler: &H, line: Vec<u8>, outbox: Outbox) {
     }
 }
 
-/// One accepted line: the session, who called, and the request's data or why it was refused.
-type Accepted = (String, Caller, Result<RequestData, String>);
+/// One accepted line: the session, who called, and the request's data or the error it was
+/// refused with.
+type Accepted = (String, Caller, Result<RequestData, ErrorMessage>);
 
-/// What a session's task is given: a whole line, or what was accepted of an oversize one.
+/// What a session's task is given: a whole line, or the start and length of an oversize one.
 enum Work {
     Line(Vec<u8>),
-    Accepted(Accepted),
+    Oversize(Vec<u8>, usize),
 }
 
-/// Where a `dispatch_trigger_event` line too big to hold reaches the handler: its `data` is
-/// only `type`, `action` and this key, with the line's length in bytes, so the trigger can
-/// answer the sender a clean 413.
-pub const OVERSIZE_KEY: &str = "oversize_line_bytes";
+/// Serves a line [`accept_line`] takes; a panic in the handler's hooks is answered on the
+/// session the line names, as one in the handler is.
+async fn accept_and_serve<H: Handler>(handler: &H, line: Line<&[u8]>, outbox: Outbox) {
+    let bytes = match line {
+        Line::Complete(bytes) | Line::Oversize { prefix: bytes, .. } => bytes,
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| accept_line(handler, line))) {
+        Ok(Some((sid, caller, request))) => serve_session(handler, sid, caller, outbox, request).await,
+        Ok(None) => {}
+        Err(panic) => match session_id_from_prefix(bytes) {
+            Some(sid) => answer_panic(handler, sid, Caller::Unknown, outbox, panic).await,
+            None => log_panic("?", &*panic),
+        },
+    }
+}
 
 /// Turns one input line into work: a request's (session id, caller, data), or an error
-/// answer for an identifiable session. Lines that name no session are logged (never echoed: they may
-/// carry credentials) and dropped.
-fn accept_line(line: Line<&[u8]>) -> Option<Accepted> {
-    let (bytes, oversize) = match line {
-        Line::Complete(b) => (b, None),
-        Line::Oversize { prefix, len } => (prefix, Some(len)),
-    };
-    if let Some(len) = oversize {
-        // A webhook too big to hold: the sender gets a clean 413 instead of our error text.
-        if memchr::memmem::find(bytes, br#""data":{"action":"dispatch_trigger_event""#).is_some() {
-            if let Some(sid) = session_id_from_prefix(bytes) {
-                let data =
-                    serde_json::json!({"type": "trigger", "action": "dispatch_trigger_event", (OVERSIZE_KEY): len});
-                let data = RequestData::from_value(&data).expect("an object");
-                return Some((sid, Caller::Unknown, Ok(data)));
-            }
+/// answer for an identifiable session (the handler's words). Lines that name no session are
+/// logged (never echoed: they may carry credentials) and dropped; so is a
+/// `backwards_response`, the answer to a call this SDK does not make.
+fn accept_line<H: Handler>(handler: &H, line: Line<&[u8]>) -> Option<Accepted> {
+    let bytes = match line {
+        Line::Complete(bytes) => bytes,
+        Line::Oversize { prefix, len } => {
+            let line = OversizeLine { prefix, len };
+            let Some(sid) = line.session_id() else {
+                tracing::warn!("dropped an input line that names no session: {}", line.describe());
+                return None;
+            };
+            let answer = match handler.oversize(&line) {
+                Oversize::Handle(data) => Ok(data),
+                Oversize::Refuse(error) => Err(error),
+            };
+            return Some((sid, Caller::Unknown, answer));
         }
-        let message =
-            format!("request line of {len} bytes exceeds the {} byte limit", crate::protocol::wire::MAX_INPUT_LINE);
-        return report(session_id_from_prefix(bytes), message);
-    }
+    };
     match Inbound::parse(bytes).and_then(|msg| msg.into_request(None)) {
         Ok(Some((sid, caller, data))) => Some((sid, caller, Ok(data))),
         Ok(None) => {
-            tracing::debug!("ignoring a backwards_response: this plugin never calls back into Dify");
+            tracing::debug!("ignoring a backwards_response: no backwards call is waiting for one");
             None
         }
-        Err(e) => report(e.session_id, e.message),
+        Err(e) => match e.session_id {
+            Some(sid) => Some((sid, Caller::Unknown, Err(handler.malformed(&e.message)))),
+            None => {
+                // Under the daemon this record reaches it as a `log` event (see `logging`).
+                tracing::warn!("dropped an input line that names no session: {}", e.message);
+                None
+            }
+        },
     }
 }
 
-fn report(session_id: Option<String>, message: String) -> Option<Accepted> {
-    match session_id {
-        Some(sid) => Some((sid, Caller::Unknown, Err(message))),
-        None => {
-            // Under the daemon this record reaches it as a `log` event (see `logging`).
-            tracing::warn!("dropped an input line that names no session: {message}");
-            None
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::protocol::wire::MAX_INPUT_LINE;
+
+    /// Panics on action "panic"; answers an oversize line naming action "big" itself.
+    struct Plugin;
+
+    impl Handler for Plugin {
+        type Data<'a> = Value;
+
+        async fn handle<'a>(&'a self, session: Session, data: Value, _: &'a RequestData) {
+            if data["action"] == "panic" {
+                panic!("injected");
+            }
+            session.stream(&data).await;
+            session.finish(None).await;
         }
+
+        fn oversize(&self, line: &OversizeLine<'_>) -> Oversize {
+            match memchr::memmem::find(line.prefix, br#""action":"big""#) {
+                Some(_) => Oversize::Handle(RequestData::from_value(&json!({"stand_in": line.len})).unwrap()),
+                None => Oversize::Refuse(self.malformed(&line.describe())),
+            }
+        }
+    }
+
+    async fn answers(input: &[u8]) -> Vec<Value> {
+        let mut out = Vec::new();
+        serve(input, &mut out, Arc::new(Plugin), ServeOptions::default()).await.unwrap();
+        let lines = String::from_utf8(out).unwrap();
+        lines.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|l| l["event"] == "session").collect()
+    }
+
+    fn of(out: &[Value], sid: &str) -> Vec<Value> {
+        out.iter().filter(|l| l["session_id"] == sid).map(|l| l["data"].clone()).collect()
+    }
+
+    #[tokio::test]
+    async fn the_default_answers_are_neutral_and_a_panic_ends_only_its_session() {
+        let input = concat!(
+            r#"{"session_id":"p","event":"request","data":{"action":"panic"}}"#,
+            "\n",
+            r#"{"session_id":"m","event":"request","data":[1]}"#,
+            "\n",
+            r#"{"session_id":"ok","event":"request","data":{"action":"x"}}"#,
+            "\n",
+        );
+        let out = answers(input.as_bytes()).await;
+        let panicked = of(&out, "p");
+        assert_eq!(panicked[0]["data"]["error_type"], "internal_error", "{panicked:?}");
+        assert_eq!(panicked[1], json!({"type": "end", "data": {}}));
+        let malformed = of(&out, "m");
+        assert_eq!(malformed[0]["data"]["error_type"], "malformed_request", "{malformed:?}");
+        assert!(malformed[0]["data"]["message"].as_str().unwrap().starts_with("malformed request: "));
+        assert_eq!(of(&out, "ok")[0]["data"], json!({"action": "x"}));
+    }
+
+    #[tokio::test]
+    async fn an_oversize_line_goes_to_the_handlers_hook() {
+        let mut input = Vec::new();
+        for (sid, action) in [("big", "big"), ("huge", "other")] {
+            let start = format!(r#"{{"session_id":"{sid}","event":"request","data":{{"action":"{action}","x":""#);
+            input.extend_from_slice(start.as_bytes());
+            input.extend(std::iter::repeat_n(b'a', MAX_INPUT_LINE));
+            input.extend_from_slice(b"\"}}\n");
+        }
+        let out = answers(&input).await;
+        let big = of(&out, "big");
+        assert!(big[0]["data"]["stand_in"].as_u64().unwrap() > MAX_INPUT_LINE as u64, "{big:?}");
+        let huge = of(&out, "huge");
+        assert_eq!(huge[0]["data"]["error_type"], "malformed_request");
+        assert!(huge[0]["data"]["message"].as_str().unwrap().contains("byte limit"), "{huge:?}");
+        assert_eq!(huge[1]["type"], "end");
     }
 }

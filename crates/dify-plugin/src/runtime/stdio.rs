@@ -1,13 +1,12 @@
 //! Local mode: the protocol over the stdin/stdout pipes the daemon started us with.
 
-use std::io;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session_loop::serve;
 use super::ServeOptions;
+use crate::error::{Error, Exit};
 use crate::handler::Handler;
 
 type Input = Box<dyn AsyncRead + Unpin + Send>;
@@ -33,27 +32,31 @@ fn protocol_streams() -> (Input, Output) {
     (input, output)
 }
 
-/// Local mode: stdin/stdout, exit 0 at stdin EOF, exit when stdout breaks or the daemon
-/// that started us is gone (it only ever sends SIGKILL, so orphaning is our only signal).
-pub async fn run_stdio<H: Handler>(app: Arc<H>, opts: ServeOptions) -> anyhow::Result<ExitCode> {
+/// Local mode: stdin/stdout. Ends with [`Exit::InputClosed`] at stdin EOF (every session
+/// answered), [`Exit::DaemonGone`] when the daemon that started the plugin is gone (it only
+/// ever sends SIGKILL, so orphaning is the only sign), or [`Error::OutputClosed`] when stdout
+/// breaks. Sessions still in flight when the daemon is gone are abandoned: nobody can read
+/// their answers.
+pub async fn run_stdio<H: Handler>(app: Arc<H>, opts: ServeOptions) -> Result<Exit, Error> {
     let parent = std::os::unix::process::parent_id();
-    tokio::spawn(async move {
+    let orphaned = async move {
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             if std::os::unix::process::parent_id() != parent {
-                tracing::warn!("the daemon that started this plugin is gone; exiting");
-                std::process::exit(0);
+                return;
             }
         }
-    });
+    };
     let (input, output) = protocol_streams();
     let stdin = tokio::io::BufReader::with_capacity(64 * 1024, input);
-    match serve(stdin, output, app, opts).await {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-            tracing::warn!("stdout closed; exiting");
-            Ok(ExitCode::from(3))
+    tokio::select! {
+        served = serve(stdin, output, app, opts) => match served {
+            Ok(()) => Ok(Exit::InputClosed),
+            Err(e) => Err(Error::serving("serving the protocol on stdin/stdout", e)),
+        },
+        () = orphaned => {
+            tracing::warn!("the daemon that started this plugin is gone; exiting");
+            Ok(Exit::DaemonGone)
         }
-        Err(e) => Err(e.into()),
     }
 }
