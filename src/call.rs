@@ -175,7 +175,7 @@ fn print_validation(chunk: &Value, request: &Value) -> std::io::Result<()> {
         emit(format_args!(
             "text: The credentials are valid: the store at {} is reachable, accepts them and can create records \
              atomically; save them in the provider's credential form.",
-            crate::store::url::redact(url)
+            event_store::url::redact(url)
         ))?;
     }
     emit(format_args!("json: {chunk}"))

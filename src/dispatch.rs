@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use crate::error::{SessionError, ToolError};
 use crate::request::{Data, Slot};
-use crate::store::{Clock, StoreCache, StoreOptions};
 use crate::tools::{self, Params, Settings, Tool};
+use event_store::{Clock, StoreCache, StoreOptions};
 
 pub const PROVIDER: &str = "stateful_tool";
 

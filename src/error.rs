@@ -5,7 +5,7 @@ use std::sync::Arc;
 use dify_plugin::ErrorMessage;
 use serde_json::Value;
 
-use crate::store::StoreError;
+use event_store::StoreError;
 
 /// What went wrong, in the four classes users and workflows branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,8 +114,8 @@ impl SessionError {
     }
 }
 
-impl From<crate::store::key::InvalidInput> for ToolError {
-    fn from(e: crate::store::key::InvalidInput) -> Self {
+impl From<event_store::key::InvalidInput> for ToolError {
+    fn from(e: event_store::key::InvalidInput) -> Self {
         ToolError::param(e.message)
     }
 }

@@ -15,9 +15,3 @@ pub mod serve;
 mod sim;
 pub mod tools;
 pub mod trigger;
-
-// The crates the plugin is built on, under the names the plugin's modules use.
-pub use dify_plugin::{logging, protocol, runtime};
-pub use event_store as store;
-pub use kv_container::admin as kv_admin;
-pub use kv_container::server as kv_server;

@@ -5,7 +5,8 @@ mod cli;
 use clap::{Parser, Subcommand};
 
 use cli::package;
-use stateful_tool::{call, kv_admin, serve};
+use kv_container::admin;
+use stateful_tool::{call, serve};
 
 #[derive(Parser)]
 #[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]
@@ -23,7 +24,7 @@ enum Command {
     Call(call::CallArgs),
     /// The HTTP key-value container that stores events durably.
     #[command(subcommand)]
-    Kv(kv_admin::KvCommand),
+    Kv(admin::KvCommand),
     /// Build the .difypkg package.
     Package(package::PackageArgs),
     /// Generate an RSA key pair (PKCS#1 PEM) for signing packages.
@@ -37,11 +38,11 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // STATEFUL_TOOL_LOG, else RUST_LOG, else info (for every command, so it is read here).
-    stateful_tool::logging::init(std::env::var("STATEFUL_TOOL_LOG").ok().as_deref());
+    dify_plugin::logging::init(std::env::var("STATEFUL_TOOL_LOG").ok().as_deref());
     let result = match cli.command {
         Command::Serve => return serve_exit(serve::run()),
         Command::Call(args) => call::run(args),
-        Command::Kv(cmd) => kv_admin::run(cmd),
+        Command::Kv(cmd) => admin::run(cmd),
         Command::Package(args) => package::run_package(args),
         Command::Keygen(args) => package::run_keygen(args),
         Command::Sign(args) => package::run_sign(args),

@@ -10,7 +10,7 @@ use stateful_tool::dispatch::App;
 #[allow(dead_code)]
 #[path = "../../tests/it/support/oracle.rs"]
 mod oracle;
-use stateful_tool::store::{Clock, StoreOptions};
+use event_store::{Clock, StoreOptions};
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Vec::with_capacity(data.len());

@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 #[allow(dead_code)]
 #[path = "../../tests/it/support/oracle.rs"]
 mod oracle;
-use stateful_tool::store::key::{validate_event_id, validate_namespace};
+use event_store::key::{validate_event_id, validate_namespace};
 
 fuzz_target!(|input: (Option<String>, String)| {
     let (ns, id) = input;

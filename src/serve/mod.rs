@@ -10,8 +10,8 @@ use dify_plugin::{Error, Exit, InstallMethod, RunOptions};
 
 use crate::declarations;
 use crate::dispatch::{App, PROVIDER};
-use crate::store::hosts::AllowedHosts;
-use crate::store::{Clock, StoreOptions};
+use event_store::hosts::AllowedHosts;
+use event_store::{Clock, StoreOptions};
 
 /// `serve --help`: every environment variable that changes what `serve` does, with defaults.
 /// The daemon sets INSTALL_METHOD; the others are for debugging, serverless hosts and tests.

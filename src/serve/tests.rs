@@ -12,7 +12,7 @@ use dify_plugin::runtime::ServeOptions;
 use dify_plugin::{Handler, Session};
 
 use crate::dispatch::App;
-use crate::store::{Clock, StoreOptions};
+use event_store::{Clock, StoreOptions};
 
 fn opts() -> ServeOptions {
     ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64, logs: LogRoute::Stderr }
@@ -126,7 +126,7 @@ async fn malformed_lines_answer_identifiable_sessions_and_nothing_crashes() {
 #[tokio::test]
 async fn oversize_line_is_answered_from_its_prefix() {
     let mut line = b"{\"session_id\":\"s-big\",\"event\":\"request\",\"data\":{\"x\":\"".to_vec();
-    line.extend(std::iter::repeat_n(b'a', crate::protocol::wire::MAX_INPUT_LINE + 10));
+    line.extend(std::iter::repeat_n(b'a', dify_plugin::protocol::wire::MAX_INPUT_LINE + 10));
     line.extend_from_slice(b"\"}}\n");
     line.extend_from_slice(ingest("s-after", "C").as_bytes());
     let out = run(&line).await;
@@ -253,7 +253,7 @@ fn remote_debugging_registers_the_package_the_setting_names() {
 async fn an_oversize_webhook_reaches_the_trigger_and_other_oversize_lines_are_refused_in_our_words() {
     let mut input =
         br#"{"session_id":"s-hook","event":"request","data":{"action":"dispatch_trigger_event","raw":""#.to_vec();
-    input.extend(std::iter::repeat_n(b'a', crate::protocol::wire::MAX_INPUT_LINE + 10));
+    input.extend(std::iter::repeat_n(b'a', dify_plugin::protocol::wire::MAX_INPUT_LINE + 10));
     input.extend_from_slice(b"\"}}\n");
     let out = run(&input).await;
     assert_eq!(session_types(&out, "s-hook"), ["stream", "end"], "{out:?}");

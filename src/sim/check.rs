@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::store::World;
 use crate::error::{ErrorClass, ToolError};
-use crate::store::record::{Record, Status};
 use crate::tools::Answer;
+use event_store::record::{Record, Status};
 
 /// What a task was asked to do.
 #[derive(Debug, Clone)]

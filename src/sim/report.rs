@@ -34,13 +34,11 @@ pub(crate) fn short(op: &Op) -> String {
 
 pub(crate) fn short_reply(r: &StoreReply) -> String {
     match r {
-        StoreReply::Created(c) => format!("{:?}", matches!(c, crate::store::Created::Created))
+        StoreReply::Created(c) => format!("{:?}", matches!(c, event_store::Created::Created))
             .replace("true", "created")
             .replace("false", "exists"),
         StoreReply::Read(c, _) => if c.is_some() { "value" } else { "absent" }.into(),
-        StoreReply::Swapped(s) => {
-            if matches!(s, crate::store::Swapped::Swapped) { "swapped" } else { "changed" }.into()
-        }
+        StoreReply::Swapped(s) => if matches!(s, event_store::Swapped::Swapped) { "swapped" } else { "changed" }.into(),
         StoreReply::Released(b) => format!("released={b}"),
         StoreReply::Failed(e) => format!("error {e}"),
     }

@@ -13,10 +13,10 @@ use super::report::{short, short_reply, Faults};
 use super::rng::Rng;
 use super::store::{Flaw, Op, SimStore, StoreReply};
 use crate::error::ToolError;
-use crate::store::record::Status;
-use crate::store::StoreError;
 use crate::tools::settings::ClaimIds;
 use crate::tools::{event_complete, event_ingest, Answer, Settings};
+use event_store::record::Status;
+use event_store::StoreError;
 
 type Running = Pin<Box<dyn Future<Output = Result<Answer, ToolError>>>>;
 

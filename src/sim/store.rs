@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::store::record::Record;
-use crate::store::{
+use event_store::record::Record;
+use event_store::{
     Clock, ClockHand, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
 

@@ -7,9 +7,9 @@
 use serde_json::{json, Value};
 
 use super::Tool;
-use crate::protocol::outbound::{Member, ToolAnswer};
-use crate::store::json_text::{plain_len, write_str};
-use crate::store::record::{format_time, short_fingerprint, Record};
+use dify_plugin::protocol::outbound::{Member, ToolAnswer};
+use event_store::json_text::{plain_len, write_str};
+use event_store::record::{format_time, short_fingerprint, Record};
 
 /// Fields before the record's, the record (with its storage key), and fields after it.
 #[derive(Debug, Clone)]
@@ -234,7 +234,7 @@ impl ToolAnswer for Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::record::{fingerprint, new_claim_id, Status};
+    use event_store::record::{fingerprint, new_claim_id, Status};
 
     fn records() -> Vec<Record> {
         let base = Record {

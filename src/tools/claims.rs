@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::settings::ClaimIds;
 use super::Deadline;
 use crate::error::ToolError;
-use crate::store::record::{Record, Status};
-use crate::store::{EventStore, Rollback, StoreClock, StoreDeadline};
+use event_store::record::{Record, Status};
+use event_store::{EventStore, Rollback, StoreClock, StoreDeadline};
 
 /// Why a rolled-back claim's record says `failed` (its `result`).
 const ROLLED_BACK: &str =

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::ToolError;
-use crate::store::{Clock, StoreError};
+use event_store::{Clock, StoreError};
 
 /// A round trip is not started with less time than this left: it could not finish.
 const MIN_ROUND_TRIP: Duration = Duration::from_millis(2);

@@ -5,9 +5,9 @@ use serde_json::json;
 
 use super::{decode, params, Answer, Claims, Deadline, Params, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
-use crate::store::key::{storage_key, validate_event_id};
-use crate::store::record::{format_time, Record, Status};
-use crate::store::{EventStore, Swapped, Write};
+use event_store::key::{storage_key, validate_event_id};
+use event_store::record::{format_time, Record, Status};
+use event_store::{EventStore, Swapped, Write};
 
 pub(crate) const MAX_RESULT_BYTES: usize = 4096;
 
@@ -191,8 +191,8 @@ mod tests {
     #[tokio::test]
     async fn expired_lease_is_reclaimed_once_and_unexpired_is_duplicate() {
         // The store's clock is the test's: the lease runs out when the test moves it.
-        let (clock, hand) = crate::store::Clock::manual(1_780_000_000_000);
-        let s = crate::store::memory::MemoryStore::new(clock, 0);
+        let (clock, hand) = event_store::Clock::manual(1_780_000_000_000);
+        let s = event_store::memory::MemoryStore::new(clock, 0);
         let st = settings();
         let ev = params(json!({"event_id": "L2", "event_type": "created", "lease_seconds": 1}));
         event_ingest::run(&s, &st, &ev).await.unwrap().to_value();

@@ -6,11 +6,11 @@ use serde_json::json;
 use super::settings::MAX_LEASE_SECONDS;
 use super::{decode, params, Answer, Claims, Deadline, Params, Settings, MAX_ROUNDS};
 use crate::error::ToolError;
-use crate::store::key::{storage_key, validate_event_id};
-use crate::store::record::{
+use event_store::key::{storage_key, validate_event_id};
+use event_store::record::{
     check_depth, fingerprint, fingerprint_and_kind, format_time, short_fingerprint, DoorClaim, Record, Status,
 };
-use crate::store::{Created, Current, EventStore, Swapped, Write};
+use event_store::{Created, Current, EventStore, Swapped, Write};
 
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 /// Longest accepted `run_id` (Dify's workflow run ids are 36-character UUIDs).

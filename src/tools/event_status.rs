@@ -4,9 +4,9 @@ use serde_json::json;
 
 use super::{decode, params, Answer, Deadline, Params, Settings};
 use crate::error::ToolError;
-use crate::store::key::{storage_key, validate_event_id};
-use crate::store::record::{parse_time, Record, Status};
-use crate::store::EventStore;
+use event_store::key::{storage_key, validate_event_id};
+use event_store::record::{parse_time, Record, Status};
+use event_store::EventStore;
 
 pub(crate) async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let event_id = params::required_str(p, "event_id")?;
@@ -84,8 +84,8 @@ mod tests {
             payload: None,
             fingerprint: String::new(),
             status,
-            received_at: crate::store::record::format_time(0),
-            updated_at: crate::store::record::format_time(0),
+            received_at: event_store::record::format_time(0),
+            updated_at: event_store::record::format_time(0),
             attempt: 1,
             lease_until_ms,
             completed_at: None,

@@ -12,11 +12,11 @@ mod sentence;
 pub mod settings;
 
 use crate::error::ToolError;
-use crate::store::record::Record;
-use crate::store::EventStore;
 pub use answer::Answer;
 use claims::Claims;
 pub(crate) use deadline::Deadline;
+use event_store::record::Record;
+use event_store::EventStore;
 pub use params::Params;
 pub use settings::Settings;
 
@@ -101,8 +101,8 @@ pub(crate) const MAX_ROUNDS: usize = 16;
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;
-    use crate::store::memory::MemoryStore;
-    use crate::store::{Clock, StoreConfig};
+    use event_store::memory::MemoryStore;
+    use event_store::{Clock, StoreConfig};
 
     pub(crate) fn settings() -> Settings {
         Settings {

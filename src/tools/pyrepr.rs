@@ -203,7 +203,7 @@ fn hex(chars: &mut std::str::CharIndices<'_>, n: usize) -> Option<char> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::record::fingerprint;
+    use event_store::record::fingerprint;
 
     #[test]
     fn dify_str_of_a_json_object_reads_back_as_that_json() {

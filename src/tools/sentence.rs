@@ -9,7 +9,7 @@ use std::io::Write;
 use serde_json::Value;
 
 use super::{Answer, Tool};
-use crate::store::record::{format_time, Status};
+use event_store::record::{format_time, Status};
 
 /// Appends `answer`'s sentence to `out` (plain UTF-8, no trailing newline).
 pub(crate) fn write(answer: &Answer, out: &mut Vec<u8>) {
@@ -120,7 +120,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::record::{fingerprint, new_claim_id, Record};
+    use event_store::record::{fingerprint, new_claim_id, Record};
 
     fn rec(status: Status, attempt: u32) -> Record {
         Record {

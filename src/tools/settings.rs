@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::ToolError;
-use crate::store::key::{storage_key, validate_namespace};
-use crate::store::record::new_claim_id;
-use crate::store::{EventStore, Probe, StoreConfig, StoreError};
+use event_store::key::{storage_key, validate_namespace};
+use event_store::record::new_claim_id;
+use event_store::{EventStore, Probe, StoreConfig, StoreError};
 
 pub(crate) const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
 /// The setting that bounds a tool call's store round trips.

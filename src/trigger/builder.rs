@@ -8,8 +8,8 @@ use super::config::{store_credentials, Door};
 use super::door::identify;
 use super::raw::RawRequest;
 use super::verdict::Verdict;
-use crate::store::{StoreCache, StoreError};
 use crate::tools::Settings;
+use event_store::{StoreCache, StoreError};
 
 /// The builder's answer: 200 (a test ping must not look like a failed delivery), `problems`
 /// listing each one found, in words a Dify admin acts on.

@@ -9,10 +9,10 @@ use super::raw::RawRequest;
 use super::verdict::Verdict;
 use super::EVENT;
 use crate::error::{ErrorClass, ToolError};
-use crate::store::key::{storage_key, validate_event_id};
-use crate::store::record::{format_time, Status};
-use crate::store::EventStore;
 use crate::tools::event_ingest::{ingest, IngestRequest};
+use event_store::key::{storage_key, validate_event_id};
+use event_store::record::{format_time, Status};
+use event_store::EventStore;
 
 /// Seconds a sender is asked to wait before retrying after a store failure.
 pub(crate) const RETRY_AFTER_S: u32 = 5;

@@ -1,9 +1,9 @@
 //! The door's answer for every case, over the in-memory store.
 
 use super::*;
-use crate::store::memory::MemoryStore;
-use crate::store::Clock;
 use crate::trigger::reply::dispatch_chunk;
+use event_store::memory::MemoryStore;
+use event_store::Clock;
 
 fn raw(headers: &[(&str, &str)], body: &str) -> String {
     let mut text = String::from("POST /triggers/plugin/e1 HTTP/1.1\r\nHost: dify\r\n");
@@ -174,7 +174,7 @@ fn oversized_bodies_are_refused_before_the_claim() {
 
 /// A door whose store and clock the test holds: the clock moves only when the test moves it.
 struct Held {
-    now: crate::store::ClockHand,
+    now: event_store::ClockHand,
     store: MemoryStore,
 }
 
@@ -194,9 +194,9 @@ impl Held {
         let key = storage_key(None, "r-1");
         crate::trigger::start::take_in(&self.store, &door, &key, attempt, std::time::Duration::from_secs(5)).await
     }
-    async fn record(&self) -> crate::store::record::Record {
+    async fn record(&self) -> event_store::record::Record {
         let cur = self.store.read("evt_r-1", std::time::Duration::from_secs(5)).await.unwrap().unwrap();
-        crate::store::record::Record::from_bytes(&cur.value).unwrap()
+        event_store::record::Record::from_bytes(&cur.value).unwrap()
     }
 }
 

@@ -19,7 +19,7 @@ mod verdict;
 use serde_json::{json, Value};
 
 use crate::error::{SessionError, ToolError};
-use crate::store::{StoreCache, StoreError};
+use event_store::{StoreCache, StoreError};
 use verdict::Verdict;
 
 /// The provider's name (`identity.name` of `trigger/provider/stateful_trigger.yaml`).
@@ -116,7 +116,7 @@ mod tests {
     fn a_door_claim_that_runs_out_of_time_names_the_trigger_timeout() {
         let mut settings = crate::tools::testing::settings();
         bound_by_the_door(&mut settings, std::time::Duration::from_millis(1500));
-        let clock = crate::store::Clock::system();
+        let clock = event_store::Clock::system();
         let deadline = crate::tools::Deadline::start(&clock, settings.call_timeout, settings.call_timeout_setting);
         let message = deadline.error(StoreError::Timeout(1500)).message;
         assert!(message.contains("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS (1500 ms)"), "{message}");

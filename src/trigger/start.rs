@@ -13,10 +13,10 @@ use serde_json::{json, Map, Value};
 
 use super::config::Door;
 use super::reply;
-use crate::store::key::storage_key;
-use crate::store::record::{format_time, DoorClaim, Record, Status};
-use crate::store::{EventStore, StoreCache, Swapped, Write};
 use crate::tools::MAX_ROUNDS;
+use event_store::key::storage_key;
+use event_store::record::{format_time, DoorClaim, Record, Status};
+use event_store::{EventStore, StoreCache, Swapped, Write};
 
 /// What taking the claim found.
 #[derive(Debug, PartialEq)]

@@ -141,8 +141,8 @@ mod lifecycle {
 /// write past it is refused and nothing lands; one within it is applied as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_past_their_store_clock_deadline_are_refused_by_the_statement() {
-    use stateful_tool::store::postgres::PostgresStore;
-    use stateful_tool::store::{Clock, Created, EventStore, Rollback, StoreDeadline, StoreError, Swapped, Write};
+    use event_store::postgres::PostgresStore;
+    use event_store::{Clock, Created, EventStore, Rollback, StoreDeadline, StoreError, Swapped, Write};
     let (_pg, url) = server();
     let t = Duration::from_secs(10);
     let store = PostgresStore::connect(&url, 0, Clock::system(), t).await.unwrap();

@@ -13,9 +13,9 @@ use crate::support::kv::KvServer;
 use crate::support::plugin::{creds, Plugin, Reply};
 use crate::support::proxy::{Fault, Proxy};
 use crate::support::redis::RedisServer;
+use event_store::key::storage_key;
+use event_store::record::{Record, Status};
 use serde_json::{json, Value};
-use stateful_tool::store::key::storage_key;
-use stateful_tool::store::record::{Record, Status};
 
 const SESSIONS: usize = 1000;
 /// Half of the events carry this lease, the other half none.

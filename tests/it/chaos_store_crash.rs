@@ -16,9 +16,9 @@ use crate::support::kv::KvServer;
 use crate::support::load::{check_calls, event, Call, Load};
 use crate::support::plugin::{creds, Plugin};
 use crate::support::redis::RedisServer;
+use event_store::key::storage_key;
+use event_store::record::{Record, Status};
 use serde_json::json;
-use stateful_tool::store::key::storage_key;
-use stateful_tool::store::record::{Record, Status};
 
 const PROCESSES: usize = 3;
 const SESSIONS: usize = 16;
@@ -160,7 +160,7 @@ async fn kv_container_kill9_under_load_loses_no_accepted_event() {
     let held = verify(&ps[0], &url, &calls, &ids, outage, restarted, read).await;
     // And nothing but those records is on disk.
     kv.terminate();
-    let inv = stateful_tool::kv_server::inventory(dir.path()).unwrap();
+    let inv = kv_container::server::inventory(dir.path()).unwrap();
     assert_eq!(inv.records as usize, held, "records on disk: {inv:?}");
 }
 

@@ -67,8 +67,8 @@ async fn a_namespace_token_reaches_only_its_own_namespace() {
 
     // Raw HTTP: 403 on the other namespace's keys, listings clamped, operator routes closed.
     let http = Client::new();
-    let b_key = stateful_tool::store::key::storage_key(Some("beta"), "B-1");
-    let a_key = stateful_tool::store::key::storage_key(Some("acme"), "A-1");
+    let b_key = event_store::key::storage_key(Some("beta"), "B-1");
+    let a_key = event_store::key::storage_key(Some("acme"), "A-1");
     let key_url = |k: &str| format!("{url}/state/{k}");
     for req in [http.get(key_url(&b_key)), http.put(key_url(&b_key)).body("1"), http.delete(key_url(&b_key))] {
         let (status, body) = status_of(req, "acme-token").await;

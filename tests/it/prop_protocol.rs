@@ -9,12 +9,12 @@
 
 use crate::support::oracle;
 use crate::support::{arb, property};
+use dify_plugin::protocol::message::session_id_from_prefix;
+use dify_plugin::protocol::{Inbound, Line, LineReader};
+use event_store::{Clock, StoreOptions};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use stateful_tool::dispatch::App;
-use stateful_tool::protocol::message::session_id_from_prefix;
-use stateful_tool::protocol::{Inbound, Line, LineReader};
-use stateful_tool::store::{Clock, StoreOptions};
 
 /// Failing cases proptest found, replayed before every run.
 const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_protocol.txt";

@@ -6,11 +6,11 @@
 
 use crate::support::oracle::{self, CountingStore};
 use crate::support::{arb, property};
+use event_store::key::{parse_storage_key, storage_key, validate_event_id};
+use event_store::EventStore;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use stateful_tool::error::ErrorClass;
-use stateful_tool::store::key::{parse_storage_key, storage_key, validate_event_id};
-use stateful_tool::store::EventStore;
 use stateful_tool::tools::{self, Settings};
 
 /// Failing cases proptest found, replayed before every run.

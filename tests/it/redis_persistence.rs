@@ -9,7 +9,7 @@ use crate::support::load::{event, Call, Load};
 use crate::support::plugin::{creds, Plugin};
 use crate::support::redis::RedisServer;
 use crate::support::redis_ha::accepted_twice;
-use stateful_tool::store::key::storage_key;
+use event_store::key::storage_key;
 
 /// Sessions in flight per plugin process (three processes).
 const SESSIONS: usize = 8;

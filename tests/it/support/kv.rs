@@ -237,7 +237,7 @@ pub fn server_time(headers: &reqwest::header::HeaderMap) -> u64 {
 /// The raw value stored for event `id` (no namespace) in the KV container at `url`, read
 /// straight over HTTP, bypassing the plugin; `None` when the key is absent.
 pub async fn raw_event(http: &reqwest::Client, url: &str, id: &str) -> Option<Vec<u8>> {
-    let key = stateful_tool::store::key::storage_key(None, id);
+    let key = event_store::key::storage_key(None, id);
     let resp = http.get(format!("{url}/state/{key}")).send().await.unwrap();
     match resp.status().as_u16() {
         200 => Some(resp.bytes().await.unwrap().to_vec()),

@@ -9,18 +9,18 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use stateful_tool::dispatch::App;
-use stateful_tool::error::{ErrorClass, ToolError};
-use stateful_tool::protocol::message::session_id_from_prefix;
-use stateful_tool::protocol::wire::MAX_INPUT_LINE;
-use stateful_tool::protocol::{Inbound, Line, LineReader};
-use stateful_tool::runtime::session_loop::serve;
-use stateful_tool::runtime::ServeOptions;
-use stateful_tool::store::key::{is_key_charset_safe, parse_storage_key, storage_key};
-use stateful_tool::store::memory::MemoryStore;
-use stateful_tool::store::{
+use dify_plugin::protocol::message::session_id_from_prefix;
+use dify_plugin::protocol::wire::MAX_INPUT_LINE;
+use dify_plugin::protocol::{Inbound, Line, LineReader};
+use dify_plugin::runtime::session_loop::serve;
+use dify_plugin::runtime::ServeOptions;
+use event_store::key::{is_key_charset_safe, parse_storage_key, storage_key};
+use event_store::memory::MemoryStore;
+use event_store::{
     Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
+use stateful_tool::dispatch::App;
+use stateful_tool::error::{ErrorClass, ToolError};
 
 /// A line that parses into something with a `data` object, with its credentials pinned to the
 /// in-process `memory://` store: no generated input can make the plugin connect anywhere.
@@ -197,7 +197,7 @@ pub fn check_storage_key(ns: Option<&str>, id: &str) -> Result<(), String> {
 /// serde writer agree on what is JSON and on every byte they write (fingerprints are stored,
 /// so the pass that ran must never show).
 pub fn check_canonical(payload: &str) -> Result<(), String> {
-    use stateful_tool::store::canonical::{canonical_json_by_serde, canonical_json_or_error};
+    use event_store::canonical::{canonical_json_by_serde, canonical_json_or_error};
     let text = |r: Result<Vec<u8>, serde_json::Error>| r.map(|t| String::from_utf8_lossy(&t).into_owned());
     let (ours, reference) = (text(canonical_json_or_error(payload)), text(canonical_json_by_serde(payload)));
     match (&ours, &reference) {
