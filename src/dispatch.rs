@@ -234,7 +234,8 @@ async fn validate_credentials(app: &App, credentials: Option<&RawValue>) -> Resu
 
 fn runtime_parameters(tool: Tool) -> Vec<Value> {
     // Our parameters are static: answer with the declared ones.
-    let parameters =
-        crate::declarations::tool(tool.name()).and_then(|t| t.get("parameters").cloned()).unwrap_or_else(|| json!([]));
+    let parameters = crate::declarations::declared_tool(tool.name())
+        .and_then(|t| t.get("parameters").cloned())
+        .unwrap_or_else(|| json!([]));
     vec![json!({ "parameters": parameters })]
 }

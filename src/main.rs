@@ -4,9 +4,10 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 
+use cli::call;
 use cli::package;
 use kv_container::admin;
-use stateful_tool::{call, serve};
+use stateful_tool::{serve, SERVE_ENV_HELP};
 
 #[derive(Parser)]
 #[command(name = "stateful-tool", version, about = "Exactly-once event ingestion for Dify")]
@@ -18,7 +19,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the plugin runtime (INSTALL_METHOD=local: stdio; remote: TCP; serverless/aws_lambda: HTTP).
-    #[command(after_help = serve::ENV_HELP)]
+    #[command(after_help = SERVE_ENV_HELP)]
     Serve,
     /// Play the daemon: start `serve` over pipes, send one request, print the answer.
     Call(call::CallArgs),
@@ -40,7 +41,7 @@ fn main() -> std::process::ExitCode {
     // STATEFUL_TOOL_LOG, else RUST_LOG, else info (for every command, so it is read here).
     dify_plugin::logging::init(std::env::var("STATEFUL_TOOL_LOG").ok().as_deref());
     let result = match cli.command {
-        Command::Serve => return serve_exit(serve::run()),
+        Command::Serve => return serve_exit(serve()),
         Command::Call(args) => call::run(args),
         Command::Kv(cmd) => admin::run(cmd),
         Command::Package(args) => package::run_package(args),

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stateful_tool::dispatch::App;
+use stateful_tool::App;
 #[allow(dead_code)]
 #[path = "../../tests/it/support/oracle.rs"]
 mod oracle;

@@ -10,7 +10,7 @@ use serde_json::json;
 mod oracle;
 
 use oracle::CountingStore;
-use stateful_tool::tools::{Params, Settings, Tool};
+use stateful_tool::{Params, Settings, Tool};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else { return };

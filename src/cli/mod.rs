@@ -1,5 +1,6 @@
 //! The binary's own commands: what they print and how they exit (the libraries only return errors).
 
+pub(crate) mod call;
 pub(crate) mod package;
 
 use std::error::Error;

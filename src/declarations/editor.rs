@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{tool, tool_provider, trigger};
+use super::{declared_tool, tool_provider, trigger};
 
 /// A workflow variable's type (`web/app/components/workflow/types.ts`, `VarType`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +125,7 @@ pub(super) enum Node {
 /// The declared `output_schema` property `name` of a node.
 pub(super) fn output(node: Node, name: &str) -> &'static Value {
     let schema = match node {
-        Node::Tool(t) => &tool(t).unwrap_or_else(|| panic!("no tool {t}"))["output_schema"],
+        Node::Tool(t) => &declared_tool(t).unwrap_or_else(|| panic!("no tool {t}"))["output_schema"],
         Node::Trigger => &trigger::provider()["events"][0]["output_schema"],
     };
     let property = &schema["properties"][name];
@@ -191,7 +191,7 @@ pub(super) const WIRINGS: [Wiring; 14] = {
 pub(super) fn field_of(into: Target) -> Field {
     match into {
         Target::Param(t, p) => {
-            let decl = tool(t).unwrap_or_else(|| panic!("no tool {t}"));
+            let decl = declared_tool(t).unwrap_or_else(|| panic!("no tool {t}"));
             let param = decl["parameters"].as_array().unwrap().iter().find(|x| x["name"] == p);
             tool_field(param.unwrap_or_else(|| panic!("{t} has no parameter {p}"))["type"].as_str().unwrap())
         }

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::declarations::{tool, tool_names, tool_provider, trigger, LOCALES};
+use crate::declarations::{declared_tool, tool_names, tool_provider, trigger, LOCALES};
 
 fn repo_file(path: &str) -> String {
     let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
@@ -45,7 +45,7 @@ fn every_documented_wiring_is_offered_by_the_field_it_goes_to() {
 fn all_outputs() -> Vec<(Node, &'static str, &'static Value)> {
     let mut out = Vec::new();
     for name in tool_names() {
-        for (output, schema) in tool(name).unwrap()["output_schema"]["properties"].as_object().unwrap() {
+        for (output, schema) in declared_tool(name).unwrap()["output_schema"]["properties"].as_object().unwrap() {
             out.push((Node::Tool(name), output.as_str(), schema));
         }
     }
@@ -169,7 +169,7 @@ fn the_event_reads_as_the_editor_shows_it() {
         assert!(title_width(label) <= 18, "{locale}: {label:?} is cut on the canvas");
         // The editor's names: provider › tool, and the field labels of Complete event.
         let description = event["description"][locale].as_str().unwrap();
-        let complete = tool("event_complete").unwrap();
+        let complete = declared_tool("event_complete").unwrap();
         let field = |p: &str| {
             let decl = complete["parameters"].as_array().unwrap().iter().find(|x| x["name"] == p).unwrap();
             decl["label"][locale].as_str().unwrap().to_owned()

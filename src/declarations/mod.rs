@@ -74,7 +74,7 @@ pub fn tool_provider() -> &'static Value {
 }
 
 /// One inline tool declaration, by tool name.
-pub fn tool(name: &str) -> Option<&'static Value> {
+pub fn declared_tool(name: &str) -> Option<&'static Value> {
     tools().iter().find(|t| t["identity"]["name"] == name)
 }
 
@@ -84,13 +84,15 @@ pub fn tool_names() -> Vec<&'static str> {
 }
 
 /// The provider name (`identity.name` of the provider): `stateful_tool`.
-pub fn provider_name() -> &'static str {
+#[cfg(test)]
+pub(crate) fn provider_name() -> &'static str {
     tool_provider()["identity"]["name"].as_str().expect("provider identity.name is a string")
 }
 
 /// The declared default of a provider credential, as text (`None` when it has none or the
 /// credential does not exist).
-pub fn credential_default(name: &str) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn credential_default(name: &str) -> Option<String> {
     let credential = tool_provider()["credentials_schema"].as_array()?.iter().find(|c| c["name"] == name)?;
     match &credential["default"] {
         Value::String(s) => Some(s.clone()),
@@ -106,7 +108,8 @@ pub fn assets() -> &'static [(&'static str, &'static [u8])] {
 }
 
 /// The declaration files as packaged: `(path inside the package, YAML text)`.
-pub fn yaml_files() -> &'static [(&'static str, &'static str)] {
+#[cfg(test)]
+pub(crate) fn yaml_files() -> &'static [(&'static str, &'static str)] {
     &YAML_FILES
 }
 

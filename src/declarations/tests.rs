@@ -389,9 +389,9 @@ fn output_properties(tool: &Value) -> BTreeSet<&str> {
 #[test]
 fn tools_declare_the_agreed_contract() {
     assert_eq!(tool_names(), ["event_ingest", "event_status", "event_complete"]);
-    assert!(tool("nope").is_none());
+    assert!(declared_tool("nope").is_none());
 
-    let ingest = tool("event_ingest").unwrap();
+    let ingest = declared_tool("event_ingest").unwrap();
     let shape = |t: &Value| -> Vec<(String, String, String, bool)> {
         t["parameters"]
             .as_array()
@@ -422,7 +422,7 @@ fn tools_declare_the_agreed_contract() {
     assert_eq!((lease["min"].as_f64(), lease["max"].as_f64()), (Some(0.0), Some(86400.0)));
     let id_llm = param(ingest, "event_id")["llm_description"].as_str().unwrap();
     assert!(id_llm.contains("source system's own id") && id_llm.contains("Never invent"), "{id_llm}");
-    let attempt_llm = param(tool("event_complete").unwrap(), "attempt")["llm_description"].as_str().unwrap();
+    let attempt_llm = param(declared_tool("event_complete").unwrap(), "attempt")["llm_description"].as_str().unwrap();
     assert!(attempt_llm.contains("always pass it back"), "{attempt_llm}");
     assert_eq!(
         output_properties(ingest),
@@ -454,7 +454,7 @@ fn tools_declare_the_agreed_contract() {
     // `number`, not `integer`: Dify's editor offers only number variables to a number field (Attempt).
     assert_eq!(props["attempt"]["type"], "number");
 
-    let status = tool("event_status").unwrap();
+    let status = declared_tool("event_status").unwrap();
     assert_eq!(shape(status), [s("event_id", "string", "llm", true)]);
     assert_eq!(
         output_properties(status),
@@ -482,7 +482,7 @@ fn tools_declare_the_agreed_contract() {
     );
     assert_eq!(status["output_schema"]["properties"]["outcome"]["enum"], json!(["found", "not_found"]));
 
-    let complete = tool("event_complete").unwrap();
+    let complete = declared_tool("event_complete").unwrap();
     assert_eq!(
         shape(complete),
         [
@@ -648,7 +648,7 @@ fn json_shapes_match_vector_12() {
     assert!(p["credentials_schema"].is_array());
     assert!(p["tools"][0]["parameters"][0]["show_on"].is_array());
     assert_eq!(
-        keys(&tool("event_complete").unwrap()["parameters"][1]["options"][0]),
+        keys(&declared_tool("event_complete").unwrap()["parameters"][1]["options"][0]),
         BTreeSet::from(["icon", "label", "show_on", "value"])
     );
 }

@@ -105,7 +105,7 @@ mod tests {
         assert_eq!(m["plugins"]["triggers"], json!(["provider/stateful_trigger.yaml"]));
         assert_eq!(m["meta"]["minimum_dify_version"], "1.10.0");
         let p = provider();
-        assert_eq!(p["identity"]["name"], crate::trigger::PROVIDER);
+        assert_eq!(p["identity"]["name"], "stateful_trigger");
         let names: Vec<&str> =
             p["subscription_schema"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         for wanted in [

@@ -15,7 +15,7 @@ use event_store::{Clock, StoreOptions};
 
 /// `serve --help`: every environment variable that changes what `serve` does, with defaults.
 /// The daemon sets INSTALL_METHOD; the others are for debugging, serverless hosts and tests.
-pub const ENV_HELP: &str = "\
+pub const SERVE_ENV_HELP: &str = "\
 Environment (read once at start; for INSTALL_METHOD, REMOTE_*, SERVERLESS_*, AWS_LAMBDA_* and
 STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves unset):
   INSTALL_METHOD                     transport: local (stdio, as the daemon starts plugins; the
@@ -81,7 +81,7 @@ pub(crate) const STORE_HOSTS_VAR: &str = "STATEFUL_TOOL_STORE_HOSTS";
 
 /// `stateful-tool serve`: the one place the plugin reads its environment; the runtime
 /// `INSTALL_METHOD` names serves the plugin until the daemon is done with it.
-pub fn run() -> Result<Exit, Error> {
+pub fn serve() -> Result<Exit, Error> {
     // As with the Python SDK, `.env` may choose the transport (`.env.example` sets remote);
     // the daemon always sets INSTALL_METHOD=local in the environment, which wins.
     let settings = EnvSettings::load();

@@ -19,7 +19,7 @@ fn opts() -> ServeOptions {
 }
 
 fn request(sid: &str, data: Value) -> String {
-    crate::call::request_line(sid, data)
+    crate::request_line(sid, data)
 }
 
 fn ingest(sid: &str, id: &str) -> String {

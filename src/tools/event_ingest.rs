@@ -12,9 +12,9 @@ use event_store::record::{
 };
 use event_store::{Created, Current, EventStore, Swapped, Write};
 
-pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 /// Longest accepted `run_id` (Dify's workflow run ids are 36-character UUIDs).
-pub const MAX_RUN_ID_BYTES: usize = 255;
+pub(crate) const MAX_RUN_ID_BYTES: usize = 255;
 
 /// A validated ingest call; nothing touches the store before this exists.
 #[derive(Clone)]
@@ -122,7 +122,7 @@ impl IngestRequest {
     }
 }
 
-pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
+pub(crate) async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) -> Result<Answer, ToolError> {
     let req = IngestRequest::parse(p, settings)?;
     let compared_as = req.compared_as;
     let answer = ingest(store, settings, req).await?;
@@ -131,7 +131,11 @@ pub async fn run<S: EventStore>(store: &S, settings: &Settings, p: &Params<'_>) 
 
 /// Claims a validated request: the one claim path, also taken by the trigger's dispatch (a
 /// delivery claimed at the door is the same record `event_status`/`event_complete` see).
-pub async fn ingest<S: EventStore>(store: &S, settings: &Settings, req: IngestRequest) -> Result<Answer, ToolError> {
+pub(crate) async fn ingest<S: EventStore>(
+    store: &S,
+    settings: &Settings,
+    req: IngestRequest,
+) -> Result<Answer, ToolError> {
     let key = storage_key(settings.namespace.as_deref(), &req.event_id);
     let deadline = Deadline::start(store.clock().host(), settings.call_timeout, settings.call_timeout_setting);
     let mut claims = Claims::new(settings.claim_ids.clone());
@@ -267,7 +271,7 @@ async fn settle<S: EventStore>(
 
 /// Why a record may be claimed again, if it may: its run failed, its lease expired, or it was
 /// claimed at the trigger's door and no workflow run took it within its start window.
-pub fn takeover(rec: &Record, store_now_ms: i64) -> Option<&'static str> {
+pub(crate) fn takeover(rec: &Record, store_now_ms: i64) -> Option<&'static str> {
     match rec.status {
         Status::Failed => Some("failed"),
         Status::Processing if rec.lease_expired(store_now_ms) => {

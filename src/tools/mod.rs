@@ -1,15 +1,15 @@
 //! The tools: `event_ingest`, `event_status`, `event_complete`, over any `EventStore`.
 
-pub mod answer;
+pub(crate) mod answer;
 mod claims;
 mod deadline;
 pub(crate) mod event_complete;
-pub mod event_ingest;
+pub(crate) mod event_ingest;
 mod event_status;
 pub(crate) mod params;
 mod pyrepr;
 mod sentence;
-pub mod settings;
+pub(crate) mod settings;
 
 use crate::error::ToolError;
 pub use answer::Answer;
@@ -73,7 +73,7 @@ impl Tool {
             Tool::ALL
                 .iter()
                 .map(|t| {
-                    let properties = crate::declarations::tool(t.name())
+                    let properties = crate::declarations::declared_tool(t.name())
                         .and_then(|d| d["output_schema"]["properties"].as_object())
                         .expect("every tool declares output_schema.properties");
                     properties.keys().cloned().collect()

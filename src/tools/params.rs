@@ -46,7 +46,7 @@ pub struct Params<'a>(Vec<(Cow<'a, str>, Param<'a>)>);
 
 /// What a parameter holds.
 #[derive(Debug, Clone)]
-pub enum Param<'a> {
+pub(crate) enum Param<'a> {
     /// `null` (an absent parameter reads the same).
     Null,
     Bool,
@@ -175,7 +175,7 @@ impl<'de> Visitor<'de> for ParamVisitor {
 /// A required string. Numbers are accepted as their decimal text (agents often send ids as
 /// numbers); anything else is a clear `param_invalid`. An empty string is reported as empty,
 /// not as missing: a workflow that maps an empty variable needs to hear that.
-pub fn required_str(params: &Params, name: &str) -> Result<String, ToolError> {
+pub(crate) fn required_str(params: &Params, name: &str) -> Result<String, ToolError> {
     if matches!(params.get(name), Param::Str(s) if s.is_empty()) {
         return Err(ToolError::param(match name {
             "event_id" => "event_id is empty: pass the unique id the source system gave this event".to_owned(),
@@ -187,7 +187,7 @@ pub fn required_str(params: &Params, name: &str) -> Result<String, ToolError> {
 
 /// An optional string; null and "" mean absent. Objects and arrays are accepted as their
 /// (compact) JSON text, so an agent passing a JSON payload object is understood.
-pub fn optional_str(params: &Params, name: &str) -> Result<Option<String>, ToolError> {
+pub(crate) fn optional_str(params: &Params, name: &str) -> Result<Option<String>, ToolError> {
     match params.get(name) {
         Param::Null => Ok(None),
         Param::Str(s) if s.is_empty() => Ok(None),
@@ -201,7 +201,7 @@ pub fn optional_str(params: &Params, name: &str) -> Result<Option<String>, ToolE
 /// An optional payload: text as given, except Dify's `str()` of an object or array (a
 /// workflow variable wired straight to the field), which is read back as the JSON text it
 /// came from, so it gets the same fingerprint and stored form as that JSON.
-pub fn optional_payload(params: &Params, name: &str) -> Result<Option<String>, ToolError> {
+pub(crate) fn optional_payload(params: &Params, name: &str) -> Result<Option<String>, ToolError> {
     Ok(optional_str(params, name)?.map(|text| match super::pyrepr::json_from_python_repr(&text) {
         // Valid JSON stays as it is (e.g. `[1, 2]` reads the same in both languages).
         Some(json) if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_err() => json,
@@ -210,7 +210,7 @@ pub fn optional_payload(params: &Params, name: &str) -> Result<Option<String>, T
 }
 
 /// An optional whole number within `min..=max`; numeric strings are accepted.
-pub fn optional_int(params: &Params, name: &str, min: i64, max: i64) -> Result<Option<i64>, ToolError> {
+pub(crate) fn optional_int(params: &Params, name: &str, min: i64, max: i64) -> Result<Option<i64>, ToolError> {
     let bad = || ToolError::param(format!("{name} must be a whole number from {min} to {max}"));
     let n = match params.get(name) {
         Param::Null => return Ok(None),

@@ -10,7 +10,8 @@ use event_store::key::{storage_key, validate_namespace};
 use event_store::record::new_claim_id;
 use event_store::{EventStore, Probe, StoreConfig, StoreError};
 
-pub(crate) const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
+/// Where the KV container listens when the credentials name no `kv_url` (its own default).
+pub const DEFAULT_KV_URL: &str = "http://127.0.0.1:8123";
 /// The setting that bounds a tool call's store round trips.
 pub(crate) const STORE_TIMEOUT_SETTING: &str = "STATEFUL_TOOL_STORE_TIMEOUT_MS";
 /// The setting that bounds a trigger's claim at the door.
@@ -33,10 +34,11 @@ pub(crate) const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where a call's claim ids come from: fresh random ones (the plugin), or a sequence a test
 /// injects (the simulation, so that one seed replays one run exactly).
 #[derive(Clone, Default)]
-pub struct ClaimIds(Option<Arc<dyn Fn() -> String + Send + Sync>>);
+pub(crate) struct ClaimIds(Option<Arc<dyn Fn() -> String + Send + Sync>>);
 
 impl ClaimIds {
-    pub fn from_fn(next: impl Fn() -> String + Send + Sync + 'static) -> Self {
+    #[cfg(test)]
+    pub(crate) fn from_fn(next: impl Fn() -> String + Send + Sync + 'static) -> Self {
         ClaimIds(Some(Arc::new(next)))
     }
 

@@ -22,9 +22,6 @@ use crate::error::{SessionError, ToolError};
 use event_store::{StoreCache, StoreError};
 use verdict::Verdict;
 
-/// The provider's name (`identity.name` of `trigger/provider/stateful_trigger.yaml`).
-pub const PROVIDER: &str = "stateful_trigger";
-
 /// The one event this provider declares.
 pub(crate) const EVENT: &str = "webhook_received";
 

@@ -262,7 +262,7 @@ fn check(caller: Caller, s: &Step, lines: &[String], replay: &Value) {
         assert!(record["key"].is_string(), "{what}: {record}");
         assert!(fingerprint.is_none_or(|f| f.len() == "sha256:".len() + 64), "{what}: {record}");
     } else {
-        for gone in stateful_tool::tools::answer::NOT_FOR_AGENTS {
+        for gone in stateful_tool::NOT_FOR_AGENTS {
             assert!(record.get(gone).is_none(), "{what}: {gone} in {record}");
         }
         let empty = |v: &Value| v.is_null() || *v == json!(false);
@@ -280,7 +280,7 @@ fn check(caller: Caller, s: &Step, lines: &[String], replay: &Value) {
 
 /// The tool's declared outputs, from the YAML embedded in the binary.
 fn declared_outputs(tool: &str) -> Map<String, Value> {
-    let decl = stateful_tool::declarations::tool(tool).expect("declared tool");
+    let decl = stateful_tool::declared_tool(tool).expect("declared tool");
     decl["output_schema"]["properties"].as_object().expect("output_schema.properties").clone()
 }
 

@@ -12,7 +12,7 @@ use crate::dify_callers::{lifecycle, run, Caller, Transport};
 use crate::support::kv::KvServer;
 use crate::support::package::fake_bins;
 use difypkg::{build_package_with_readme, read_package, validate_package_bytes};
-use stateful_tool::declarations::{tool, tool_names, tool_provider};
+use stateful_tool::{declared_tool as tool, tool_names, tool_provider};
 
 pub(crate) const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The README the package ships (scripts/package.sh passes it to `package --readme`).

@@ -14,7 +14,7 @@ use dify_plugin::protocol::{Inbound, Line, LineReader};
 use event_store::{Clock, StoreOptions};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use stateful_tool::dispatch::App;
+use stateful_tool::App;
 
 /// Failing cases proptest found, replayed before every run.
 const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_protocol.txt";
@@ -155,10 +155,10 @@ fn render(i: usize, p: &Piece) -> Vec<u8> {
     let sid = format!("s{i}");
     let line = match p {
         Piece::Request { tool, params, creds, well_formed } => {
-            stateful_tool::call::request_line(&sid, request_data(tool, params, creds, *well_formed))
+            stateful_tool::request_line(&sid, request_data(tool, params, creds, *well_formed))
         }
         Piece::Truncated { tool, params, cut } => {
-            let full = stateful_tool::call::request_line(&sid, request_data(tool, params, &json!({}), true));
+            let full = stateful_tool::request_line(&sid, request_data(tool, params, &json!({}), true));
             return full.as_bytes()[..(*cut).min(full.len() - 1)].to_vec();
         }
         Piece::Garbage(b) => return b.iter().copied().filter(|&b| b != b'\n').collect(),

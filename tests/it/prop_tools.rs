@@ -10,8 +10,7 @@ use event_store::key::{parse_storage_key, storage_key, validate_event_id};
 use event_store::EventStore;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
-use stateful_tool::error::ErrorClass;
-use stateful_tool::tools::{self, Settings};
+use stateful_tool::{Answer, ErrorClass, Params, Settings, Tool, ToolError};
 
 /// Failing cases proptest found, replayed before every run.
 const REGRESSIONS: &str = "tests/it/proptest-regressions/prop_tools.txt";
@@ -26,16 +25,16 @@ async fn invoke<S: EventStore>(
     store: &S,
     settings: &Settings,
     params: &serde_json::Map<String, serde_json::Value>,
-) -> Result<tools::Answer, stateful_tool::error::ToolError> {
+) -> Result<Answer, ToolError> {
     // As the daemon sends them: the parameters' JSON text, read as dispatch reads it.
     let text = serde_json::Value::Object(params.clone()).to_string();
-    let params = tools::Params::parse(&text).expect("an object's text");
-    tools::Tool::from_name(name)?.invoke(store, settings, &params).await
+    let params = Params::parse(&text).expect("an object's text");
+    Tool::from_name(name)?.invoke(store, settings, &params).await
 }
 
 fn tool() -> impl Strategy<Value = String> {
     prop_oneof![
-        6 => prop::sample::select(tools::Tool::ALL.map(tools::Tool::name).to_vec()).prop_map(str::to_owned),
+        6 => prop::sample::select(Tool::ALL.map(Tool::name).to_vec()).prop_map(str::to_owned),
         1 => arb::string(),
     ]
 }

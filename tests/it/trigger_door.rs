@@ -14,10 +14,10 @@ use crate::support::redis::RedisServer;
 
 /// Door claims get the same generous deadline as the tools' store calls in tests: a loaded
 /// machine must not turn an outcome test into a timeout test.
-pub const ENV: [(&str, &str); 1] = [("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS", "30000")];
+pub(crate) const ENV: [(&str, &str); 1] = [("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS", "30000")];
 
 /// A webhook as Dify serialises it (WSGI-capitalised names, no Content-Length), in hex.
-pub fn raw_request(headers: &[(&str, &str)], body: &str) -> String {
+pub(crate) fn raw_request(headers: &[(&str, &str)], body: &str) -> String {
     let mut text =
         String::from("POST /triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001 HTTP/1.1\r\nHost: dify\r\n");
     for (name, value) in headers {
@@ -29,13 +29,13 @@ pub fn raw_request(headers: &[(&str, &str)], body: &str) -> String {
 }
 
 /// A built (manual) subscription with these properties.
-pub fn subscription(props: Value) -> Value {
+pub(crate) fn subscription(props: Value) -> Value {
     json!({"endpoint": "https://dify.example/triggers/plugin/0c1e2f3a-0000-4000-8000-000000000001",
            "expires_at": -1, "parameters": {}, "properties": props})
 }
 
 /// `dispatch_trigger_event` data for a built (manual) subscription with these properties.
-pub fn dispatch_data(props: Value, raw_hex: &str) -> Value {
+pub(crate) fn dispatch_data(props: Value, raw_hex: &str) -> Value {
     json!({
         "action": "dispatch_trigger_event", "credential_type": "unauthorized", "credentials": {},
         "provider": "stateful_trigger", "raw_http_request": raw_hex, "subscription": subscription(props),
@@ -45,7 +45,7 @@ pub fn dispatch_data(props: Value, raw_hex: &str) -> Value {
 
 /// `invoke_trigger_event` data, as Dify's Celery task sends it for one subscribed workflow:
 /// the payload dispatch returned, and the same subscription.
-pub fn invoke_data(props: Value, payload: &Value) -> Value {
+pub(crate) fn invoke_data(props: Value, payload: &Value) -> Value {
     json!({
         "action": "invoke_trigger_event", "credential_type": "unauthorized", "credentials": {},
         "event": "webhook_received", "parameters": {}, "payload": payload, "provider": "stateful_trigger",
@@ -54,7 +54,7 @@ pub fn invoke_data(props: Value, payload: &Value) -> Value {
 }
 
 /// The one chunk of a dispatch answer: never a session error, always an `events` list.
-pub fn chunk(reply: &Reply) -> &Value {
+pub(crate) fn chunk(reply: &Reply) -> &Value {
     assert!(reply.error.is_none(), "dispatch must never end in a session error: {reply:?}");
     assert_eq!(reply.chunks.len(), 1, "{reply:?}");
     let c = &reply.chunks[0];
@@ -64,7 +64,7 @@ pub fn chunk(reply: &Reply) -> &Value {
 }
 
 /// The sender's HTTP status and the answer's JSON body, decoded from the `response` hex.
-pub fn http(chunk: &Value) -> (u16, Vec<(String, String)>, Value) {
+pub(crate) fn http(chunk: &Value) -> (u16, Vec<(String, String)>, Value) {
     let bytes = hex::decode(chunk["response"].as_str().unwrap()).unwrap();
     let text = String::from_utf8(bytes).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap();

@@ -10,13 +10,13 @@ use super::procs::{start_kv, TempDir};
 use super::workload::{event_ids, ingest_lines};
 
 /// Sessions in the burst (issue 14's figure); `--quick` (debug builds in CI) writes fewer.
-pub const SESSIONS: usize = 10_000;
-pub const QUICK_SESSIONS: usize = 1_000;
+pub(crate) const SESSIONS: usize = 10_000;
+pub(crate) const QUICK_SESSIONS: usize = 1_000;
 /// The plugin's peak RSS through the burst must stay under this.
-pub const PEAK_RSS_LIMIT_MB: f64 = 64.0;
+pub(crate) const PEAK_RSS_LIMIT_MB: f64 = 64.0;
 
 #[derive(Debug, Serialize)]
-pub struct Burst {
+pub(crate) struct Burst {
     pub sessions: usize,
     /// Sessions that ended (answered, whatever the outcome).
     pub answered: usize,
@@ -28,12 +28,12 @@ pub struct Burst {
 }
 
 impl Burst {
-    pub fn peak_rss_mb(&self) -> f64 {
+    pub(crate) fn peak_rss_mb(&self) -> f64 {
         kib_to_mb(self.peak_rss_kib)
     }
 
     /// The report's sentence.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let outcomes: Vec<String> = self.m.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
         format!(
             "Burst: {} event_ingest sessions written at once to one plugin backed by the KV container: {} answered \
@@ -51,7 +51,7 @@ impl Burst {
 }
 
 /// A fresh KV container and a fresh plugin, so the peak RSS is the burst's alone.
-pub async fn run(cfg: &Config, tmp: &TempDir, sessions: usize) -> anyhow::Result<Burst> {
+pub(crate) async fn run(cfg: &Config, tmp: &TempDir, sessions: usize) -> anyhow::Result<Burst> {
     let dir = tmp.path().join("burst-kv");
     std::fs::create_dir_all(&dir)?;
     let kv = start_kv(&cfg.plugin, &dir, "immediate", &dir.with_extension("log"))?;

@@ -122,7 +122,12 @@ fn wait(what: &str, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
 
 /// The cluster rows at every concurrency of `cfg`: raw claims/duplicates/reads, then the
 /// plugin's new ingests/duplicates/status through `redis+cluster://`.
-pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl Fn(&str, &Row)) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    cfg: &Config,
+    tmp: &TempDir,
+    res: &mut Results,
+    progress: &impl Fn(&str, &Row),
+) -> anyhow::Result<()> {
     let Some(cluster) = start(&cfg.redis, tmp.path())? else { return Ok(()) };
     let seeds = cluster.seeds();
     let urls: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("redis://127.0.0.1:{p}")).collect();

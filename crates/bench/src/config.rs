@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::raw::Store;
 
 /// Everything a run needs to know.
-pub struct Config {
+pub(crate) struct Config {
     pub plugin: PathBuf,
     pub wrapper: Vec<String>,
     pub redis: String,
@@ -27,7 +27,7 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn wants(&self, section: &str) -> bool {
+    pub(crate) fn wants(&self, section: &str) -> bool {
         self.sections.iter().any(|s| s == section)
     }
 }

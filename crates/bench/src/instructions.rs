@@ -20,25 +20,25 @@ use super::procs::TempDir;
 use super::workload::{dispatch_lines, event_ids, ingest_lines_from, invoke_lines};
 
 /// Lines fed to the shorter and the longer replay, and sessions kept in flight.
-pub const SHORT: usize = 400;
-pub const LONG: usize = 1_400;
-pub const IN_FLIGHT: usize = 64;
+pub(crate) const SHORT: usize = 400;
+pub(crate) const LONG: usize = 1_400;
+pub(crate) const IN_FLIGHT: usize = 64;
 /// A replay under callgrind runs ~50× slower than natively; this only bounds a hung one.
 const REPLAY_CAP: Duration = Duration::from_secs(600);
 
 /// The target: at most a third of main's instructions per workflow-node ingest on Redis, as
 /// issue 27 set it (a third of the 126k it recorded; this replay counts 178k on main).
-pub const TARGET_WORKFLOW_REDIS: f64 = 42_000.0;
+pub(crate) const TARGET_WORKFLOW_REDIS: f64 = 42_000.0;
 
 /// Who calls, as the envelope tells it: the answer's size differs (18 messages vs 2).
 #[derive(Debug, Clone, Copy)]
-pub enum Caller {
+pub(crate) enum Caller {
     Workflow,
     Agent,
 }
 
 impl Caller {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Caller::Workflow => "workflow node",
             Caller::Agent => "agent",
@@ -56,13 +56,13 @@ impl Caller {
 
 /// The trigger's two calls: the claim at the door, and a run taking it.
 #[derive(Debug, Clone, Copy)]
-pub enum Door {
+pub(crate) enum Door {
     Dispatch,
     Invoke,
 }
 
 impl Door {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Door::Dispatch => "trigger dispatch",
             Door::Invoke => "trigger invoke",
@@ -72,7 +72,7 @@ impl Door {
 
 /// One replay pair's figures.
 #[derive(Debug, Clone, Serialize)]
-pub struct Count {
+pub(crate) struct Count {
     pub store: &'static str,
     pub caller: &'static str,
     /// Total instructions (callgrind `Ir`) of the SHORT and the LONG replay's process.
@@ -83,7 +83,7 @@ pub struct Count {
 }
 
 /// Whether callgrind can run here; the section is skipped (and says so) when it cannot.
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     Command::new("valgrind")
         .arg("--version")
         .stdout(Stdio::null())
@@ -95,20 +95,20 @@ pub fn available() -> bool {
 /// What a replay pair sends: new `event_ingest` calls from one caller kind, or one of the
 /// trigger's two calls.
 #[derive(Debug, Clone, Copy)]
-pub enum Call {
+pub(crate) enum Call {
     Ingest(Caller),
     Door(Door),
 }
 
 impl Call {
-    pub const ALL: [Call; 4] = [
+    pub(crate) const ALL: [Call; 4] = [
         Call::Ingest(Caller::Workflow),
         Call::Ingest(Caller::Agent),
         Call::Door(Door::Dispatch),
         Call::Door(Door::Invoke),
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Call::Ingest(caller) => caller.name(),
             Call::Door(door) => door.name(),
@@ -121,7 +121,7 @@ impl Call {
 /// callgrind files stay in `keep` (`{store}-{call}-{lines}.callgrind`), ready for
 /// `callgrind_annotate`.
 #[allow(clippy::too_many_arguments)]
-pub async fn measure(
+pub(crate) async fn measure(
     exe: &Path,
     tmp: &TempDir,
     keep: &Path,
@@ -215,7 +215,7 @@ fn total_ir(text: &str) -> Option<u64> {
 }
 
 /// Main's figure for a row: this replay on commit 2bde3f2, before issue 27's changes.
-pub fn main_figure(store: &str, caller: &str) -> Option<f64> {
+pub(crate) fn main_figure(store: &str, caller: &str) -> Option<f64> {
     match (store, caller) {
         ("kv", "workflow node") => Some(243_369.0),
         ("kv", "agent") => Some(232_227.0),

@@ -9,7 +9,7 @@ use super::procs::{cpu_ticks, machine_busy_ticks, own_cpu_ticks, TICKS_PER_SEC};
 
 /// The figures of one run, as they appear in the summary.
 #[derive(Debug, Clone, Serialize)]
-pub struct Measure {
+pub(crate) struct Measure {
     pub ops: usize,
     pub secs: f64,
     pub ops_per_s: f64,
@@ -32,16 +32,16 @@ pub struct Measure {
 
 /// Outcome tallies; a handful of distinct strings, so a vector beats a map.
 #[derive(Debug, Default)]
-pub struct Tally(Vec<(String, u64)>);
+pub(crate) struct Tally(Vec<(String, u64)>);
 
 impl Tally {
-    pub fn add(&mut self, outcome: &str) {
+    pub(crate) fn add(&mut self, outcome: &str) {
         match self.0.iter_mut().find(|(k, _)| k == outcome) {
             Some((_, n)) => *n += 1,
             None => self.0.push((outcome.to_owned(), 1)),
         }
     }
-    pub fn merge(&mut self, other: Tally) {
+    pub(crate) fn merge(&mut self, other: Tally) {
         for (k, n) in other.0 {
             match self.0.iter_mut().find(|(o, _)| *o == k) {
                 Some((_, m)) => *m += n,
@@ -52,7 +52,7 @@ impl Tally {
 }
 
 /// CPU counters at the start of a run.
-pub struct Meter {
+pub(crate) struct Meter {
     subject: Option<u32>,
     store: u32,
     at: Instant,
@@ -63,7 +63,7 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn start(subject: Option<u32>, store: u32) -> Meter {
+    pub(crate) fn start(subject: Option<u32>, store: u32) -> Meter {
         Meter {
             subject,
             store,
@@ -76,7 +76,7 @@ impl Meter {
     }
 
     /// Closes the run. `latencies_us` has one entry per completed operation.
-    pub fn finish(self, mut latencies_us: Vec<u32>, tally: Tally, expected: &str, capped: bool) -> Measure {
+    pub(crate) fn finish(self, mut latencies_us: Vec<u32>, tally: Tally, expected: &str, capped: bool) -> Measure {
         let secs = self.at.elapsed().as_secs_f64();
         let subject = self.subject.map_or(0, cpu_ticks).saturating_sub(self.subject0);
         let store = cpu_ticks(self.store).saturating_sub(self.store0);
@@ -110,11 +110,11 @@ impl Meter {
 }
 
 /// KiB as the kernel counts them (`/proc/PID/status`) in MB (10^6 bytes), as targets are stated.
-pub fn kib_to_mb(kib: u64) -> f64 {
+pub(crate) fn kib_to_mb(kib: u64) -> f64 {
     kib as f64 * 1024.0 / 1e6
 }
 
 /// Microseconds since `t`, saturating (a latency above 71 minutes is not a latency).
-pub fn micros_since(t: Instant) -> u32 {
+pub(crate) fn micros_since(t: Instant) -> u32 {
     t.elapsed().as_micros().min(u32::MAX as u128) as u32
 }

@@ -16,7 +16,7 @@ const STALL: Duration = Duration::from_secs(30);
 
 /// A plugin process's memory at the end of its runs, and how fast it started.
 #[derive(Debug, Clone, Copy)]
-pub struct Footprint {
+pub(crate) struct Footprint {
     /// VmHWM.
     pub peak_rss_kib: u64,
     /// RssAnon: what VmHWM holds besides the mapped binary and libraries.
@@ -24,7 +24,7 @@ pub struct Footprint {
     pub first_heartbeat_ms: f64,
 }
 
-pub struct Plugin {
+pub(crate) struct Plugin {
     child: Child,
     pub pid: u32,
     stdin: Option<ChildStdin>,
@@ -37,7 +37,7 @@ pub struct Plugin {
 impl Plugin {
     /// Spawns `serve` (optionally under `wrapper`, e.g. valgrind) and waits for its first
     /// heartbeat. Its stderr (the plugin log) goes to `log`, as the daemon captures it.
-    pub async fn spawn(exe: &Path, wrapper: &[String], log: &Path) -> anyhow::Result<Plugin> {
+    pub(crate) async fn spawn(exe: &Path, wrapper: &[String], log: &Path) -> anyhow::Result<Plugin> {
         let mut cmd = match wrapper.split_first() {
             None => Command::new(exe),
             Some((first, rest)) => {
@@ -84,7 +84,7 @@ impl Plugin {
     /// sessions in flight: each `end` read releases the next request. Latency runs from just
     /// before a request line is written to the read of its session's `end` line.
     #[allow(clippy::too_many_arguments)]
-    pub async fn run(
+    pub(crate) async fn run(
         &mut self,
         run: u32,
         lines: &[Vec<u8>],
@@ -141,7 +141,7 @@ impl Plugin {
     /// Writes all `lines` at once and reads until every session has ended; latency runs from
     /// the start of the burst. The lines are written from their own task: the plugin stops
     /// reading stdin while its answers wait to be read, so writing inline could deadlock.
-    pub async fn burst(
+    pub(crate) async fn burst(
         &mut self,
         run: u32,
         lines: Vec<Vec<u8>>,
@@ -182,12 +182,12 @@ impl Plugin {
     }
 
     /// Peak resident set size so far (VmHWM), in KiB.
-    pub fn peak_rss_kib(&self) -> u64 {
+    pub(crate) fn peak_rss_kib(&self) -> u64 {
         super::procs::vm_kib(self.pid, "VmHWM")
     }
 
     /// What the process holds now, for the rows of the runs it served.
-    pub fn footprint(&self) -> Footprint {
+    pub(crate) fn footprint(&self) -> Footprint {
         Footprint {
             peak_rss_kib: self.peak_rss_kib(),
             private_rss_kib: super::procs::vm_kib(self.pid, "RssAnon"),
@@ -196,7 +196,7 @@ impl Plugin {
     }
 
     /// Closes stdin (how the daemon ends a plugin gracefully) and waits for the exit.
-    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+    pub(crate) async fn shutdown(mut self) -> anyhow::Result<()> {
         drop(self.stdin.take());
         let wait = async {
             while self.read_line(STALL).await? {}
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn reads_the_plugins_own_session_lines() {
-        let answer = stateful_tool::tools::Answer::new("accepted").field("accepted", json!(true));
+        let answer = stateful_tool::Answer::new("accepted").field("accepted", json!(true));
         let lines = dify_plugin::protocol::outbound::answer_end_lines("s1", &answer, false);
         let parsed: Vec<_> = lines.split_inclusive(|&b| b == b'\n').map(|l| session_line(l).unwrap()).collect();
         let kinds: Vec<&[u8]> = parsed.iter().map(|(_, kind, _)| *kind).collect();

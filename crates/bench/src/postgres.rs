@@ -120,7 +120,12 @@ fn start(dir: &Path) -> anyhow::Result<Option<Server>> {
 
 /// The PostgreSQL rows at every concurrency of `cfg`: raw claims/duplicates/reads, then the
 /// plugin's new ingests/duplicates/status through `postgres://`.
-pub async fn run(cfg: &Config, tmp: &TempDir, res: &mut Results, progress: &impl Fn(&str, &Row)) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    cfg: &Config,
+    tmp: &TempDir,
+    res: &mut Results,
+    progress: &impl Fn(&str, &Row),
+) -> anyhow::Result<()> {
     let Some(server) = start(tmp.path())? else { return Ok(()) };
     let url = format!("postgres://bench@127.0.0.1:{}/postgres?sslmode=disable", server.port);
     // Retried while the server finishes starting; this also creates our tables.

@@ -9,18 +9,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 /// Linux reports CPU time in USER_HZ, which the kernel ABI fixes at 100 on every platform.
-pub const TICKS_PER_SEC: f64 = 100.0;
+pub(crate) const TICKS_PER_SEC: f64 = 100.0;
 
 /// A private directory under the system temp dir, removed on drop.
-pub struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    pub fn new() -> anyhow::Result<TempDir> {
+    pub(crate) fn new() -> anyhow::Result<TempDir> {
         let dir = std::env::temp_dir().join(format!("stateful-tool-bench-{}-{:08x}", std::process::id(), rand_u32()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(TempDir(dir))
     }
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -31,19 +31,19 @@ impl Drop for TempDir {
     }
 }
 
-pub fn rand_u32() -> u32 {
+pub(crate) fn rand_u32() -> u32 {
     rand::random()
 }
 
 /// A child killed (SIGKILL) and reaped on drop, so an error or panic never leaves a store
 /// running.
-pub struct Proc {
+pub(crate) struct Proc {
     child: Child,
     pub addr: SocketAddr,
 }
 
 impl Proc {
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
@@ -56,7 +56,7 @@ impl Drop for Proc {
 }
 
 /// Starts `kv serve` on an ephemeral loopback port and waits for its `listening on` line.
-pub fn start_kv(exe: &Path, data: &Path, durability: &str, log: &Path) -> anyhow::Result<Proc> {
+pub(crate) fn start_kv(exe: &Path, data: &Path, durability: &str, log: &Path) -> anyhow::Result<Proc> {
     let mut child = Command::new(exe)
         .args(["kv", "serve", "--listen", "127.0.0.1:0", "--durability", durability, "--data"])
         .arg(data)
@@ -92,7 +92,7 @@ pub fn start_kv(exe: &Path, data: &Path, durability: &str, log: &Path) -> anyhow
 
 /// Starts redis-server on a free loopback port without persistence (the tests' set-up), and
 /// waits until it answers PING.
-pub fn start_redis(bin: &str, dir: &Path) -> anyhow::Result<Proc> {
+pub(crate) fn start_redis(bin: &str, dir: &Path) -> anyhow::Result<Proc> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let child = Command::new(bin)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -122,11 +122,11 @@ fn pings(addr: SocketAddr) -> bool {
 }
 
 /// utime + stime of a whole process (all its threads), in ticks.
-pub fn cpu_ticks(pid: u32) -> u64 {
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     stat_ticks(&format!("/proc/{pid}/stat"))
 }
 
-pub fn own_cpu_ticks() -> u64 {
+pub(crate) fn own_cpu_ticks() -> u64 {
     stat_ticks("/proc/self/stat")
 }
 
@@ -140,7 +140,7 @@ fn stat_ticks(path: &str) -> u64 {
 }
 
 /// Busy ticks of the whole machine (all CPUs), to see how much CPU other processes took.
-pub fn machine_busy_ticks() -> u64 {
+pub(crate) fn machine_busy_ticks() -> u64 {
     let Ok(stat) = std::fs::read_to_string("/proc/stat") else { return 0 };
     let line = stat.lines().next().unwrap_or("");
     let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
@@ -149,7 +149,7 @@ pub fn machine_busy_ticks() -> u64 {
 }
 
 /// A `VmXxx:` line of /proc/<pid>/status, in KiB.
-pub fn vm_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn vm_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -159,13 +159,13 @@ pub fn vm_kib(pid: u32, field: &str) -> u64 {
 }
 
 /// The 1-minute load average.
-pub fn load1() -> f64 {
+pub(crate) fn load1() -> f64 {
     let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(-1.0)
 }
 
 /// nproc, CPU model, kernel and redis-server version, for the summary.
-pub fn machine(redis_bin: &str) -> serde_json::Value {
+pub(crate) fn machine(redis_bin: &str) -> serde_json::Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model =
         cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|v| v.trim_start_matches([' ', '\t', ':']));

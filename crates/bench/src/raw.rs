@@ -12,14 +12,14 @@ use super::wire::{Http, Resp};
 use super::workload::TTL_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Store {
+pub(crate) enum Store {
     Kv,
     Redis,
 }
 
 /// What each operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// KV `PUT If-None-Match: *` / Redis `SET NX GET PX`: outcome `created` or `exists`.
     Claim,
     /// KV `GET` / Redis `GET`: outcome `found` or `missing`.
@@ -71,7 +71,7 @@ impl Client {
 
 /// One raw run: `keys` split dynamically over `c` connections; stops early at `cap`.
 #[allow(clippy::too_many_arguments)]
-pub async fn run(
+pub(crate) async fn run(
     store: Store,
     addr: SocketAddr,
     store_pid: u32,

@@ -10,7 +10,7 @@ use super::results::{Results, Row};
 
 /// One performance target and how this run fared.
 #[derive(Debug, Serialize)]
-pub struct Target {
+pub(crate) struct Target {
     pub name: String,
     pub measured: Option<f64>,
     pub limit: f64,
@@ -63,7 +63,7 @@ fn peak_rss_mb(r: &Results, c: Option<usize>) -> Option<f64> {
     max(rows.chain(idle).filter(|&k| k > 0).map(kib_to_mb))
 }
 
-pub fn targets(r: &Results) -> Vec<Target> {
+pub(crate) fn targets(r: &Results) -> Vec<Target> {
     let redis_cpu_us = median(
         r.plugin
             .iter()
@@ -204,7 +204,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".to_owned(), |v| format!("{v:.digits$}"))
 }
 
-pub fn table(r: &Results, targets: &[Target]) -> String {
+pub(crate) fn table(r: &Results, targets: &[Target]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -315,7 +315,7 @@ fn rows(s: &mut String, title: &str, rows: &[Row]) {
 }
 
 /// One progress line per finished run, on stderr, so a long run shows it is alive.
-pub fn progress(section: &str, r: &Row) {
+pub(crate) fn progress(section: &str, r: &Row) {
     eprintln!(
         "  {section:<6} {:<9} {:<13} C={:<3} {:>8.0} ops/s  p50 {:>7.2} ms  p99 {:>7.2} ms  n={}{}{}",
         r.store,

@@ -10,7 +10,7 @@ use super::stages::Stages;
 
 /// One line of a result table.
 #[derive(Debug, Clone, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// `kv` / `redis` (plugin and raw rows) or `immediate` / `none` (KV container rows).
     pub store: &'static str,
     pub op: &'static str,
@@ -29,12 +29,12 @@ pub struct Row {
 
 impl Row {
     /// A row of a run without a plugin (the raw store, the KV container alone).
-    pub fn store_only(store: &'static str, op: &'static str, c: usize, m: Measure) -> Row {
+    pub(crate) fn store_only(store: &'static str, op: &'static str, c: usize, m: Measure) -> Row {
         Row { store, op, c, m, peak_rss_kib: None, private_rss_kib: None, first_heartbeat_ms: None }
     }
 
     /// A row of a plugin run, with what the plugin held at the end of its runs.
-    pub fn plugin(store: &'static str, op: &'static str, c: usize, m: Measure, f: Footprint) -> Row {
+    pub(crate) fn plugin(store: &'static str, op: &'static str, c: usize, m: Measure, f: Footprint) -> Row {
         Row {
             store,
             op,
@@ -48,7 +48,7 @@ impl Row {
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Startup {
+pub(crate) struct Startup {
     /// Spawn → first heartbeat line, one entry per spawn.
     pub first_heartbeat_ms: Vec<f64>,
     /// VmHWM of an idle plugin right after its first heartbeat.
@@ -56,7 +56,7 @@ pub struct Startup {
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Results {
+pub(crate) struct Results {
     pub startup: Startup,
     pub plugin: Vec<Row>,
     pub raw: Vec<Row>,

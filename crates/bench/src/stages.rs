@@ -18,12 +18,11 @@ use event_store::record::fingerprint;
 use event_store::{Clock, Created, EventStore, StoreCache, Write};
 use serde::Serialize;
 use serde_json::{json, Value};
-use stateful_tool::tools::event_ingest::IngestRequest;
-use stateful_tool::tools::{Answer, Params, Settings};
+use stateful_tool::{Answer, IngestRequest, Params, Settings};
 
 /// Microseconds of CPU per ingest spent in each stage.
 #[derive(Debug, Clone, Serialize)]
-pub struct Stages {
+pub(crate) struct Stages {
     /// `kv` or `redis`.
     pub store: &'static str,
     /// The daemon's line → envelope and `data` tree (`Inbound::parse`).
@@ -41,7 +40,7 @@ pub struct Stages {
 }
 
 impl Stages {
-    pub fn sum_us(&self) -> f64 {
+    pub(crate) fn sum_us(&self) -> f64 {
         self.parse_us + self.params_us + self.canon_hash_us + self.encode_us + self.store_client_us + self.answer_us
     }
 }
@@ -78,7 +77,7 @@ fn ingest_request(params: &str, settings: &Settings) -> anyhow::Result<IngestReq
 
 /// Times every stage over about `calls` calls on `lines` (ingest request lines for `url`);
 /// the store stage creates `keys` (fresh ones) through the plugin's client for that URL.
-pub async fn measure(
+pub(crate) async fn measure(
     store: &'static str,
     url: &str,
     lines: &[Vec<u8>],

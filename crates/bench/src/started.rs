@@ -10,7 +10,7 @@ use super::results::{Results, Row};
 use super::workload::{event_ids, ingest_lines, status_lines};
 
 /// A store a section started, as the plugin rows need it.
-pub struct StartedStore<'a> {
+pub(crate) struct StartedStore<'a> {
     /// The rows' store name (`redis-cluster`, `postgres`).
     pub name: &'static str,
     /// Event ids start with this (`cluster`, `pg`), so no two runs share one.
@@ -24,7 +24,7 @@ pub struct StartedStore<'a> {
 
 /// `m` with the store CPU of all the store's processes (`ticks` during the run; the meter saw
 /// one of them): the others' share is taken out of what the run counted as foreign.
-pub fn with_store_cpu(mut m: Measure, ticks: u64) -> Measure {
+pub(crate) fn with_store_cpu(mut m: Measure, ticks: u64) -> Measure {
     let per_op = ticks as f64 / TICKS_PER_SEC * 1000.0 / m.ops.max(1) as f64;
     let others = (per_op - m.store_cpu_ms_per_op).max(0.0) * m.ops as f64 / 1000.0;
     m.store_cpu_ms_per_op = per_op;
@@ -33,7 +33,7 @@ pub fn with_store_cpu(mut m: Measure, ticks: u64) -> Measure {
 }
 
 /// The plugin's three rows at concurrency `c`, after a warm-up run.
-pub async fn plugin_rows(
+pub(crate) async fn plugin_rows(
     cfg: &Config,
     tmp: &TempDir,
     store: &StartedStore<'_>,

@@ -19,7 +19,7 @@ fn store_name(s: Store) -> &'static str {
     }
 }
 
-pub async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> anyhow::Result<Results> {
+pub(crate) async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Row)) -> anyhow::Result<Results> {
     let mut res = Results::default();
     let mut run_id = 0u32;
     if cfg.wants("startup") {

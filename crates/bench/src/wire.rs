@@ -39,15 +39,15 @@ impl Conn {
 }
 
 /// One HTTP/1.1 connection to the KV container.
-pub struct Http(Conn);
+pub(crate) struct Http(Conn);
 
 impl Http {
-    pub async fn connect(addr: SocketAddr) -> io::Result<Http> {
+    pub(crate) async fn connect(addr: SocketAddr) -> io::Result<Http> {
         Ok(Http(Conn::connect(addr).await?))
     }
 
     /// `PUT /state/{key}` with `If-None-Match: *` (the claim); returns the status (201 or 412).
-    pub async fn put_if_absent(&mut self, key: &str, value: &[u8], ttl_ms: u64) -> io::Result<u16> {
+    pub(crate) async fn put_if_absent(&mut self, key: &str, value: &[u8], ttl_ms: u64) -> io::Result<u16> {
         let c = &mut self.0;
         c.req.clear();
         write!(
@@ -61,7 +61,7 @@ impl Http {
     }
 
     /// `GET /state/{key}`; returns the status (200 or 404).
-    pub async fn get(&mut self, key: &str) -> io::Result<u16> {
+    pub(crate) async fn get(&mut self, key: &str) -> io::Result<u16> {
         let c = &mut self.0;
         c.req.clear();
         write!(c.req, "GET {STATE_PREFIX}{key} HTTP/1.1\r\nhost: kv\r\n\r\n")?;
@@ -97,22 +97,22 @@ impl Http {
 }
 
 /// One RESP connection to Redis.
-pub struct Resp(Conn);
+pub(crate) struct Resp(Conn);
 
 impl Resp {
-    pub async fn connect(addr: SocketAddr) -> io::Result<Resp> {
+    pub(crate) async fn connect(addr: SocketAddr) -> io::Result<Resp> {
         Ok(Resp(Conn::connect(addr).await?))
     }
 
     /// `SET key value NX GET PX ttl` (the claim): true when this call created the key.
-    pub async fn set_nx_get(&mut self, key: &str, value: &[u8], ttl_ms: u64) -> io::Result<bool> {
+    pub(crate) async fn set_nx_get(&mut self, key: &str, value: &[u8], ttl_ms: u64) -> io::Result<bool> {
         let ttl = ttl_ms.to_string();
         self.command(&[b"SET", key.as_bytes(), value, b"NX", b"GET", b"PX", ttl.as_bytes()]).await?;
         Ok(self.bulk_reply().await?.is_none())
     }
 
     /// `GET key`: true when the key exists.
-    pub async fn get(&mut self, key: &str) -> io::Result<bool> {
+    pub(crate) async fn get(&mut self, key: &str) -> io::Result<bool> {
         self.command(&[b"GET", key.as_bytes()]).await?;
         Ok(self.bulk_reply().await?.is_some())
     }

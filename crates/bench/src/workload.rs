@@ -3,20 +3,20 @@
 use event_store::key::storage_key;
 use event_store::record::{fingerprint, format_time, new_claim_id, Record, Status};
 use serde_json::{json, Value};
-use stateful_tool::call::{request_line, request_line_from};
+use stateful_tool::{request_line, request_line_from};
 
 /// Store-side TTL both the plugin (default `retention` credential, 7 days) and the raw
 /// clients send, so raw claims do exactly the store work a plugin claim does.
-pub const TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+pub(crate) const TTL_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// The lease every ingest asks for (the README's workflow sets one); long enough that no
 /// lease expires between a run's ingest and duplicate phases, which would turn duplicates
 /// into re-claims.
-pub const LEASE_SECONDS: i64 = 3600;
+pub(crate) const LEASE_SECONDS: i64 = 3600;
 
 /// A realistic webhook body (~300 bytes): the plugin parses and canonicalises it to
 /// fingerprint it, which is part of the work being measured.
-pub fn payload(i: usize) -> String {
+pub(crate) fn payload(i: usize) -> String {
     json!({
         "id": format!("evt_{i:010}"),
         "type": "order.updated",
@@ -34,18 +34,18 @@ pub fn payload(i: usize) -> String {
 
 /// Event ids of one run: distinct per (backend, phase prefix, concurrency) so runs never
 /// collide in a store that lives across runs.
-pub fn event_ids(prefix: &str, n: usize) -> Vec<String> {
+pub(crate) fn event_ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i:08}")).collect()
 }
 
 /// The session id of request `i` of run `run`: UUID-shaped like the daemon's, and the
 /// reader recovers both numbers from it without a map look-up.
-pub fn session_id(run: u32, i: usize) -> String {
+pub(crate) fn session_id(run: u32, i: usize) -> String {
     format!("{run:08x}-0000-4000-8000-{i:012x}")
 }
 
 /// Inverse of [`session_id`].
-pub fn parse_session_id(sid: &[u8]) -> Option<(u32, usize)> {
+pub(crate) fn parse_session_id(sid: &[u8]) -> Option<(u32, usize)> {
     if sid.len() != 36 {
         return None;
     }
@@ -62,13 +62,13 @@ fn invoke(tool: &str, kv_url: &str, params: Value) -> Value {
 }
 
 /// `event_ingest` request lines, byte for byte as the daemon writes them.
-pub fn ingest_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+pub(crate) fn ingest_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
     ingest_lines_from(run, kv_url, ids, None, None)
 }
 
 /// [`ingest_lines`] with the envelope's `app_id` and `message_id`, which tell the plugin who
 /// called (a workflow node: `app_id` only; an agent app: both).
-pub fn ingest_lines_from(
+pub(crate) fn ingest_lines_from(
     run: u32,
     kv_url: &str,
     ids: &[String],
@@ -112,7 +112,7 @@ fn subscription(kv_url: &str) -> Value {
 }
 
 /// `dispatch_trigger_event` request lines: one new delivery each, as Dify sends them.
-pub fn dispatch_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+pub(crate) fn dispatch_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
     ids.iter()
         .enumerate()
         .map(|(i, id)| {
@@ -128,7 +128,7 @@ pub fn dispatch_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
 
 /// `invoke_trigger_event` request lines for deliveries already dispatched (attempt 1): the
 /// payload dispatch returns for them, as Dify hands it back.
-pub fn invoke_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+pub(crate) fn invoke_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
     ids.iter()
         .enumerate()
         .map(|(i, id)| {
@@ -150,7 +150,7 @@ pub fn invoke_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
 }
 
 /// `event_status` request lines.
-pub fn status_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
+pub(crate) fn status_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
     ids.iter()
         .enumerate()
         .map(|(i, id)| {
@@ -160,13 +160,13 @@ pub fn status_lines(run: u32, kv_url: &str, ids: &[String]) -> Vec<Vec<u8>> {
 }
 
 /// Storage keys exactly as the plugin names them (no namespace).
-pub fn keys(ids: &[String]) -> Vec<String> {
+pub(crate) fn keys(ids: &[String]) -> Vec<String> {
     ids.iter().map(|id| storage_key(None, id)).collect()
 }
 
 /// A record like the one the plugin stores for event `ids[0]`: same fields, same size
 /// (± a digit), so the raw clients move the same bytes per claim.
-pub fn record_value(id: &str) -> Vec<u8> {
+pub(crate) fn record_value(id: &str) -> Vec<u8> {
     let now = 1_780_000_000_000;
     let body = payload(0);
     Record {

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value};
 
 /// Numbers as JSON text (kept verbatim: `arbitrary_precision`), including the awkward ones.
-pub fn number() -> impl Strategy<Value = Value> {
+pub(crate) fn number() -> impl Strategy<Value = Value> {
     prop_oneof![
         any::<i64>().prop_map(|n| n.to_string()),
         any::<u64>().prop_map(|n| n.to_string()),
@@ -35,7 +35,7 @@ pub fn number() -> impl Strategy<Value = Value> {
 }
 
 /// Strings: short printable, any Unicode (control characters included), long, numeric-looking.
-pub fn string() -> impl Strategy<Value = String> {
+pub(crate) fn string() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => "[A-Za-z0-9._-]{0,12}",
         2 => any::<String>(),
@@ -51,7 +51,7 @@ pub fn string() -> impl Strategy<Value = String> {
 }
 
 /// Any JSON value, a few levels deep.
-pub fn json() -> impl Strategy<Value = Value> {
+pub(crate) fn json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
@@ -67,7 +67,7 @@ pub fn json() -> impl Strategy<Value = Value> {
 }
 
 /// Tool parameters: the names the tools read, with values of any type, plus strangers.
-pub fn params() -> impl Strategy<Value = Map<String, Value>> {
+pub(crate) fn params() -> impl Strategy<Value = Map<String, Value>> {
     let name = prop_oneof![
         8 => prop::sample::select(vec![
             "event_id", "event_type", "payload", "lease_seconds", "status", "attempt", "result",
@@ -85,7 +85,7 @@ pub fn params() -> impl Strategy<Value = Map<String, Value>> {
 
 /// Provider credentials that never point anywhere but the in-process store: only the
 /// fields that change tool behaviour vary.
-pub fn memory_credentials() -> impl Strategy<Value = Value> {
+pub(crate) fn memory_credentials() -> impl Strategy<Value = Value> {
     let opt = |s: BoxedStrategy<Value>| prop_oneof![Just(None), s.prop_map(Some)];
     (
         opt(string().prop_map(Value::String).boxed()),
@@ -107,7 +107,7 @@ pub fn memory_credentials() -> impl Strategy<Value = Value> {
 /// Payload text as callers spell it: JSON compact, pretty, with every non-ASCII character or
 /// every `/` escaped (Python's `json.dumps` and some webhook senders), JSON-like fragments
 /// (mostly not JSON), and any text.
-pub fn payload_text() -> impl Strategy<Value = String> {
+pub(crate) fn payload_text() -> impl Strategy<Value = String> {
     let spelled = (json(), 0u8..4).prop_map(|(v, spelling)| match spelling {
         0 => v.to_string(),
         1 => serde_json::to_string_pretty(&v).expect("a Value serialises"),

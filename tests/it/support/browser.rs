@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 /// The W3C name of an element reference in WebDriver answers.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-pub struct Browser {
+pub(crate) struct Browser {
     driver: Child,
     port: u16,
     session: String,
@@ -23,7 +23,7 @@ pub struct Browser {
 impl Browser {
     /// Starts chromedriver on an ephemeral loopback port and opens a session of a fresh,
     /// headless Chromium that talks to nothing but the pages it is sent to.
-    pub async fn start() -> Browser {
+    pub(crate) async fn start() -> Browser {
         let profile = tempfile::tempdir().unwrap();
         let mut driver = Command::new("chromedriver")
             .args(["--port=0", "--allowed-ips=127.0.0.1"])
@@ -72,12 +72,12 @@ impl Browser {
         self.call(method, &format!("/session/{}{path}", self.session), body).await
     }
 
-    pub async fn goto(&self, url: &str) {
+    pub(crate) async fn goto(&self, url: &str) {
         self.session_call(reqwest::Method::POST, "/url", Some(json!({"url": url}))).await;
     }
 
     /// The element `css` selects (WebDriver waits for nothing: callers poll first).
-    pub async fn find(&self, css: &str) -> String {
+    pub(crate) async fn find(&self, css: &str) -> String {
         let v = self
             .session_call(reqwest::Method::POST, "/element", Some(json!({"using": "css selector", "value": css})))
             .await;
@@ -85,24 +85,24 @@ impl Browser {
     }
 
     /// Types `text` into the element, as keystrokes.
-    pub async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         let id = self.find(css).await;
         let path = format!("/element/{id}/value");
         self.session_call(reqwest::Method::POST, &path, Some(json!({"text": text}))).await;
     }
 
-    pub async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         let id = self.find(css).await;
         self.session_call(reqwest::Method::POST, &format!("/element/{id}/click"), Some(json!({}))).await;
     }
 
     /// Runs `script` (a function body) in the page and returns what it returns.
-    pub async fn eval(&self, script: &str) -> Value {
+    pub(crate) async fn eval(&self, script: &str) -> Value {
         self.session_call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": []}))).await
     }
 
     /// Polls `script` until it returns something other than null/false, within `limit`.
-    pub async fn wait_for(&self, what: &str, script: &str, limit: Duration) -> Value {
+    pub(crate) async fn wait_for(&self, what: &str, script: &str, limit: Duration) -> Value {
         let deadline = Instant::now() + limit;
         loop {
             let v = self.eval(script).await;
@@ -115,7 +115,7 @@ impl Browser {
     }
 
     /// Saves a PNG of the viewport.
-    pub async fn screenshot(&self, path: &std::path::Path) {
+    pub(crate) async fn screenshot(&self, path: &std::path::Path) {
         let b64 = self.session_call(reqwest::Method::GET, "/screenshot", None).await;
         let png = base64::engine::general_purpose::STANDARD.decode(b64.as_str().unwrap()).unwrap();
         assert_eq!(&png[1..4], b"PNG");

@@ -15,7 +15,7 @@ use std::process::Stdio;
 /// output capture (std passes a test's capture on to the threads it spawns); it keeps
 /// reading until every holder of the pipe's write end has exited, so the child never blocks
 /// on a full pipe.
-pub fn captured(label: &str) -> Stdio {
+pub(crate) fn captured(label: &str) -> Stdio {
     let (reader, writer) = std::io::pipe().expect("a pipe for a child's stderr");
     let label = label.to_owned();
     std::thread::Builder::new()

@@ -11,51 +11,51 @@ use tokio::net::TcpListener;
 
 use super::plugin::{request_line, Reply};
 
-pub const VECTOR_12: &str = concat!(
+pub(crate) const VECTOR_12: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/spec/examples/12-remote-tcp-registration.plugin-to-daemon.jsonl"
 );
 /// Bound on every single wait, so a broken plugin fails the test instead of hanging it.
-pub const STEP: Duration = Duration::from_secs(20);
+pub(crate) const STEP: Duration = Duration::from_secs(20);
 
-pub struct FakeDaemon {
+pub(crate) struct FakeDaemon {
     listener: TcpListener,
 }
 
 impl FakeDaemon {
-    pub async fn bind() -> FakeDaemon {
+    pub(crate) async fn bind() -> FakeDaemon {
         FakeDaemon { listener: TcpListener::bind("127.0.0.1:0").await.unwrap() }
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.listener.local_addr().unwrap().port()
     }
 
-    pub async fn accept(&self) -> Conn {
+    pub(crate) async fn accept(&self) -> Conn {
         self.accept_within(STEP).await.expect("the plugin connected in time")
     }
 
-    pub async fn accept_within(&self, wait: Duration) -> Option<Conn> {
+    pub(crate) async fn accept_within(&self, wait: Duration) -> Option<Conn> {
         let (stream, _) = tokio::time::timeout(wait, self.listener.accept()).await.ok()?.unwrap();
         let (read, write) = stream.into_split();
         Some(Conn { lines: BufReader::new(read).lines(), write })
     }
 }
 
-pub struct Conn {
+pub(crate) struct Conn {
     lines: Lines<BufReader<OwnedReadHalf>>,
     write: OwnedWriteHalf,
 }
 
 impl Conn {
     /// The next non-empty line the plugin wrote, parsed; `None` when it closed the connection.
-    pub async fn line(&mut self) -> Option<Value> {
+    pub(crate) async fn line(&mut self) -> Option<Value> {
         let line = self.raw_line().await?;
         Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("plugin wrote non-JSON {line:?}: {e}")))
     }
 
     /// The next non-empty line the plugin wrote, as written.
-    pub async fn raw_line(&mut self) -> Option<String> {
+    pub(crate) async fn raw_line(&mut self) -> Option<String> {
         loop {
             let line =
                 tokio::time::timeout(STEP, self.lines.next_line()).await.expect("plugin line in time").ok()??;
@@ -66,7 +66,7 @@ impl Conn {
     }
 
     /// Every line through `end`, checked against vector 12 for the given key.
-    pub async fn registration(&mut self, key: &str) -> Vec<Value> {
+    pub(crate) async fn registration(&mut self, key: &str) -> Vec<Value> {
         let mut lines = vec![];
         loop {
             let line = self.line().await.expect("connection open during registration");
@@ -81,12 +81,12 @@ impl Conn {
         lines
     }
 
-    pub async fn send(&mut self, bytes: &[u8]) {
+    pub(crate) async fn send(&mut self, bytes: &[u8]) {
         self.write.write_all(bytes).await.unwrap();
     }
 
     /// Sends one request and collects its session until `end`; heartbeats and logs are skipped.
-    pub async fn request(&mut self, sid: &str, data: &Value) -> Reply {
+    pub(crate) async fn request(&mut self, sid: &str, data: &Value) -> Reply {
         self.send(request_line(sid, data).as_bytes()).await;
         let mut reply = Reply::default();
         loop {
@@ -105,7 +105,7 @@ impl Conn {
     }
 
     /// Answers like the daemon does on a failure: one text line, then close.
-    pub async fn refuse(mut self, text: &str) {
+    pub(crate) async fn refuse(mut self, text: &str) {
         self.write.write_all(text.as_bytes()).await.unwrap();
         self.write.shutdown().await.unwrap();
         // Read what the plugin still sends, so closing does not reset the connection.
@@ -128,7 +128,7 @@ fn type_runs(lines: &[Value]) -> Vec<String> {
 
 /// Checks our registration line by line against the SDK's (vector 12): type sequence, key sets
 /// at every level both have (values are ours), the key echoed, asset chunks decoding to our icons.
-pub fn check_registration(ours: &[Value], key: &str) {
+pub(crate) fn check_registration(ours: &[Value], key: &str) {
     // The vector ends with the SDK's first heartbeat, which is not part of the registration.
     let theirs: Vec<Value> = vector_12().into_iter().filter(|l| l.get("type").is_some()).collect();
     assert_eq!(type_runs(ours), type_runs(&theirs), "registration type sequence");
@@ -141,11 +141,11 @@ pub fn check_registration(ours: &[Value], key: &str) {
     assert_eq!(chunk(ours), chunk(&theirs), "asset_chunk data keys");
     assert_eq!(of(ours, "handshake")["data"], serde_json::json!({ "key": key }), "handshake key");
     let manifest = of(ours, "manifest_declaration")["data"].clone();
-    assert_eq!(&manifest, stateful_tool::declarations::manifest());
+    assert_eq!(&manifest, stateful_tool::manifest());
     same_keys(&manifest, &of(&theirs, "manifest_declaration")["data"], "manifest");
     let tools = of(ours, "tool_declaration")["data"].clone();
     assert_eq!(tools.as_array().map(Vec::len), Some(1), "tool_declaration data is a one-element array");
-    assert_eq!(&tools[0], stateful_tool::declarations::tool_provider());
+    assert_eq!(&tools[0], stateful_tool::tool_provider());
     same_keys(&tools[0], &of(&theirs, "tool_declaration")["data"][0], "provider");
     assert_eq!(of(ours, "end")["data"], serde_json::json!({}));
 
@@ -160,7 +160,7 @@ pub fn check_registration(ours: &[Value], key: &str) {
         file.1 = d["end"].as_bool().unwrap();
     }
     let expected: BTreeMap<String, (Vec<u8>, bool)> =
-        stateful_tool::declarations::assets().iter().map(|(n, b)| (n.to_string(), (b.to_vec(), true))).collect();
+        stateful_tool::assets().iter().map(|(n, b)| (n.to_string(), (b.to_vec(), true))).collect();
     assert_eq!(files, expected, "asset chunks decode to our icons, each file ended");
     for icon in [&manifest["icon"], &manifest["icon_dark"], &tools[0]["identity"]["icon"]] {
         if let Some(name) = icon.as_str() {

@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 
 /// Accepts connections and never answers (a store slower than any timeout). Returns its port.
-pub fn silent_store() -> u16 {
+pub(crate) fn silent_store() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -17,7 +17,7 @@ pub fn silent_store() -> u16 {
 }
 
 /// Answers every request on every connection with `response` (raw bytes), then closes.
-pub fn canned_store(response: &'static [u8]) -> u16 {
+pub(crate) fn canned_store(response: &'static [u8]) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -34,6 +34,6 @@ pub fn canned_store(response: &'static [u8]) -> u16 {
 }
 
 /// A port with nothing listening (connection refused).
-pub fn closed_port() -> u16 {
+pub(crate) fn closed_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running KV container child process. Dropping it kills the process.
-pub struct KvServer {
+pub(crate) struct KvServer {
     child: Child,
     addr: SocketAddr,
     /// `http` or `https` (with `--tls-cert`), as announced.
@@ -31,23 +31,23 @@ struct Launch<'a> {
 impl KvServer {
     /// Starts `kv serve --listen 127.0.0.1:0 --data <data_dir> <extra_args…>` and waits for
     /// the `listening on http://ip:port` line on its stdout.
-    pub fn start(data_dir: &Path, extra_args: &[&str]) -> KvServer {
+    pub(crate) fn start(data_dir: &Path, extra_args: &[&str]) -> KvServer {
         Self::start_with_env(data_dir, extra_args, &[])
     }
 
     /// Like [`KvServer::start`], with extra environment variables for the child.
-    pub fn start_with_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> KvServer {
+    pub(crate) fn start_with_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> KvServer {
         Self::launch(Launch { listen: "127.0.0.1:0", data_dir, extra_args, env, stderr: None })
     }
 
     /// Starts on a fixed `listen` address (e.g. the address of an earlier run, so clients
     /// that know it keep working across a restart).
-    pub fn start_at(listen: &str, data_dir: &Path, extra_args: &[&str]) -> KvServer {
+    pub(crate) fn start_at(listen: &str, data_dir: &Path, extra_args: &[&str]) -> KvServer {
         Self::launch(Launch { listen, data_dir, extra_args, env: &[], stderr: None })
     }
 
     /// Like [`KvServer::start_with_env`], with the server's stderr (its log) written to `log`.
-    pub fn start_logged(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)], log: &Path) -> KvServer {
+    pub(crate) fn start_logged(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)], log: &Path) -> KvServer {
         Self::launch(Launch { listen: "127.0.0.1:0", data_dir, extra_args, env, stderr: Some(log) })
     }
 
@@ -99,43 +99,43 @@ impl KvServer {
     }
 
     /// `kill -9`, then a new server on the same address and data directory (crash recovery).
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill9();
         let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
         *self = Self::start_at(&self.addr.to_string(), &self.data_dir.clone(), &args);
     }
 
     /// `http://127.0.0.1:<port>` (`https://` with TLS; no trailing slash).
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("{}://{}", self.scheme, self.addr)
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    pub fn data_dir(&self) -> &Path {
+    pub(crate) fn data_dir(&self) -> &Path {
         &self.data_dir
     }
 
     /// SIGKILL: no shutdown code runs, exactly like a crash.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// SIGHUP: the server re-reads its tokens file.
-    pub fn hangup(&self) {
+    pub(crate) fn hangup(&self) {
         let status = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status().unwrap();
         assert!(status.success(), "kill -HUP");
     }
 
     /// SIGTERM and wait (bounded) for a clean exit.
-    pub fn terminate(&mut self) -> ExitStatus {
+    pub(crate) fn terminate(&mut self) -> ExitStatus {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -159,7 +159,7 @@ impl Drop for KvServer {
 
 /// Runs `kv serve` with arguments it must refuse: asserts it exits non-zero without ever
 /// announcing an address, and returns its stderr.
-pub fn serve_refused(data_dir: &Path, extra_args: &[&str]) -> String {
+pub(crate) fn serve_refused(data_dir: &Path, extra_args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_stateful-tool"))
         .args(["kv", "serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(data_dir)
@@ -176,21 +176,21 @@ pub fn serve_refused(data_dir: &Path, extra_args: &[&str]) -> String {
 /// A response read off a raw socket, for requests an HTTP client library would "fix"
 /// (normalising `..`, refusing spaces) before sending.
 #[derive(Debug)]
-pub struct RawResponse {
+pub(crate) struct RawResponse {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl RawResponse {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
 /// Writes `request` verbatim, then reads until the server closes the connection (send
 /// `Connection: close`). Write errors are ignored: the server may answer before reading all.
-pub fn raw_http(addr: SocketAddr, request: &[u8]) -> RawResponse {
+pub(crate) fn raw_http(addr: SocketAddr, request: &[u8]) -> RawResponse {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let _ = stream.write_all(request);
@@ -217,18 +217,18 @@ fn parse_response(raw: &[u8]) -> RawResponse {
 }
 
 /// The revision in an `ETag: "<n>"` header, if there is one.
-pub fn etag_rev(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+pub(crate) fn etag_rev(headers: &reqwest::header::HeaderMap) -> Option<u64> {
     let tag = headers.get("etag")?.to_str().ok()?;
     tag.strip_prefix('"')?.strip_suffix('"')?.parse().ok()
 }
 
 /// A numeric header such as `KV-Modified-Ms`.
-pub fn header_u64(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
+pub(crate) fn header_u64(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.to_str().ok()?.parse().ok()
 }
 
 /// Asserts the `KV-Time-Ms` header every response must carry, and returns it.
-pub fn server_time(headers: &reqwest::header::HeaderMap) -> u64 {
+pub(crate) fn server_time(headers: &reqwest::header::HeaderMap) -> u64 {
     let t = header_u64(headers, "kv-time-ms").expect("KV-Time-Ms on every response");
     assert!(t > 1_577_836_800_000, "KV-Time-Ms {t} is not a unix time in ms");
     t
@@ -236,7 +236,7 @@ pub fn server_time(headers: &reqwest::header::HeaderMap) -> u64 {
 
 /// The raw value stored for event `id` (no namespace) in the KV container at `url`, read
 /// straight over HTTP, bypassing the plugin; `None` when the key is absent.
-pub async fn raw_event(http: &reqwest::Client, url: &str, id: &str) -> Option<Vec<u8>> {
+pub(crate) async fn raw_event(http: &reqwest::Client, url: &str, id: &str) -> Option<Vec<u8>> {
     let key = event_store::key::storage_key(None, id);
     let resp = http.get(format!("{url}/state/{key}")).send().await.unwrap();
     match resp.status().as_u16() {
@@ -248,19 +248,19 @@ pub async fn raw_event(http: &reqwest::Client, url: &str, id: &str) -> Option<Ve
 
 /// A KV container of one test's own, on a fresh data directory without fsync: the real store
 /// for tests about the plugin (its protocol, transports, memory), not about the store's disk.
-pub struct ScratchKv {
+pub(crate) struct ScratchKv {
     pub server: KvServer,
     _dir: tempfile::TempDir,
 }
 
 impl ScratchKv {
-    pub fn start() -> ScratchKv {
+    pub(crate) fn start() -> ScratchKv {
         let dir = tempfile::tempdir().unwrap();
         let server = KvServer::start(dir.path(), &["--durability", "none"]);
         ScratchKv { server, _dir: dir }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.server.url()
     }
 }

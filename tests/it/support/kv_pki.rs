@@ -10,7 +10,7 @@ use rcgen::{
 };
 
 /// A directory of PEM files, removed on drop. Each `name` has `<name>.pem` and `<name>.key`.
-pub struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
 }
 
@@ -49,7 +49,7 @@ fn leaf(issuer: &Ca, names: &[&str], client: bool, expired: bool) -> (Certificat
 }
 
 impl Pki {
-    pub fn make() -> Pki {
+    pub(crate) fn make() -> Pki {
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, cert: &Certificate, key: &KeyPair| {
             std::fs::write(dir.path().join(format!("{name}.pem")), cert.pem()).unwrap();
@@ -71,22 +71,22 @@ impl Pki {
         Pki { dir }
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// `<name>.pem`.
-    pub fn cert(&self, name: &str) -> PathBuf {
+    pub(crate) fn cert(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("{name}.pem"))
     }
 
     /// `<name>.key`.
-    pub fn key(&self, name: &str) -> PathBuf {
+    pub(crate) fn key(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("{name}.key"))
     }
 
     /// `kv serve` arguments serving `name`'s certificate.
-    pub fn serve_args(&self, name: &str) -> Vec<String> {
+    pub(crate) fn serve_args(&self, name: &str) -> Vec<String> {
         let (cert, key) = (self.cert(name), self.key(name));
         vec!["--tls-cert".into(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()]
     }

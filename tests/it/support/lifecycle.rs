@@ -11,7 +11,7 @@ fn fresh_id(tag: &str) -> String {
     format!("{tag}-{:x}", rand::random::<u64>())
 }
 
-pub async fn complete_fail_repeat_stale_unknown(url: &str) {
+pub(crate) async fn complete_fail_repeat_stale_unknown(url: &str) {
     let p = Plugin::spawn(&[]).await;
     let c = creds(url);
     let id = fresh_id("life");
@@ -64,7 +64,7 @@ async fn past_lease(answered: Instant, lease: Duration) {
 
 /// A run accepts with a short lease and dies; the redelivery after expiry takes over, the
 /// dead run's late completion is fenced off, the new one completes.
-pub async fn crash_and_takeover(url: &str) {
+pub(crate) async fn crash_and_takeover(url: &str) {
     let p = Plugin::spawn(&[]).await;
     let c = creds(url);
     let id = fresh_id("crash");
@@ -87,7 +87,7 @@ pub async fn crash_and_takeover(url: &str) {
 
 /// Without a lease (`lease_seconds` 0, or absent with `default_lease_seconds` 0) a
 /// processing record is never taken over; absent with the default, it gets the default lease.
-pub async fn no_lease_means_processing_until_completed(url: &str) {
+pub(crate) async fn no_lease_means_processing_until_completed(url: &str) {
     let p = Plugin::spawn(&[]).await;
     let with_default =
         p.invoke("event_ingest", &creds(url), json!({"event_id": fresh_id("dl"), "event_type": "created"})).await;
@@ -105,7 +105,7 @@ pub async fn no_lease_means_processing_until_completed(url: &str) {
 }
 
 /// Many concurrent redeliveries of an expired-lease record, from several processes: one re-claim.
-pub async fn one_reclaim_among_concurrent_redeliveries(url: &str) {
+pub(crate) async fn one_reclaim_among_concurrent_redeliveries(url: &str) {
     let plugins = [Arc::new(Plugin::spawn(&[]).await), Arc::new(Plugin::spawn(&[]).await)];
     let c = creds(url);
     let id = fresh_id("reclaim");
@@ -139,7 +139,7 @@ pub async fn one_reclaim_among_concurrent_redeliveries(url: &str) {
 
 /// Two plugin hosts whose clocks are an hour off in opposite directions (the real binary under
 /// libfaketime) reach the same outcomes: leases are stamped and judged by the store's clock.
-pub async fn host_clock_skew_changes_nothing(url: &str) {
+pub(crate) async fn host_clock_skew_changes_nothing(url: &str) {
     let ahead = Plugin::spawn_with(&skewed_clock("+1h", 3600)).await;
     let behind = Plugin::spawn_with(&skewed_clock("-1h", -3600)).await;
     let c = creds(url);

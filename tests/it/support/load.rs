@@ -13,7 +13,7 @@ use super::plugin::Plugin;
 
 /// One finished call.
 #[derive(Debug, Clone)]
-pub struct Call {
+pub(crate) struct Call {
     pub id: String,
     pub started: Instant,
     pub ended: Instant,
@@ -23,7 +23,7 @@ pub struct Call {
 }
 
 /// The ingest parameters used for `id` (one fixed content per id: redeliveries never conflict).
-pub fn event(id: &str) -> Value {
+pub(crate) fn event(id: &str) -> Value {
     json!({"event_id": id, "event_type": "created", "payload": format!("{{\"id\":\"{id}\"}}")})
 }
 
@@ -33,7 +33,7 @@ const STALL: Duration = Duration::from_secs(120);
 
 /// Workers that keep calling `event_ingest` until stopped: mostly new ids, and about one call
 /// in five a redelivery of an id issued before.
-pub struct Load {
+pub(crate) struct Load {
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
     issued: Arc<Mutex<Vec<String>>>,
@@ -42,7 +42,7 @@ pub struct Load {
 }
 
 impl Load {
-    pub fn start(plugins: &[Arc<Plugin>], creds: &Value, sessions_per_plugin: usize, tag: &str) -> Load {
+    pub(crate) fn start(plugins: &[Arc<Plugin>], creds: &Value, sessions_per_plugin: usize, tag: &str) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicU64::new(0));
         let issued: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -86,7 +86,7 @@ impl Load {
     /// crash test are events (so many claims accepted, so many calls answered while the store
     /// was down), not stretches of time: a loaded machine only makes them later. Fails when
     /// the count has not grown for [`STALL`].
-    pub async fn wait_for(&self, what: &str, target: usize, count: impl Fn(&[Call]) -> usize) {
+    pub(crate) async fn wait_for(&self, what: &str, target: usize, count: impl Fn(&[Call]) -> usize) {
         let (mut last, mut grew) = (0, Instant::now());
         loop {
             let n = count(&self.finished.lock().unwrap());
@@ -102,7 +102,7 @@ impl Load {
     }
 
     /// Stops the workers and returns every call they made, and every id they issued.
-    pub async fn stop(self) -> (Vec<Call>, Vec<String>) {
+    pub(crate) async fn stop(self) -> (Vec<Call>, Vec<String>) {
         self.stop.store(true, Ordering::SeqCst);
         for w in self.workers {
             w.await.unwrap();
@@ -115,7 +115,7 @@ impl Load {
 
 /// What a crash test learns from its calls.
 #[derive(Debug, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Ids answered `accepted` (each exactly once: checked).
     pub accepted: Vec<String>,
     /// Ids that only ever got `upstream_error`: whether their claim landed is unknown.
@@ -126,7 +126,7 @@ pub struct Summary {
 /// The properties of every crash test: only accepted / duplicate / upstream_error answers,
 /// no id accepted twice, and every call made entirely while the store was down (`outage`)
 /// answered `upstream_error`.
-pub fn check_calls(calls: &[Call], outage: (Instant, Instant)) -> Summary {
+pub(crate) fn check_calls(calls: &[Call], outage: (Instant, Instant)) -> Summary {
     let mut per_id: HashMap<&str, Vec<&Call>> = HashMap::new();
     let mut s = Summary::default();
     for c in calls {

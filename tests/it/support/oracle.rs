@@ -19,12 +19,11 @@ use event_store::memory::MemoryStore;
 use event_store::{
     Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
-use stateful_tool::dispatch::App;
-use stateful_tool::error::{ErrorClass, ToolError};
+use stateful_tool::{App, ErrorClass, ToolError};
 
 /// A line that parses into something with a `data` object, with its credentials pinned to the
 /// in-process `memory://` store: no generated input can make the plugin connect anywhere.
-pub fn pin_to_memory(line: &[u8]) -> Vec<u8> {
+pub(crate) fn pin_to_memory(line: &[u8]) -> Vec<u8> {
     match serde_json::from_slice::<Value>(line) {
         Ok(mut v) if v.get("data").is_some_and(Value::is_object) => {
             v["data"]["credentials"] = json!({"kv_url": "memory://"});
@@ -37,7 +36,12 @@ pub fn pin_to_memory(line: &[u8]) -> Vec<u8> {
 /// Runs the session loop over `input` (read `capacity` bytes at a time, at most `in_flight`
 /// sessions at once) and checks its output with [`check_session_output`]. Lines that could run
 /// a tool should be [`pin_to_memory`]'d and `app` allow the memory store.
-pub async fn check_session_loop(app: Arc<App>, input: &[u8], capacity: usize, in_flight: usize) -> Result<(), String> {
+pub(crate) async fn check_session_loop(
+    app: Arc<App>,
+    input: &[u8],
+    capacity: usize,
+    in_flight: usize,
+) -> Result<(), String> {
     let want = expected_answers(input).await?;
     let mut out = Vec::new();
     let opts =
@@ -50,7 +54,7 @@ pub async fn check_session_loop(app: Arc<App>, input: &[u8], capacity: usize, in
 
 /// How many answers each session id must get from the session loop: one per input line that
 /// identifies it (a `backwards_response` is never answered).
-pub async fn expected_answers(input: &[u8]) -> Result<HashMap<String, usize>, String> {
+pub(crate) async fn expected_answers(input: &[u8]) -> Result<HashMap<String, usize>, String> {
     let mut lines = LineReader::new(tokio::io::BufReader::with_capacity(8192, input));
     let mut want = HashMap::new();
     while let Some(line) = lines.next_line().await.map_err(|e| format!("reading a byte slice failed: {e}"))? {
@@ -77,7 +81,7 @@ pub async fn expected_answers(input: &[u8]) -> Result<HashMap<String, usize>, St
 /// The session loop's output against [`expected_answers`]: every line is JSON and a
 /// heartbeat, log or session event; every identified session ends exactly once and no other
 /// session is answered; an error names its `error_type` and comes at most once per session.
-pub fn check_session_output(out: &[u8], want: &HashMap<String, usize>) -> Result<(), String> {
+pub(crate) fn check_session_output(out: &[u8], want: &HashMap<String, usize>) -> Result<(), String> {
     let mut ends: HashMap<String, usize> = HashMap::new();
     let mut errors: HashMap<String, usize> = HashMap::new();
     for line in out.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
@@ -113,23 +117,23 @@ pub fn check_session_output(out: &[u8], want: &HashMap<String, usize>) -> Result
 }
 
 /// A store that counts its calls and either works (in memory) or fails every call.
-pub struct CountingStore {
+pub(crate) struct CountingStore {
     inner: Option<MemoryStore>,
     calls: AtomicUsize,
     clock: StoreClock,
 }
 
 impl CountingStore {
-    pub fn working() -> Self {
+    pub(crate) fn working() -> Self {
         Self::new(Some(MemoryStore::new(Clock::system(), 0)))
     }
-    pub fn down() -> Self {
+    pub(crate) fn down() -> Self {
         Self::new(None)
     }
     fn new(inner: Option<MemoryStore>) -> Self {
         CountingStore { inner, calls: AtomicUsize::new(0), clock: StoreClock::new(Clock::system()) }
     }
-    pub fn calls(&self) -> usize {
+    pub(crate) fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
     }
     fn count(&self) -> Result<&MemoryStore, StoreError> {
@@ -167,7 +171,7 @@ impl EventStore for CountingStore {
 
 /// A tool's error against a store that is down: `param_invalid` exactly when the store was
 /// not touched (validation comes first), `upstream_error` otherwise, always with a message.
-pub fn check_error_against_down_store(err: &ToolError, store_calls: usize) -> Result<(), String> {
+pub(crate) fn check_error_against_down_store(err: &ToolError, store_calls: usize) -> Result<(), String> {
     let expected = if store_calls == 0 { ErrorClass::ParamInvalid } else { ErrorClass::UpstreamError };
     if err.class != expected || err.message.is_empty() {
         return Err(format!("{err:?} after {store_calls} store calls: expected {}", expected.as_str()));
@@ -178,7 +182,7 @@ pub fn check_error_against_down_store(err: &ToolError, store_calls: usize) -> Re
 /// The key of a valid (namespace, id): one URL-unreserved path segment within the KV
 /// container's key rules, starting `evt`, that parses back to exactly that pair (so no two
 /// pairs share a key).
-pub fn check_storage_key(ns: Option<&str>, id: &str) -> Result<(), String> {
+pub(crate) fn check_storage_key(ns: Option<&str>, id: &str) -> Result<(), String> {
     let key = storage_key(ns, id);
     let unreserved = key.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b));
     if !is_key_charset_safe(&key) || !unreserved || key == "." || key == ".." || !key.starts_with("evt") {
@@ -196,7 +200,7 @@ pub fn check_storage_key(ns: Option<&str>, id: &str) -> Result<(), String> {
 /// A payload's canonical text is the same whichever writer makes it: the fast pass and the
 /// serde writer agree on what is JSON and on every byte they write (fingerprints are stored,
 /// so the pass that ran must never show).
-pub fn check_canonical(payload: &str) -> Result<(), String> {
+pub(crate) fn check_canonical(payload: &str) -> Result<(), String> {
     use event_store::canonical::{canonical_json_by_serde, canonical_json_or_error};
     let text = |r: Result<Vec<u8>, serde_json::Error>| r.map(|t| String::from_utf8_lossy(&t).into_owned());
     let (ours, reference) = (text(canonical_json_or_error(payload)), text(canonical_json_by_serde(payload)));

@@ -16,28 +16,28 @@ mod fixtures;
 pub(crate) use fixtures::*;
 
 /// Runs the real binary.
-pub fn run(args: &[&str]) -> Output {
+pub(crate) fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stateful-tool")).args(args).output().expect("run stateful-tool")
 }
 
-pub fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-pub fn all_output(out: &Output) -> String {
+pub(crate) fn all_output(out: &Output) -> String {
     format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
 }
 
-pub fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-pub fn mode(p: &Path) -> u32 {
+pub(crate) fn mode(p: &Path) -> u32 {
     fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
 
 /// The `not verified: …` line of a failing `verify` (asserting exit code 1).
-pub fn verify_reason(pkg: &Path, key: &Path) -> String {
+pub(crate) fn verify_reason(pkg: &Path, key: &Path) -> String {
     let out = run(&["verify", s(pkg), "--key", s(key)]);
     assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
     let text = stdout(&out);

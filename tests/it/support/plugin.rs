@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_stateful-tool");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_stateful-tool");
 
 type Waiters = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Value>>>>;
 
@@ -20,39 +20,39 @@ const HANG: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// What one session answered.
 #[derive(Debug, Clone, Default)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub chunks: Vec<Value>,
     pub error: Option<Value>,
 }
 
 impl Reply {
     /// The `json` message's object (tools always send one on success).
-    pub fn json(&self) -> &Value {
+    pub(crate) fn json(&self) -> &Value {
         self.chunks
             .iter()
             .find(|c| c["type"] == "json")
             .map(|c| &c["message"]["json_object"])
             .unwrap_or_else(|| panic!("no json message in {self:?}"))
     }
-    pub fn outcome(&self) -> String {
+    pub(crate) fn outcome(&self) -> String {
         match &self.error {
             Some(e) => format!("error:{}", e["error_type"].as_str().unwrap_or("?")),
             None => self.json()["outcome"].as_str().unwrap_or("?").to_owned(),
         }
     }
-    pub fn error_type(&self) -> Option<&str> {
+    pub(crate) fn error_type(&self) -> Option<&str> {
         self.error.as_ref().and_then(|e| e["error_type"].as_str())
     }
-    pub fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         self.error.as_ref().and_then(|e| e["message"].as_str()).unwrap_or("")
     }
     /// The `text` message's sentence ("" when there is none).
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         self.chunks.iter().find(|c| c["type"] == "text").and_then(|c| c["message"]["text"].as_str()).unwrap_or("")
     }
 }
 
-pub struct Plugin {
+pub(crate) struct Plugin {
     pub child: Child,
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     waiters: Waiters,
@@ -65,17 +65,17 @@ pub struct Plugin {
 
 impl Plugin {
     /// Spawns `serve` with extra environment and waits for its first heartbeat.
-    pub async fn spawn(env: &[(&str, &str)]) -> Plugin {
+    pub(crate) async fn spawn(env: &[(&str, &str)]) -> Plugin {
         Self::spawn_with_stderr(BIN, env, super::child_log::captured("plugin")).await
     }
 
     /// Like [`Plugin::spawn`], running another build of the binary (e.g. the release one).
-    pub async fn spawn_bin(bin: &str, env: &[(&str, &str)]) -> Plugin {
+    pub(crate) async fn spawn_bin(bin: &str, env: &[(&str, &str)]) -> Plugin {
         Self::spawn_with_stderr(bin, env, super::child_log::captured("plugin")).await
     }
 
     /// Like [`Plugin::spawn`], with the plugin's stderr (its log) written to `log`.
-    pub async fn spawn_logged(env: &[(&str, &str)], log: &std::path::Path) -> Plugin {
+    pub(crate) async fn spawn_logged(env: &[(&str, &str)], log: &std::path::Path) -> Plugin {
         Self::spawn_with_stderr(BIN, env, std::fs::File::create(log).expect("create the plugin log file").into()).await
     }
 
@@ -141,24 +141,24 @@ impl Plugin {
         }
     }
 
-    pub async fn write_raw(&self, bytes: &[u8]) {
+    pub(crate) async fn write_raw(&self, bytes: &[u8]) {
         let mut g = self.stdin.lock().await;
         g.as_mut().expect("stdin open").write_all(bytes).await.unwrap();
     }
 
-    pub async fn close_stdin(&self) {
+    pub(crate) async fn close_stdin(&self) {
         self.stdin.lock().await.take();
     }
 
     /// Registers a session id so its messages are collected (for raw-line tests).
-    pub fn open(&self, sid: &str) -> mpsc::UnboundedReceiver<Value> {
+    pub(crate) fn open(&self, sid: &str) -> mpsc::UnboundedReceiver<Value> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.waiters.lock().unwrap().insert(sid.to_owned(), tx);
         rx
     }
 
     /// Collects one session's messages until its `end`, checking it ends exactly once.
-    pub async fn collect(mut rx: mpsc::UnboundedReceiver<Value>) -> Reply {
+    pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<Value>) -> Reply {
         let mut reply = Reply::default();
         loop {
             let msg =
@@ -180,7 +180,7 @@ impl Plugin {
     /// It comes as a workflow tool node's call, whose answers carry the whole record (the
     /// storage key, the full fingerprint) that the store tests look at; an agent's record is
     /// leaner (dify_callers::, dify_face::).
-    pub async fn request(&self, data: Value) -> Reply {
+    pub(crate) async fn request(&self, data: Value) -> Reply {
         let sid = format!("{}-{}", self.tag, self.next.fetch_add(1, Ordering::SeqCst));
         let rx = self.open(&sid);
         let line = request_line_as(&sid, &data, Some("app-test"), None);
@@ -190,7 +190,7 @@ impl Plugin {
         reply
     }
 
-    pub async fn invoke(&self, tool: &str, creds: &Value, params: Value) -> Reply {
+    pub(crate) async fn invoke(&self, tool: &str, creds: &Value, params: Value) -> Reply {
         self.request(json!({
             "action": "invoke_tool", "credential_type": "api-key", "credentials": creds, "provider": "stateful_tool",
             "tool": tool, "tool_parameters": params, "type": "tool", "user_id": "test"
@@ -198,7 +198,7 @@ impl Plugin {
         .await
     }
 
-    pub async fn validate(&self, creds: &Value) -> Reply {
+    pub(crate) async fn validate(&self, creds: &Value) -> Reply {
         self.request(json!({
             "action": "validate_tool_credentials", "credentials": creds, "provider": "stateful_tool", "type": "tool", "user_id": "test"
         }))
@@ -208,13 +208,13 @@ impl Plugin {
 
 /// A request line as the Go daemon serialises it (envelope order, sorted data keys), with
 /// no `app_id` and no `message_id` (how a backwards invocation arrives).
-pub fn request_line(sid: &str, data: &Value) -> String {
+pub(crate) fn request_line(sid: &str, data: &Value) -> String {
     request_line_as(sid, data, None, None)
 }
 
 /// [`request_line`] with the envelope's `app_id` and `message_id`, which tell Dify's callers
 /// apart (workflow tool node: app only; agent app: both).
-pub fn request_line_as(sid: &str, data: &Value, app_id: Option<&str>, message_id: Option<&str>) -> String {
+pub(crate) fn request_line_as(sid: &str, data: &Value, app_id: Option<&str>, message_id: Option<&str>) -> String {
     let sorted: std::collections::BTreeMap<String, Value> =
         data.as_object().cloned().unwrap_or_default().into_iter().collect();
     format!(
@@ -226,7 +226,7 @@ pub fn request_line_as(sid: &str, data: &Value, app_id: Option<&str>, message_id
     )
 }
 
-pub fn creds(url: &str) -> Value {
+pub(crate) fn creds(url: &str) -> Value {
     json!({ "kv_url": url })
 }
 
@@ -234,7 +234,7 @@ pub fn creds(url: &str) -> Value {
 /// syntax: "+1h", "-1h"), as on a badly set host: LD_PRELOAD of Debian's libfaketime
 /// (scripts/ensure-faketime.sh), so the product needs no clock setting for tests. Monotonic
 /// time is left alone. Checked once: `date` under it must be off by `offset_s`.
-pub fn skewed_clock(offset: &str, offset_s: i64) -> Vec<(&'static str, String)> {
+pub(crate) fn skewed_clock(offset: &str, offset_s: i64) -> Vec<(&'static str, String)> {
     let lib = std::fs::read_dir("/usr/lib")
         .expect("/usr/lib")
         .filter_map(|e| Some(e.ok()?.path().join("faketime/libfaketimeMT.so.1")))
@@ -256,7 +256,7 @@ pub fn skewed_clock(offset: &str, offset_s: i64) -> Vec<(&'static str, String)> 
 impl Plugin {
     /// Like [`Plugin::spawn`] with `env` as owned pairs (see [`skewed_clock`]); asserts the
     /// preloaded library is mapped into the plugin process, so the skew is really its own.
-    pub async fn spawn_with(env: &[(&'static str, String)]) -> Plugin {
+    pub(crate) async fn spawn_with(env: &[(&'static str, String)]) -> Plugin {
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let p = Plugin::spawn(&pairs).await;
         if let Some((_, lib)) = env.iter().find(|(k, _)| *k == "LD_PRELOAD") {

@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The superuser of every test cluster, and its password.
-pub const ADMIN: &str = "admin";
-pub const ADMIN_PASSWORD: &str = "admin-pw";
+pub(crate) const ADMIN: &str = "admin";
+pub(crate) const ADMIN_PASSWORD: &str = "admin-pw";
 
 /// The server binaries: `$PG_BIN`, else the newest /usr/lib/postgresql/<version>/bin.
 fn bin(name: &str) -> PathBuf {
@@ -47,7 +47,7 @@ fn server_command(program: PathBuf) -> Command {
 }
 
 /// Gives `path` to the `postgres` user (when root), so the server may use it.
-pub fn give(path: &Path) {
+pub(crate) fn give(path: &Path) {
     if as_root() {
         let ok = Command::new("chown").arg("-R").arg("postgres:postgres").arg(path).status().unwrap().success();
         assert!(ok, "chown {path:?}");
@@ -83,7 +83,7 @@ fn template() -> &'static Path {
     })
 }
 
-pub struct PgServer {
+pub(crate) struct PgServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
@@ -94,13 +94,13 @@ pub struct PgServer {
 
 impl PgServer {
     /// A fresh cluster with `settings` (`name=value`, as `postgres -c`).
-    pub fn start(settings: &[&str]) -> PgServer {
+    pub(crate) fn start(settings: &[&str]) -> PgServer {
         Self::start_prepared(settings, |_| {})
     }
 
     /// Like [`PgServer::start`], after `prepare` has changed the data directory (pg_hba.conf,
     /// certificates).
-    pub fn start_prepared(settings: &[&str], prepare: impl FnOnce(&Path)) -> PgServer {
+    pub(crate) fn start_prepared(settings: &[&str], prepare: impl FnOnce(&Path)) -> PgServer {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new("cp").arg("-a").arg(template()).arg(dir.path().join("data")).output().unwrap();
         assert!(out.status.success(), "copying the template: {}", String::from_utf8_lossy(&out.stderr));
@@ -109,7 +109,7 @@ impl PgServer {
     }
 
     /// Like [`PgServer::start`], every server process with `env` added.
-    pub fn start_with_env(settings: &[&str], env: Vec<(&'static str, String)>) -> PgServer {
+    pub(crate) fn start_with_env(settings: &[&str], env: Vec<(&'static str, String)>) -> PgServer {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new("cp").arg("-a").arg(template()).arg(dir.path().join("data")).output().unwrap();
         assert!(out.status.success(), "copying the template: {}", String::from_utf8_lossy(&out.stderr));
@@ -118,7 +118,7 @@ impl PgServer {
 
     /// A streaming standby of `primary` (pg_basebackup), reporting itself as `name`, with
     /// `settings` too (the primary's own are not copied).
-    pub fn standby_of(primary: &PgServer, name: &str, settings: &[&str]) -> PgServer {
+    pub(crate) fn standby_of(primary: &PgServer, name: &str, settings: &[&str]) -> PgServer {
         let dir = tempfile::tempdir().unwrap();
         give(dir.path());
         let out = server_command(bin("pg_basebackup"))
@@ -158,7 +158,7 @@ impl PgServer {
         s
     }
 
-    pub fn data(&self) -> PathBuf {
+    pub(crate) fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
@@ -192,12 +192,12 @@ impl PgServer {
     }
 
     /// The server's log so far (for assertion messages).
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
     /// Runs `sql` in `db` as the superuser; the rows as psql's unaligned text.
-    pub fn sql(&self, db: &str, sql: &str) -> Result<String, String> {
+    pub(crate) fn sql(&self, db: &str, sql: &str) -> Result<String, String> {
         let out = Command::new("psql")
             .arg(format!("host=127.0.0.1 port={} user={ADMIN} dbname={db} connect_timeout=5", self.port))
             .args(["-v", "ON_ERROR_STOP=1", "-tAqX", "-c", sql])
@@ -213,24 +213,24 @@ impl PgServer {
     }
 
     /// Like [`PgServer::sql`], failing the test on error.
-    pub fn must(&self, db: &str, sql: &str) -> String {
+    pub(crate) fn must(&self, db: &str, sql: &str) -> String {
         self.sql(db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     /// A login role `user` (password `{user}-pw`) owning a new database `db`; its kv_url.
-    pub fn app(&self, user: &str, db: &str) -> String {
+    pub(crate) fn app(&self, user: &str, db: &str) -> String {
         self.must("postgres", &format!("CREATE ROLE {user} LOGIN PASSWORD '{user}-pw'"));
         self.must("postgres", &format!("CREATE DATABASE {db} OWNER {user}"));
         self.url(user, db)
     }
 
-    pub fn url(&self, user: &str, db: &str) -> String {
+    pub(crate) fn url(&self, user: &str, db: &str) -> String {
         format!("postgres://{user}:{user}-pw@127.0.0.1:{}/{db}", self.port)
     }
 
     /// kill -9 of the postmaster and every process it started (each backend runs in its own
     /// session, so not a process group): a machine dying, as far as clients see.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let children = children_of(c.id());
             let _ = c.kill();

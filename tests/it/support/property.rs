@@ -16,7 +16,7 @@ const RANDOM_VAR: &str = "STATEFUL_TOOL_PROPTEST_RANDOM";
 /// Runs `test` on `cases` values of `strategy` from the fixed (or `STATEFUL_TOOL_PROPTEST_SEED`)
 /// seed, then on the opt-in random budget. `regressions` is the file failing cases are kept
 /// in, relative to the package root (where `cargo test` runs integration tests).
-pub fn check<S: Strategy>(
+pub(crate) fn check<S: Strategy>(
     regressions: &'static str,
     name: &str,
     cases: u32,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// What the proxy does to the first `times` requests that contain `trigger`.
 #[derive(Clone, Copy, Debug)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Forward both ways.
     Pass,
     /// Hold the store's answers on that connection (the request itself is forwarded). With
@@ -63,14 +63,14 @@ struct Shared {
     sockets: Mutex<Vec<TcpStream>>,
 }
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
 }
 
 impl Proxy {
     /// Listens on an ephemeral loopback port and forwards every connection to `upstream`.
-    pub fn start(upstream: SocketAddr, fault: Fault) -> Proxy {
+    pub(crate) fn start(upstream: SocketAddr, fault: Fault) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let times = match fault {
@@ -119,38 +119,38 @@ impl Proxy {
         Proxy { addr, shared }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// `http://127.0.0.1:<port>`.
-    pub fn http_url(&self) -> String {
+    pub(crate) fn http_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// `redis://127.0.0.1:<port>/0`.
-    pub fn redis_url(&self) -> String {
+    pub(crate) fn redis_url(&self) -> String {
         format!("redis://{}/0", self.addr)
     }
 
     /// How many requests the fault has been applied to so far.
-    pub fn fired(&self) -> usize {
+    pub(crate) fn fired(&self) -> usize {
         self.shared.fired.load(Ordering::SeqCst)
     }
 
     /// How many held requests (held, or queued behind a held one) were forwarded so far.
-    pub fn released(&self) -> usize {
+    pub(crate) fn released(&self) -> usize {
         self.shared.released.load(Ordering::SeqCst)
     }
 
     /// How many requests the fault itself held (`HoldRequest`; not those queued behind them)
     /// were forwarded to the store so far.
-    pub fn held_forwarded(&self) -> usize {
+    pub(crate) fn held_forwarded(&self) -> usize {
         self.shared.held_forwarded.load(Ordering::SeqCst)
     }
 
     /// Waits until `n` held requests were forwarded to the store (at most `within`).
-    pub async fn until_released(&self, n: usize, within: Duration) {
+    pub(crate) async fn until_released(&self, n: usize, within: Duration) {
         let end = Instant::now() + within;
         while self.released() < n {
             assert!(Instant::now() < end, "only {} of {n} held requests were forwarded", self.released());
@@ -159,7 +159,7 @@ impl Proxy {
     }
 
     /// Connections accepted so far.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
     }
 
@@ -169,7 +169,7 @@ impl Proxy {
     /// still reaches the store later. The listener accepts in the order connections arrived,
     /// so once a connection made now is accepted, all earlier ones were. That connection is
     /// closed again (and so counted in `store_closed` once the store closes its side).
-    pub async fn settle_accepts(&self, stall: Duration) {
+    pub(crate) async fn settle_accepts(&self, stall: Duration) {
         let probe = tokio::net::TcpStream::connect(self.addr).await.expect("connect to the proxy");
         let me = probe.local_addr().unwrap();
         let started = Instant::now();
@@ -185,7 +185,7 @@ impl Proxy {
 
     /// Connections whose answers have ended so far: the store closed them (or a `Cut` did), so
     /// it is done with every request they carried.
-    pub fn store_closed(&self) -> usize {
+    pub(crate) fn store_closed(&self) -> usize {
         self.shared.store_closed.load(Ordering::SeqCst)
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 /// How clients reach a server: plain or TLS only (certificates from
 /// [`super::redis_tls::Certs`]), and its password (also the one it replicates with).
 #[derive(Clone, Debug, Default)]
-pub struct Access {
+pub(crate) struct Access {
     /// The directory holding `ca.pem`, `server.pem`, `server.key`: TLS only, no plain port.
     pub tls: Option<PathBuf>,
     pub password: Option<String>,
@@ -17,7 +17,7 @@ pub struct Access {
 impl Access {
     /// The server arguments for TLS (`--port 0`, so nothing listens in plain text) and the
     /// password; `port` is the TLS port.
-    pub fn server_args(&self, port: u16) -> Vec<String> {
+    pub(crate) fn server_args(&self, port: u16) -> Vec<String> {
         let mut a: Vec<String> = vec![];
         if let Some(dir) = &self.tls {
             let f = |n: &str| dir.join(n).display().to_string();
@@ -33,7 +33,7 @@ impl Access {
     }
 
     /// A client for the node at `port`, with this access's TLS and password.
-    pub fn client(&self, port: u16) -> redis::Client {
+    pub(crate) fn client(&self, port: u16) -> redis::Client {
         let auth = self.password.as_ref().map(|p| format!(":{p}@")).unwrap_or_default();
         match &self.tls {
             None => redis::Client::open(format!("redis://{auth}127.0.0.1:{port}/0")).unwrap(),
@@ -49,7 +49,7 @@ impl Access {
     }
 }
 
-pub struct RedisServer {
+pub(crate) struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
@@ -63,12 +63,12 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     /// Starts redis-server (no persistence unless `extra` asks for it).
-    pub fn start(extra: &[&str]) -> RedisServer {
+    pub(crate) fn start(extra: &[&str]) -> RedisServer {
         Self::start_as(Access::default(), extra)
     }
 
     /// Starts redis-server reached as `access` says (TLS only, and/or with a password).
-    pub fn start_as(access: Access, extra: &[&str]) -> RedisServer {
+    pub(crate) fn start_as(access: Access, extra: &[&str]) -> RedisServer {
         let mut s = RedisServer {
             child: None,
             port: free_port(),
@@ -110,41 +110,41 @@ impl RedisServer {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
     /// A client for this server (TLS and password as it is reached).
-    pub fn client(&self) -> redis::Client {
+    pub(crate) fn client(&self) -> redis::Client {
         self.access.client(self.port)
     }
 
-    pub fn conn(&self) -> redis::Connection {
+    pub(crate) fn conn(&self) -> redis::Connection {
         self.client().get_connection().unwrap()
     }
 
     /// Keys matching `pattern` (test data sets are small).
-    pub fn keys(&self, pattern: &str) -> Vec<String> {
+    pub(crate) fn keys(&self, pattern: &str) -> Vec<String> {
         redis::cmd("KEYS").arg(pattern).query(&mut self.conn()).unwrap()
     }
 
-    pub fn get(&self, key: &str) -> Option<String> {
+    pub(crate) fn get(&self, key: &str) -> Option<String> {
         redis::cmd("GET").arg(key).query(&mut self.conn()).unwrap()
     }
 
     /// One `INFO <section>` field, if the server answers.
-    pub fn info_field(&self, section: &str, name: &str) -> Option<String> {
+    pub(crate) fn info_field(&self, section: &str, name: &str) -> Option<String> {
         let mut c = self.client().get_connection().ok()?;
         let info: String = redis::cmd("INFO").arg(section).query(&mut c).ok()?;
         info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(|v| v.trim().to_owned())
     }
 
     /// False after [`RedisServer::kill9`] until relaunched.
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         self.child.is_some()
     }
 
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -153,13 +153,13 @@ impl RedisServer {
 
     /// Starts the server again after [`RedisServer::kill9`], on the same port and data
     /// directory (what a supervisor does after a crash).
-    pub fn relaunch(&mut self) {
+    pub(crate) fn relaunch(&mut self) {
         assert!(self.child.is_none(), "relaunch only after kill9");
         self.spawn();
     }
 
     /// Restarts on the same port and data directory.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill9();
         self.spawn();
     }

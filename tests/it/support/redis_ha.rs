@@ -17,7 +17,7 @@ use super::redis::{Access, RedisServer};
 
 /// Ingest goes on in the same plugin processes: each of them gets a new id accepted
 /// (retrying while the store settles; no restart).
-pub async fn ingest_resumes(plugins: &[Arc<Plugin>], creds: &Value, tag: &str) {
+pub(crate) async fn ingest_resumes(plugins: &[Arc<Plugin>], creds: &Value, tag: &str) {
     for (i, p) in plugins.iter().enumerate() {
         let id = format!("{tag}-after-{i}");
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -34,7 +34,7 @@ pub async fn ingest_resumes(plugins: &[Arc<Plugin>], creds: &Value, tag: &str) {
 }
 
 /// Ids answered `accepted` more than once: each is an acknowledged claim that a failover lost.
-pub fn accepted_twice(calls: &[Call]) -> usize {
+pub(crate) fn accepted_twice(calls: &[Call]) -> usize {
     let mut n: HashMap<&str, usize> = HashMap::new();
     for c in calls.iter().filter(|c| c.outcome == "accepted") {
         *n.entry(&c.id).or_default() += 1;
@@ -63,19 +63,19 @@ fn field(info: &str, name: &str) -> Option<String> {
 }
 
 /// Six `--cluster-enabled` nodes joined by `redis-cli --cluster create --cluster-replicas 1`.
-pub struct RedisCluster {
+pub(crate) struct RedisCluster {
     pub nodes: Vec<RedisServer>,
     pub access: Access,
 }
 
 impl RedisCluster {
-    pub fn start() -> RedisCluster {
+    pub(crate) fn start() -> RedisCluster {
         Self::start_as(Access::default())
     }
 
     /// A cluster reached as `access` says; with TLS, the cluster bus and replication use
     /// TLS too (`tls-cluster`, `tls-replication`) and no node listens in plain text.
-    pub fn start_as(access: Access) -> RedisCluster {
+    pub(crate) fn start_as(access: Access) -> RedisCluster {
         let tls_cluster: &[&str] = if access.tls.is_some() { &["--tls-cluster", "yes"] } else { &[] };
         let mut nodes = vec![];
         for _ in 0..6 {
@@ -118,7 +118,7 @@ impl RedisCluster {
     }
 
     /// Every live node sees state ok and three masters with a replica each.
-    pub fn wait_healthy(&self) {
+    pub(crate) fn wait_healthy(&self) {
         wait_for("the cluster to be ok", Duration::from_secs(30), || {
             self.nodes.iter().filter(|n| n.is_up()).all(|n| {
                 let i = info_cluster(n);
@@ -128,17 +128,17 @@ impl RedisCluster {
     }
 
     /// `redis+cluster://` seed list of every node.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis+cluster://{}", self.seeds())
     }
 
     /// `host:port,host:port,…` of every node.
-    pub fn seeds(&self) -> String {
+    pub(crate) fn seeds(&self) -> String {
         self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",")
     }
 
     /// Ports of the nodes that currently are masters.
-    pub fn masters(&self) -> Vec<u16> {
+    pub(crate) fn masters(&self) -> Vec<u16> {
         self.nodes
             .iter()
             .filter(|n| n.is_up() && field(&info(n, "replication"), "role").as_deref() == Some("master"))
@@ -147,13 +147,13 @@ impl RedisCluster {
     }
 
     /// Keys matching `pattern` on the master at `port`.
-    pub fn keys_on(&self, port: u16, pattern: &str) -> Vec<String> {
+    pub(crate) fn keys_on(&self, port: u16, pattern: &str) -> Vec<String> {
         let node = self.nodes.iter().find(|n| n.port == port).unwrap();
         redis::cmd("KEYS").arg(pattern).query(&mut node.client().get_connection().unwrap()).unwrap()
     }
 
     /// A cluster-aware connection for checks.
-    pub fn conn(&self) -> redis::cluster::ClusterConnection {
+    pub(crate) fn conn(&self) -> redis::cluster::ClusterConnection {
         let seeds: Vec<_> =
             self.nodes.iter().filter(|n| n.is_up()).map(|n| n.client().get_connection_info().clone()).collect();
         let mut b = redis::cluster::ClusterClient::builder(seeds);
@@ -167,7 +167,7 @@ impl RedisCluster {
         b.build().unwrap().get_connection().unwrap()
     }
 
-    pub fn node(&mut self, port: u16) -> &mut RedisServer {
+    pub(crate) fn node(&mut self, port: u16) -> &mut RedisServer {
         self.nodes.iter_mut().find(|n| n.port == port).unwrap()
     }
 }
@@ -177,7 +177,7 @@ fn info_cluster(node: &RedisServer) -> String {
 }
 
 /// One master, one replica, three Sentinels watching `mymaster` (quorum 2).
-pub struct RedisSentinel {
+pub(crate) struct RedisSentinel {
     pub master: RedisServer,
     pub replica: RedisServer,
     sentinels: Vec<(u16, Child)>,
@@ -186,16 +186,16 @@ pub struct RedisSentinel {
     _dir: tempfile::TempDir,
 }
 
-pub const MASTER_NAME: &str = "mymaster";
+pub(crate) const MASTER_NAME: &str = "mymaster";
 
 impl RedisSentinel {
-    pub fn start() -> RedisSentinel {
+    pub(crate) fn start() -> RedisSentinel {
         Self::start_as(Access::default(), None)
     }
 
     /// Master and replica reached as `access` says; the Sentinels use the same TLS (to
     /// clients and to the nodes they watch) and require `sentinel_password` if given.
-    pub fn start_as(access: Access, sentinel_password: Option<&str>) -> RedisSentinel {
+    pub(crate) fn start_as(access: Access, sentinel_password: Option<&str>) -> RedisSentinel {
         let master = RedisServer::start_as(access.clone(), &[]);
         let mp = master.port.to_string();
         let replica = RedisServer::start_as(access.clone(), &["--replicaof", "127.0.0.1", &mp]);
@@ -244,17 +244,17 @@ impl RedisSentinel {
     }
 
     /// `redis+sentinel://` with every Sentinel.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis+sentinel://{}/{MASTER_NAME}", self.seeds())
     }
 
     /// `host:port,host:port,…` of every Sentinel.
-    pub fn seeds(&self) -> String {
+    pub(crate) fn seeds(&self) -> String {
         self.sentinels.iter().map(|(p, _)| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
     }
 
     /// The master's port as the first Sentinel reports it.
-    pub fn master_port(&self) -> Option<u16> {
+    pub(crate) fn master_port(&self) -> Option<u16> {
         let mut c = self.sentinel_access.client(self.sentinels[0].0).get_connection().ok()?;
         let addr: Option<(String, u16)> =
             redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME).query(&mut c).ok()?;

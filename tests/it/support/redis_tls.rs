@@ -20,12 +20,12 @@ openssl ca -batch -notext -config ca.cnf -cert ca.pem -keyfile ca.key -in server
 ";
 
 /// A directory of certificates, removed on drop.
-pub struct Certs {
+pub(crate) struct Certs {
     dir: tempfile::TempDir,
 }
 
 impl Certs {
-    pub fn make() -> Certs {
+    pub(crate) fn make() -> Certs {
         let dir = tempfile::tempdir().unwrap();
         let out =
             Command::new("bash").arg("-c").arg(MAKE_CERTS).current_dir(dir.path()).output().expect("bash and openssl");
@@ -33,22 +33,22 @@ impl Certs {
         Certs { dir }
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// The CA that signed the server certificates.
-    pub fn ca(&self) -> PathBuf {
+    pub(crate) fn ca(&self) -> PathBuf {
         self.dir.path().join("ca.pem")
     }
 
     /// A CA that signed none of them: trusting it alone must refuse every server.
-    pub fn other_ca(&self) -> PathBuf {
+    pub(crate) fn other_ca(&self) -> PathBuf {
         self.dir.path().join("other-ca.pem")
     }
 
     /// TLS-only access with these certificates, and `password` if any.
-    pub fn access(&self, password: Option<&str>) -> Access {
+    pub(crate) fn access(&self, password: Option<&str>) -> Access {
         Access { tls: Some(self.dir.path().to_owned()), password: password.map(str::to_owned) }
     }
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::plugin::{creds, Plugin};
 
-pub async fn outcomes(url: &str) {
+pub(crate) async fn outcomes(url: &str) {
     let p = Plugin::spawn(&[]).await;
     let c = creds(url);
     let id = format!("EVT-{:x}", rand::random::<u64>());
@@ -67,7 +67,7 @@ pub async fn outcomes(url: &str) {
 /// Many concurrent sessions with one id, in several plugin processes: exactly one accepted.
 /// The store timeout bounds a whole call, and a thousand claims at once on a busy 2-core
 /// machine take seconds: this is about one winner, not latency, so the deadline is generous.
-pub async fn race(url: &str, processes: usize, rounds: usize, per_process: usize) {
+pub(crate) async fn race(url: &str, processes: usize, rounds: usize, per_process: usize) {
     let mut plugins = vec![];
     for _ in 0..processes {
         plugins.push(Arc::new(Plugin::spawn(&[("STATEFUL_TOOL_STORE_TIMEOUT_MS", "30000")]).await));
@@ -101,7 +101,7 @@ pub async fn race(url: &str, processes: usize, rounds: usize, per_process: usize
 }
 
 /// Ids that naive escaping would merge or that would break a path each get their own key.
-pub async fn key_safety(url: &str) -> Vec<String> {
+pub(crate) async fn key_safety(url: &str) -> Vec<String> {
     let p = Plugin::spawn(&[]).await;
     let c = creds(url);
     let salt = format!("{:x}", rand::random::<u32>());

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Where Debian installs libfaketime's thread-safe build (scripts/ensure-faketime.sh).
-pub fn libfaketime() -> PathBuf {
+pub(crate) fn libfaketime() -> PathBuf {
     std::fs::read_dir("/usr/lib")
         .expect("/usr/lib")
         .filter_map(|e| Some(e.ok()?.path().join("faketime/libfaketimeMT.so.1")))
@@ -15,7 +15,7 @@ pub fn libfaketime() -> PathBuf {
 }
 
 /// One store's clock: its offset from the real time, in whole seconds, moved forward only.
-pub struct StoreTime {
+pub(crate) struct StoreTime {
     dir: tempfile::TempDir,
     offset_s: AtomicI64,
 }
@@ -27,7 +27,7 @@ impl Default for StoreTime {
 }
 
 impl StoreTime {
-    pub fn new() -> StoreTime {
+    pub(crate) fn new() -> StoreTime {
         let t = StoreTime { dir: tempfile::tempdir().unwrap(), offset_s: AtomicI64::new(0) };
         // Readable by a server running as another user (postgres).
         use std::os::unix::fs::PermissionsExt;
@@ -49,7 +49,7 @@ impl StoreTime {
 
     /// The environment that puts a server on this clock. The monotonic clock stays real, so
     /// the server's own timers (timeouts, flushes) are unaffected.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("LD_PRELOAD", libfaketime().display().to_string()),
             ("FAKETIME_TIMESTAMP_FILE", self.file().display().to_string()),
@@ -63,7 +63,7 @@ impl StoreTime {
     }
 
     /// Moves the store's clock `secs` forward.
-    pub fn advance(&self, secs: i64) {
+    pub(crate) fn advance(&self, secs: i64) {
         let now = self.offset_s.fetch_add(secs, Ordering::SeqCst) + secs;
         self.write(now);
     }

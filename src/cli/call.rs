@@ -7,11 +7,10 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::dispatch::PROVIDER;
-use crate::tools::settings::DEFAULT_KV_URL;
+use stateful_tool::{request_line_from, DEFAULT_KV_URL, PROVIDER};
 
 #[derive(clap::Args)]
-pub struct CallArgs {
+pub(crate) struct CallArgs {
     /// Tool to invoke (event_ingest, event_status, event_complete), or `validate` to check the
     /// credentials, or `parameters:<tool>` for get_tool_runtime_parameters.
     pub(crate) tool: String,
@@ -40,29 +39,6 @@ fn pairs(items: &[String], what: &str) -> anyhow::Result<Map<String, Value>> {
     Ok(map)
 }
 
-/// The request line exactly as the Go daemon writes it: envelope fields in struct order,
-/// `data` keys sorted, compact; no `app_id` or `message_id` (a backwards invocation).
-pub fn request_line(session_id: &str, data: Value) -> String {
-    request_line_from(session_id, data, None, None)
-}
-
-/// [`request_line`] with the envelope's `app_id` and `message_id` (how Dify's callers differ).
-pub fn request_line_from(session_id: &str, data: Value, app_id: Option<&str>, message_id: Option<&str>) -> String {
-    let sorted: std::collections::BTreeMap<String, Value> = match data {
-        Value::Object(m) => m.into_iter().collect(),
-        _ => Default::default(),
-    };
-    let mut line = format!(
-        r#"{{"session_id":{},"conversation_id":null,"message_id":{},"app_id":{},"endpoint_id":null,"context":null,"event":"request","data":{}}}"#,
-        json!(session_id),
-        json!(message_id),
-        json!(app_id),
-        serde_json::to_string(&sorted).expect("JSON map serialises")
-    );
-    line.push('\n');
-    line
-}
-
 fn request_data(args: &CallArgs) -> anyhow::Result<Value> {
     let mut creds = pairs(&args.credentials, "credential")?;
     if !creds.contains_key("kv_url") {
@@ -85,7 +61,7 @@ fn request_data(args: &CallArgs) -> anyhow::Result<Value> {
     Ok(Value::Object(data))
 }
 
-pub fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(call(args))
 }
@@ -188,19 +164,5 @@ fn emit(line: std::fmt::Arguments) -> std::io::Result<()> {
     match writeln!(std::io::stdout().lock(), "{line}") {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         other => other,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_line_matches_the_daemon_layout() {
-        let l = request_line("s", json!({"user_id": "u", "action": "invoke_tool", "type": "tool"}));
-        assert_eq!(
-            l,
-            "{\"session_id\":\"s\",\"conversation_id\":null,\"message_id\":null,\"app_id\":null,\"endpoint_id\":null,\"context\":null,\"event\":\"request\",\"data\":{\"action\":\"invoke_tool\",\"type\":\"tool\",\"user_id\":\"u\"}}\n"
-        );
     }
 }
