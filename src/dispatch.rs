@@ -9,9 +9,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::error::{SessionError, ToolError};
-use crate::request::{Data, Slot};
+use crate::request::{RequestFields, ToolParameters};
 use crate::tools::{self, Params, Settings, Tool};
-use event_store::{Clock, StoreCache, StoreOptions};
+use event_store::{HostClock, StoreCache, StoreOptions};
 
 pub const PROVIDER: &str = "stateful_tool";
 
@@ -32,7 +32,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(host: Clock, store: StoreOptions) -> Arc<App> {
+    pub fn new(host: HostClock, store: StoreOptions) -> Arc<App> {
         Arc::new(App { stores: StoreCache::new(host, store), settings: Mutex::default() })
     }
 
@@ -64,12 +64,12 @@ impl App {
 /// the errors the runtimes answer on their own are ours too ([`SessionError`]'s classes); a
 /// webhook too long to hold still gets its sender a 413 from the trigger.
 impl Handler for App {
-    type Data<'a> = Data<'a>;
+    type Data<'a> = RequestFields<'a>;
 
     fn handle<'a>(
         &'a self,
         session: Session,
-        data: Data<'a>,
+        data: RequestFields<'a>,
         request: &'a RequestData,
     ) -> impl std::future::Future<Output = ()> + Send + 'a {
         handle_request(self, session, data, request)
@@ -120,7 +120,7 @@ async fn respond(session: Session, outcome: Result<Outgoing, SessionError>) {
 
 /// One request's `data`, read once from its text: what it asks, of which tool, with which
 /// credentials (their JSON text) and parameters (strings borrowed from the text).
-enum Request<'a> {
+enum Action<'a> {
     InvokeTool {
         tool: Tool,
         params: Params<'a>,
@@ -138,13 +138,13 @@ enum Request<'a> {
     },
 }
 
-impl<'a> Request<'a> {
+impl<'a> Action<'a> {
     /// Reads `data`: its `type` and `action`, and for tool actions the provider (ours), the
     /// tool, its parameters and the credentials. A credential check's refusal is reported the
     /// way Dify shows it on the provider form.
-    fn parse(data: Data<'a>) -> Result<Request<'a>, SessionError> {
+    fn parse(fields: RequestFields<'a>) -> Result<Action<'a>, SessionError> {
         // Absent credentials read like an empty object: every look-up finds nothing.
-        let Data { kind, action, provider, tool, credentials, tool_parameters } = data;
+        let RequestFields { kind, action, provider, tool, credentials, tool_parameters } = fields;
         let (kind, action) = (kind.unwrap_or_default(), action.unwrap_or_default());
         let tool = || Tool::from_name(tool.as_deref().unwrap_or_default());
         match (&*kind, &*action) {
@@ -152,21 +152,23 @@ impl<'a> Request<'a> {
                 check_provider(provider.as_deref())?;
                 let tool = tool()?;
                 let params = match tool_parameters {
-                    Slot::Absent => Params::default(),
-                    Slot::Object(params) => params,
-                    Slot::NotObject => return Err(ToolError::param("tool_parameters must be an object").into()),
+                    ToolParameters::Absent => Params::default(),
+                    ToolParameters::Object(params) => params,
+                    ToolParameters::NotObject => {
+                        return Err(ToolError::param("tool_parameters must be an object").into())
+                    }
                 };
-                Ok(Request::InvokeTool { tool, params, credentials })
+                Ok(Action::InvokeTool { tool, params, credentials })
             }
             ("tool", "validate_tool_credentials") => {
                 check_provider(provider.as_deref()).map_err(|e| SessionError::CredentialValidation(e.message))?;
-                Ok(Request::ValidateCredentials { credentials })
+                Ok(Action::ValidateCredentials { credentials })
             }
             ("tool", "get_tool_runtime_parameters") => {
                 check_provider(provider.as_deref())?;
-                Ok(Request::RuntimeParameters { tool: tool()? })
+                Ok(Action::RuntimeParameters { tool: tool()? })
             }
-            ("trigger", _) => Ok(Request::Trigger { action }),
+            ("trigger", _) => Ok(Action::Trigger { action }),
             _ => Err(ToolError::param(format!(
                 "unsupported request type {kind:?} / action {action:?}: this plugin handles tool actions invoke_tool, \
                  validate_tool_credentials and get_tool_runtime_parameters, and trigger actions"
@@ -177,22 +179,22 @@ impl<'a> Request<'a> {
 }
 
 /// Handles one `request` (read into `read`; `data` is its text) and ends its session.
-async fn handle_request(app: &App, session: Session, read: Data<'_>, data: &RequestData) {
-    respond(session, answer(app, read, data).await).await
+async fn handle_request(app: &App, session: Session, fields: RequestFields<'_>, data: &RequestData) {
+    respond(session, route(app, fields, data).await).await
 }
 
-async fn answer(app: &App, read: Data<'_>, data: &RequestData) -> Result<Outgoing, SessionError> {
-    match Request::parse(read)? {
-        Request::InvokeTool { tool, params, credentials } => {
+async fn route(app: &App, fields: RequestFields<'_>, data: &RequestData) -> Result<Outgoing, SessionError> {
+    match Action::parse(fields)? {
+        Action::InvokeTool { tool, params, credentials } => {
             Ok(Outgoing::Answer(invoke_tool(app, tool, &params, credentials).await?))
         }
         // Boxed: a session's task holds its largest path's state, and the task is moved into
         // its box whole when it is spawned; these paths are rarer (and larger) than a tool's.
-        Request::ValidateCredentials { credentials } => {
+        Action::ValidateCredentials { credentials } => {
             Box::pin(validate_credentials(app, credentials)).await.map(Outgoing::Chunks)
         }
-        Request::RuntimeParameters { tool } => Ok(Outgoing::Chunks(runtime_parameters(tool))),
-        Request::Trigger { action } => {
+        Action::RuntimeParameters { tool } => Ok(Outgoing::Chunks(runtime_parameters(tool))),
+        Action::Trigger { action } => {
             // The trigger reads its request as a tree (its raw HTTP request and subscription).
             let data = data.to_value().map_err(|e| ToolError::param(format!("malformed input: {e}")))?;
             Box::pin(crate::trigger::handle(&app.stores, &action, &data)).await.map(Outgoing::Chunks)

@@ -20,19 +20,19 @@ use crate::tools::params::{is_number_key, Params};
 /// The members of a request's data that dispatch reads. A member of the wrong type reads as
 /// absent, and a repeated one as its last value, as a JSON map would keep it.
 #[derive(Debug, Default)]
-pub struct Data<'a> {
+pub struct RequestFields<'a> {
     pub kind: Option<Cow<'a, str>>,
     pub action: Option<Cow<'a, str>>,
     pub provider: Option<Cow<'a, str>>,
     pub tool: Option<Cow<'a, str>>,
     /// The credentials' JSON text: settings are read once per distinct text.
     pub credentials: Option<&'a RawValue>,
-    pub tool_parameters: Slot<'a>,
+    pub tool_parameters: ToolParameters<'a>,
 }
 
 /// What `tool_parameters` held.
 #[derive(Debug, Default)]
-pub enum Slot<'a> {
+pub enum ToolParameters<'a> {
     /// Absent or `null`: no parameters.
     #[default]
     Absent,
@@ -41,16 +41,16 @@ pub enum Slot<'a> {
     NotObject,
 }
 
-impl<'de> Deserialize<'de> for Data<'de> {
+impl<'de> Deserialize<'de> for RequestFields<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Members;
         impl<'de> Visitor<'de> for Members {
-            type Value = Data<'de>;
+            type Value = RequestFields<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a request's data object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Data<'de>, A::Error> {
-                let mut data = Data::default();
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestFields<'de>, A::Error> {
+                let mut data = RequestFields::default();
                 while let Some(Name(name)) = map.next_key()? {
                     match &*name {
                         "type" => data.kind = map.next_value::<Text>()?.0,
@@ -118,44 +118,44 @@ impl<'de> Deserialize<'de> for Text<'de> {
     }
 }
 
-impl<'de> Deserialize<'de> for Slot<'de> {
+impl<'de> Deserialize<'de> for ToolParameters<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Slot<'de>;
+            type Value = ToolParameters<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("any JSON value")
             }
-            fn visit_unit<E>(self) -> Result<Slot<'de>, E> {
-                Ok(Slot::Absent)
+            fn visit_unit<E>(self) -> Result<ToolParameters<'de>, E> {
+                Ok(ToolParameters::Absent)
             }
-            fn visit_bool<E>(self, _: bool) -> Result<Slot<'de>, E> {
-                Ok(Slot::NotObject)
+            fn visit_bool<E>(self, _: bool) -> Result<ToolParameters<'de>, E> {
+                Ok(ToolParameters::NotObject)
             }
-            fn visit_i64<E>(self, _: i64) -> Result<Slot<'de>, E> {
-                Ok(Slot::NotObject)
+            fn visit_i64<E>(self, _: i64) -> Result<ToolParameters<'de>, E> {
+                Ok(ToolParameters::NotObject)
             }
-            fn visit_u64<E>(self, _: u64) -> Result<Slot<'de>, E> {
-                Ok(Slot::NotObject)
+            fn visit_u64<E>(self, _: u64) -> Result<ToolParameters<'de>, E> {
+                Ok(ToolParameters::NotObject)
             }
-            fn visit_f64<E>(self, _: f64) -> Result<Slot<'de>, E> {
-                Ok(Slot::NotObject)
+            fn visit_f64<E>(self, _: f64) -> Result<ToolParameters<'de>, E> {
+                Ok(ToolParameters::NotObject)
             }
-            fn visit_str<E>(self, _: &str) -> Result<Slot<'de>, E> {
-                Ok(Slot::NotObject)
+            fn visit_str<E>(self, _: &str) -> Result<ToolParameters<'de>, E> {
+                Ok(ToolParameters::NotObject)
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Slot<'de>, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ToolParameters<'de>, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Slot::NotObject)
+                Ok(ToolParameters::NotObject)
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Slot<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ToolParameters<'de>, A::Error> {
                 // A number arrives as a map whose only key is serde_json's (see `is_number_key`).
                 match map.next_key::<Name>()? {
                     Some(Name(key)) if is_number_key(&key) => {
                         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                        Ok(Slot::NotObject)
+                        Ok(ToolParameters::NotObject)
                     }
-                    first => Params::read_members(first.map(|n| n.0), map).map(Slot::Object),
+                    first => Params::read_members(first.map(|n| n.0), map).map(ToolParameters::Object),
                 }
             }
         }
@@ -173,21 +173,21 @@ mod tests {
         let text = r#"{"type":"tool","action":"invoke_tool","provider":5,"user_id":{"deep":[1,{"x":2}]},
             "credentials":{"kv_url":"redis://h"},"tool":"event_ingest","tool_parameters":{"event_id":"e\"1","n":1.50},
             "action":"invoke_tool"}"#;
-        let d: Data = serde_json::from_str(text).unwrap();
+        let d: RequestFields = serde_json::from_str(text).unwrap();
         assert_eq!(
             (d.kind.as_deref(), d.action.as_deref(), d.tool.as_deref()),
             (Some("tool"), Some("invoke_tool"), Some("event_ingest"))
         );
         assert_eq!(d.provider, None, "a number is not a provider name");
         assert_eq!(d.credentials.unwrap().get(), r#"{"kv_url":"redis://h"}"#);
-        let Slot::Object(p) = d.tool_parameters else { panic!("{:?}", d.tool_parameters) };
+        let ToolParameters::Object(p) = d.tool_parameters else { panic!("{:?}", d.tool_parameters) };
         assert_eq!(optional_str(&p, "event_id").unwrap().as_deref(), Some("e\"1"));
         assert_eq!(optional_str(&p, "n").unwrap().as_deref(), Some("1.50"));
         for (params, slot) in
             [("null", "Absent"), ("[1,{}]", "NotObject"), ("7", "NotObject"), ("\"x\"", "NotObject"), ("{}", "Object")]
         {
             let text = format!(r#"{{"tool_parameters":{params},"type":"tool"}}"#);
-            let d: Data = serde_json::from_str(&text).unwrap();
+            let d: RequestFields = serde_json::from_str(&text).unwrap();
             assert!(format!("{:?}", d.tool_parameters).starts_with(slot), "{params}: {:?}", d.tool_parameters);
             assert_eq!(d.kind.as_deref(), Some("tool"), "the members after it are read");
         }

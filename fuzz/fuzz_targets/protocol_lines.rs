@@ -10,7 +10,7 @@ use stateful_tool::App;
 #[allow(dead_code)]
 #[path = "../../tests/it/support/oracle.rs"]
 mod oracle;
-use event_store::{Clock, StoreOptions};
+use event_store::{HostClock, StoreOptions};
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Vec::with_capacity(data.len());
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         input.push(b'\n');
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    if let Err(e) = rt.block_on(oracle::check_session_loop(App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }), &input, 61, 8)) {
+    if let Err(e) = rt.block_on(oracle::check_session_loop(App::new(HostClock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }), &input, 61, 8)) {
         panic!("{e}");
     }
 });

@@ -11,7 +11,7 @@ use dify_plugin::{Error, Exit, InstallMethod, RunOptions};
 use crate::declarations;
 use crate::dispatch::{App, PROVIDER};
 use event_store::hosts::AllowedHosts;
-use event_store::{Clock, StoreOptions};
+use event_store::{HostClock, StoreOptions};
 
 /// `serve --help`: every environment variable that changes what `serve` does, with defaults.
 /// The daemon sets INSTALL_METHOD; the others are for debugging, serverless hosts and tests.
@@ -45,7 +45,7 @@ STATEFUL_TOOL_RECONNECT_* a ./.env file fills in what the environment leaves uns
 pub(crate) struct PluginOptions {
     pub(crate) store: StoreOptions,
     /// The host clock the plugin stamps times with.
-    pub(crate) clock: Clock,
+    pub(crate) clock: HostClock,
 }
 
 impl PluginOptions {
@@ -71,7 +71,7 @@ impl PluginOptions {
                 allowed_hosts,
                 ..store
             },
-            clock: Clock::system(),
+            clock: HostClock::system(),
         })
     }
 }

@@ -12,7 +12,7 @@ use dify_plugin::runtime::ServeOptions;
 use dify_plugin::{Handler, Session};
 
 use crate::dispatch::App;
-use event_store::{Clock, StoreOptions};
+use event_store::{HostClock, StoreOptions};
 
 fn opts() -> ServeOptions {
     ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64, logs: LogRoute::Stderr }
@@ -31,7 +31,7 @@ fn ingest(sid: &str, id: &str) -> String {
 }
 
 fn app() -> std::sync::Arc<App> {
-    App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() })
+    App::new(HostClock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() })
 }
 
 /// The plugin's own handler (its answers to a panic included), except that a request of type
@@ -39,7 +39,7 @@ fn app() -> std::sync::Arc<App> {
 struct Panicky(std::sync::Arc<App>);
 
 impl Handler for Panicky {
-    type Data<'a> = crate::request::Data<'a>;
+    type Data<'a> = crate::request::RequestFields<'a>;
 
     async fn handle<'a>(&'a self, session: Session, data: Self::Data<'a>, request: &'a dify_plugin::RequestData) {
         if data.kind.as_deref() == Some("test") {

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use event_store::record::Record;
 use event_store::{
-    Clock, ClockHand, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
+    ClockHand, Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreError, Swapped, Version,
+    Write,
 };
 
 /// A request as the store would receive it.
@@ -44,7 +45,7 @@ pub(crate) enum StoreReply {
     Failed(StoreError),
 }
 
-type Slot = Arc<Mutex<Option<StoreReply>>>;
+type ReplyCell = Arc<Mutex<Option<StoreReply>>>;
 
 /// A request the scheduler has not decided about yet.
 pub(crate) struct Parked {
@@ -52,7 +53,7 @@ pub(crate) struct Parked {
     pub(crate) op: Op,
     /// When the caller's timeout for it fires (virtual ms): a `Timeout` answer comes no earlier.
     pub(crate) gives_up_ms: i64,
-    slot: Slot,
+    slot: ReplyCell,
 }
 
 impl Parked {
@@ -217,7 +218,7 @@ pub(crate) struct SimStore {
 impl SimStore {
     /// A store with `flaw` (`Flaw::None`: a sound one).
     pub(crate) fn new(start_ms: i64, flaw: Flaw) -> SimStore {
-        let (host, hand) = Clock::manual(start_ms);
+        let (host, hand) = HostClock::manual(start_ms);
         let clock = StoreClock::new(host);
         clock.observe(start_ms);
         let world = World { now_ms: start_ms, flaw, ..World::default() };
@@ -232,7 +233,7 @@ impl SimStore {
     }
 
     fn park(&self, op: Op, timeout: Duration) -> Waiting {
-        let slot: Slot = Arc::new(Mutex::new(None));
+        let slot: ReplyCell = Arc::new(Mutex::new(None));
         let mut w = self.world.lock().unwrap();
         let task = w.current_task;
         let gives_up_ms = w.now_ms + ms(timeout);
@@ -242,7 +243,7 @@ impl SimStore {
 }
 
 /// Resolves when the scheduler has answered the parked request.
-struct Waiting(Slot);
+struct Waiting(ReplyCell);
 
 impl Future for Waiting {
     type Output = StoreReply;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::ToolError;
-use event_store::{Clock, StoreError};
+use event_store::{HostClock, StoreError};
 
 /// A round trip is not started with less time than this left: it could not finish.
 const MIN_ROUND_TRIP: Duration = Duration::from_millis(2);
@@ -17,7 +17,7 @@ const RESERVE: Duration = Duration::from_secs(1);
 /// the host's monotonic clock (a simulation's virtual one).
 #[derive(Debug, Clone)]
 pub(crate) struct Deadline {
-    clock: Clock,
+    clock: HostClock,
     started_ms: i64,
     budget: Duration,
     /// The setting the budget comes from (named when the call runs out of it).
@@ -25,7 +25,7 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
-    pub(crate) fn start(clock: &Clock, budget: Duration, setting: &'static str) -> Deadline {
+    pub(crate) fn start(clock: &HostClock, budget: Duration, setting: &'static str) -> Deadline {
         Deadline { clock: clock.clone(), started_ms: clock.mono_ms(), budget, setting }
     }
 
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn shares_halve_what_is_left_and_an_exhausted_budget_is_a_timeout() {
-        let (clock, hand) = Clock::manual(1000);
+        let (clock, hand) = HostClock::manual(1000);
         let d = Deadline::start(&clock, Duration::from_secs(3600), SETTING);
         let share = d.share().unwrap();
         assert_eq!(share, Duration::from_secs(3598));

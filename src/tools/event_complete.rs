@@ -191,7 +191,7 @@ mod tests {
     #[tokio::test]
     async fn expired_lease_is_reclaimed_once_and_unexpired_is_duplicate() {
         // The store's clock is the test's: the lease runs out when the test moves it.
-        let (clock, hand) = event_store::Clock::manual(1_780_000_000_000);
+        let (clock, hand) = event_store::HostClock::manual(1_780_000_000_000);
         let s = event_store::memory::MemoryStore::new(clock, 0);
         let st = settings();
         let ev = params(json!({"event_id": "L2", "event_type": "created", "lease_seconds": 1}));

@@ -102,7 +102,7 @@ pub(crate) const MAX_ROUNDS: usize = 16;
 pub(crate) mod testing {
     use super::*;
     use event_store::memory::MemoryStore;
-    use event_store::{Clock, StoreConfig};
+    use event_store::{HostClock, StoreConfig};
 
     pub(crate) fn settings() -> Settings {
         Settings {
@@ -118,7 +118,7 @@ pub(crate) mod testing {
     }
 
     pub(crate) fn store() -> MemoryStore {
-        MemoryStore::new(Clock::system(), 0)
+        MemoryStore::new(HostClock::system(), 0)
     }
 
     /// A call's parameters from a JSON object (its text is leaked: a test's few bytes).

@@ -3,7 +3,7 @@
 use super::*;
 use crate::trigger::reply::dispatch_chunk;
 use event_store::memory::MemoryStore;
-use event_store::Clock;
+use event_store::HostClock;
 
 fn raw(headers: &[(&str, &str)], body: &str) -> String {
     let mut text = String::from("POST /triggers/plugin/e1 HTTP/1.1\r\nHost: dify\r\n");
@@ -33,7 +33,7 @@ async fn deliver(store: &MemoryStore, props: Value, raw_hex: &str) -> Verdict {
 }
 
 fn store() -> MemoryStore {
-    MemoryStore::new(Clock::system(), 0)
+    MemoryStore::new(HostClock::system(), 0)
 }
 
 #[tokio::test]
@@ -180,7 +180,7 @@ struct Held {
 
 impl Held {
     fn new() -> Held {
-        let (clock, now) = Clock::manual(1_780_000_000_000);
+        let (clock, now) = HostClock::manual(1_780_000_000_000);
         Held { store: MemoryStore::new(clock, 0), now }
     }
     fn pass(&self, ms: i64) {

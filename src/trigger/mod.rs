@@ -113,7 +113,7 @@ mod tests {
     fn a_door_claim_that_runs_out_of_time_names_the_trigger_timeout() {
         let mut settings = crate::tools::testing::settings();
         bound_by_the_door(&mut settings, std::time::Duration::from_millis(1500));
-        let clock = event_store::Clock::system();
+        let clock = event_store::HostClock::system();
         let deadline = crate::tools::Deadline::start(&clock, settings.call_timeout, settings.call_timeout_setting);
         let message = deadline.error(StoreError::Timeout(1500)).message;
         assert!(message.contains("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS (1500 ms)"), "{message}");

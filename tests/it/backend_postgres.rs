@@ -142,10 +142,10 @@ mod lifecycle {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_past_their_store_clock_deadline_are_refused_by_the_statement() {
     use event_store::postgres::PostgresStore;
-    use event_store::{Clock, Created, EventStore, Rollback, StoreDeadline, StoreError, Swapped, Write};
+    use event_store::{Created, EventStore, HostClock, Rollback, StoreDeadline, StoreError, Swapped, Write};
     let (_pg, url) = server();
     let t = Duration::from_secs(10);
-    let store = PostgresStore::connect(&url, 0, Clock::system(), t).await.unwrap();
+    let store = PostgresStore::connect(&url, 0, HostClock::system(), t).await.unwrap();
     let (_, now) = store.read_at("k", t).await.unwrap();
     let (past, future) = (Some(StoreDeadline(now - 1)), Some(StoreDeadline(now + 60_000)));
     let ttl = Duration::from_secs(60);

@@ -11,7 +11,7 @@ use crate::support::oracle;
 use crate::support::{arb, property};
 use dify_plugin::protocol::message::session_id_from_prefix;
 use dify_plugin::protocol::{Inbound, Line, LineReader};
-use event_store::{Clock, StoreOptions};
+use event_store::{HostClock, StoreOptions};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use stateful_tool::App;
@@ -184,7 +184,7 @@ fn session_loop_answers_each_identified_session_exactly_once() {
                 bytes.extend_from_slice(if crlf { b"\r\n" } else { b"\n" });
             }
             rt().block_on(oracle::check_session_loop(
-                App::new(Clock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
+                App::new(HostClock::system(), StoreOptions { allow_memory: true, ..StoreOptions::default() }),
                 &bytes,
                 capacity,
                 in_flight,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use event_store::postgres::sql::Sql;
 use event_store::postgres::PostgresStore;
-use event_store::Clock;
+use event_store::HostClock;
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
@@ -130,7 +130,7 @@ pub(crate) async fn run(
     let url = format!("postgres://bench@127.0.0.1:{}/postgres?sslmode=disable", server.port);
     // Retried while the server finishes starting; this also creates our tables.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while let Err(e) = PostgresStore::connect(&url, 0, Clock::system(), Duration::from_secs(5)).await {
+    while let Err(e) = PostgresStore::connect(&url, 0, HostClock::system(), Duration::from_secs(5)).await {
         if Instant::now() > deadline {
             bail!("the plugin's store cannot connect: {e}");
         }

@@ -15,7 +15,7 @@ use dify_plugin::protocol::outbound::write_answer_end_lines;
 use dify_plugin::protocol::{Fields, Inbound};
 use event_store::key::storage_key;
 use event_store::record::fingerprint;
-use event_store::{Clock, Created, EventStore, StoreCache, Write};
+use event_store::{Created, EventStore, HostClock, StoreCache, Write};
 use serde::Serialize;
 use serde_json::{json, Value};
 use stateful_tool::{Answer, IngestRequest, Params, Settings};
@@ -123,7 +123,7 @@ pub(crate) async fn measure(
         black_box(&out);
     }) - record_only;
 
-    let cache = StoreCache::new(Clock::system(), event_store::StoreOptions::default());
+    let cache = StoreCache::new(HostClock::system(), event_store::StoreOptions::default());
     let client = cache
         .get(&event_store::StoreConfig { url: url.to_owned(), token: None, min_replicas: 0 })
         .await

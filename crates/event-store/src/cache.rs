@@ -9,7 +9,7 @@ use tokio::sync::OnceCell;
 use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore, Clock, EventStore, StoreError};
+use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore, EventStore, HostClock, StoreError};
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -58,13 +58,13 @@ impl Default for StoreOptions {
 }
 
 pub struct StoreCache {
-    host: Clock,
+    host: HostClock,
     options: StoreOptions,
     stores: Mutex<HashMap<StoreConfig, SharedStore>>,
 }
 
 impl StoreCache {
-    pub fn new(host: Clock, options: StoreOptions) -> Self {
+    pub fn new(host: HostClock, options: StoreOptions) -> Self {
         StoreCache { host, options, stores: Mutex::new(HashMap::new()) }
     }
 
@@ -113,7 +113,7 @@ impl StoreCache {
     }
 }
 
-async fn connect(cfg: &StoreConfig, host: Clock, options: &StoreOptions) -> Result<Arc<AnyStore>, StoreError> {
+async fn connect(cfg: &StoreConfig, host: HostClock, options: &StoreOptions) -> Result<Arc<AnyStore>, StoreError> {
     let timeout = options.call_timeout;
     let store = match Scheme::of(&cfg.url)? {
         Scheme::KvContainer => {
@@ -138,7 +138,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_scheme_is_a_bad_url() {
-        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
+        let cache = StoreCache::new(HostClock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "ftp://x".into(), token: None, min_replicas: 0 };
         let err = cache.get(&cfg).await.err().unwrap();
         assert!(matches!(err, StoreError::BadUrl(_)), "{err}");
@@ -146,7 +146,7 @@ mod tests {
 
     #[tokio::test]
     async fn clients_are_shared_per_config() {
-        let cache = StoreCache::new(Clock::system(), StoreOptions::default());
+        let cache = StoreCache::new(HostClock::system(), StoreOptions::default());
         let cfg = StoreConfig { url: "http://127.0.0.1:9".into(), token: None, min_replicas: 0 };
         let a = cache.get(&cfg).await.unwrap();
         let b = cache.get(&cfg).await.unwrap();

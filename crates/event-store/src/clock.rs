@@ -7,19 +7,19 @@ use std::sync::Arc;
 /// plays a skewed store clock with it; a skewed plugin host is tested on the real binary with
 /// libfaketime).
 #[derive(Debug, Clone)]
-pub struct Clock {
+pub struct HostClock {
     offset_ms: i64,
     /// A virtual time a test moves by hand with its [`ClockHand`]; None = wall clock.
     #[cfg(feature = "testkit")]
     manual: Option<tokio::sync::watch::Receiver<i64>>,
 }
 
-impl Clock {
+impl HostClock {
     pub fn system() -> Self {
         Self::with_offset(0)
     }
     pub(crate) fn with_offset(offset_ms: i64) -> Self {
-        Clock {
+        HostClock {
             offset_ms,
             #[cfg(feature = "testkit")]
             manual: None,
@@ -29,7 +29,7 @@ impl Clock {
     #[cfg(feature = "testkit")]
     pub fn manual(start_ms: i64) -> (Self, ClockHand) {
         let (hand, time) = tokio::sync::watch::channel(start_ms);
-        (Clock { offset_ms: 0, manual: Some(time) }, ClockHand(std::sync::Arc::new(hand)))
+        (HostClock { offset_ms: 0, manual: Some(time) }, ClockHand(std::sync::Arc::new(hand)))
     }
 
     /// The manual time, when this is a test's clock.
@@ -76,7 +76,7 @@ impl Clock {
     }
 }
 
-/// What moves a manual [`Clock`] (and every clone of it): a test's hand on time.
+/// What moves a manual [`HostClock`] (and every clone of it): a test's hand on time.
 #[cfg(feature = "testkit")]
 #[derive(Debug, Clone)]
 pub struct ClockHand(std::sync::Arc<tokio::sync::watch::Sender<i64>>);
@@ -102,7 +102,7 @@ impl ClockHand {
 /// the store's own time, so host clock skew cannot change an outcome.
 #[derive(Debug, Clone)]
 pub struct StoreClock {
-    host: Clock,
+    host: HostClock,
     inner: Arc<(AtomicI64, AtomicBool)>,
     /// Held by the one call that learns the store's time; concurrent first calls wait for it
     /// instead of all reading the store at once.
@@ -110,7 +110,7 @@ pub struct StoreClock {
 }
 
 impl StoreClock {
-    pub fn new(host: Clock) -> Self {
+    pub fn new(host: HostClock) -> Self {
         StoreClock {
             host,
             inner: Arc::new((AtomicI64::new(0), AtomicBool::new(false))),
@@ -128,7 +128,7 @@ impl StoreClock {
         self.inner.1.store(true, Ordering::Relaxed);
     }
     /// The plugin host's clock this estimate is based on.
-    pub fn host(&self) -> &Clock {
+    pub fn host(&self) -> &HostClock {
         &self.host
     }
     /// True once any answer carried the store's time.
@@ -156,7 +156,7 @@ mod tests {
     #[cfg(feature = "testkit")]
     #[tokio::test]
     async fn a_manual_clock_sleeper_wakes_when_the_hand_moves_it_and_not_before() {
-        let (clock, hand) = Clock::manual(1_000);
+        let (clock, hand) = HostClock::manual(1_000);
         let (started, asleep) = tokio::sync::oneshot::channel();
         let sleeper = tokio::spawn({
             let clock = clock.clone();
@@ -177,8 +177,8 @@ mod tests {
 
     #[test]
     fn store_clock_cancels_host_skew() {
-        let skewed = StoreClock::new(Clock::with_offset(-3_600_000));
-        let real = Clock::with_offset(0).now_ms();
+        let skewed = StoreClock::new(HostClock::with_offset(-3_600_000));
+        let real = HostClock::with_offset(0).now_ms();
         skewed.observe(real);
         assert!((skewed.now_ms() - real).abs() < 1000);
         assert!(skewed.is_synced());

@@ -18,7 +18,7 @@ use super::kv_wire;
 use super::record::Record;
 use super::url::redact;
 use super::{
-    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
     Write,
 };
 
@@ -48,7 +48,7 @@ pub(crate) struct KvClientStore {
 }
 
 /// The parts of an answer the calls read.
-struct Answer {
+struct StampedReply {
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
@@ -56,7 +56,7 @@ struct Answer {
 }
 
 impl KvClientStore {
-    pub(crate) fn new(url: &str, token: Option<&str>, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
+    pub(crate) fn new(url: &str, token: Option<&str>, host: HostClock, timeout: Duration) -> Result<Self, StoreError> {
         let (base, tls) = kv_tls::TlsParams::split(url)?;
         let parsed = url::Url::parse(&base)
             .map_err(|e| StoreError::config(format!("kv_url {:?} is not a URL: {e}", redact(&base))).caused_by(e))?;
@@ -104,7 +104,7 @@ impl KvClientStore {
         headers: Headers,
         body: Option<&[u8]>,
         timeout: Duration,
-    ) -> Result<Answer, StoreError> {
+    ) -> Result<StampedReply, StoreError> {
         // Nothing has been sent while waiting for a connection: not ambiguous.
         let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
             Ok(Ok(permit)) => permit,
@@ -130,7 +130,7 @@ impl KvClientStore {
         headers: Headers,
         body: Option<&[u8]>,
         timeout: Duration,
-    ) -> Result<Answer, StoreError> {
+    ) -> Result<StampedReply, StoreError> {
         let req = self.request(method, path, headers, body)?;
         let reply = match tokio::time::timeout(timeout, self.transport.exchange(req, MAX_ANSWER_BYTES)).await {
             Err(_) => return Err(StoreError::Timeout(timeout.as_millis() as u64)),
@@ -151,7 +151,7 @@ impl KvClientStore {
         if status == StatusCode::FORBIDDEN {
             return Err(kv_tls::forbidden(path));
         }
-        Ok(Answer { status, headers: reply.headers, body, store_now_ms })
+        Ok(StampedReply { status, headers: reply.headers, body, store_now_ms })
     }
 
     /// The request for `path` (`/state/…`, `/healthz`), in origin form.
@@ -210,7 +210,7 @@ impl KvClientStore {
         format!("{}{key}", kv_wire::STATE_PREFIX)
     }
 
-    fn current(a: Answer) -> Result<Current, StoreError> {
+    fn current(a: StampedReply) -> Result<Current, StoreError> {
         let etag = a
             .headers
             .get(ETAG)
@@ -245,7 +245,7 @@ fn if_match(etag: &str) -> Result<(HeaderName, HeaderValue), StoreError> {
 
 /// The refusal of a write that reached the container after its `KV-Deadline-Ms`: 409 with
 /// this error code (never 412, which means the precondition failed).
-fn too_late(a: &Answer, until: Option<StoreDeadline>) -> Option<StoreError> {
+fn too_late(a: &StampedReply, until: Option<StoreDeadline>) -> Option<StoreError> {
     let refused = a.status == StatusCode::CONFLICT
         && serde_json::from_slice::<serde_json::Value>(&a.body)
             .is_ok_and(|v| v["error"].as_str() == Some("deadline_passed"));
@@ -413,7 +413,7 @@ mod tests {
         let paths =
             ["/healthz", "/state/evt_abc-DEF_1", "/state/evt~~a b%2Fc", "/state/evt_é🎉", "/state/e\"v<t>`{x}\u{7f}"];
         for base in bases {
-            let store = KvClientStore::new(base, None, Clock::system(), Duration::from_secs(1)).unwrap();
+            let store = KvClientStore::new(base, None, HostClock::system(), Duration::from_secs(1)).unwrap();
             for path in paths {
                 let joined = format!("{}{path}", store.base);
                 assert_eq!(store.target(path), url::Url::parse(&joined).unwrap().path(), "{joined}");
@@ -431,11 +431,11 @@ mod tests {
             ("http://[::1]:7/a", "::1", "[::1]:7"),
             ("https://kv.example:443/", "kv.example", "kv.example"),
         ] {
-            let store = KvClientStore::new(url, None, Clock::system(), Duration::from_secs(1)).unwrap();
+            let store = KvClientStore::new(url, None, HostClock::system(), Duration::from_secs(1)).unwrap();
             assert_eq!(store.transport.endpoint(), (host, authority), "{url}");
         }
         for url in ["ftp://kv.example/", "http://kv.example:99999/"] {
-            assert!(KvClientStore::new(url, None, Clock::system(), Duration::from_secs(1)).is_err(), "{url}");
+            assert!(KvClientStore::new(url, None, HostClock::system(), Duration::from_secs(1)).is_err(), "{url}");
         }
     }
 }

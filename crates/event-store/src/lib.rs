@@ -32,7 +32,7 @@ use std::time::Duration;
 pub use cache::{StoreCache, StoreConfig, StoreOptions};
 #[cfg(feature = "testkit")]
 pub use clock::ClockHand;
-pub use clock::{Clock, StoreClock};
+pub use clock::{HostClock, StoreClock};
 pub use error::{Cause, StoreError};
 
 /// A conditional write's deadline in the STORE's own clock (unix ms). The store applies the

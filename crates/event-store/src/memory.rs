@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::record::Record;
 use super::{
-    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
     Write,
 };
 
@@ -28,7 +28,7 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
-    pub fn new(host: Clock, store_skew_ms: i64) -> Self {
+    pub fn new(host: HostClock, store_skew_ms: i64) -> Self {
         let clock = StoreClock::new(host);
         let store = MemoryStore { map: Mutex::new((HashMap::new(), 0)), clock, store_skew_ms };
         store.clock.observe(store.store_now());

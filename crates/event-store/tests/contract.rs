@@ -7,7 +7,7 @@ use std::time::Duration;
 use event_store::memory::MemoryStore;
 use event_store::record::{Record, Status};
 use event_store::{
-    Clock, ClockHand, Created, EventStore, Rollback, StoreDeadline, StoreError, Swapped, Version, Write,
+    ClockHand, Created, EventStore, HostClock, Rollback, StoreDeadline, StoreError, Swapped, Version, Write,
 };
 
 const T0: i64 = 1_780_000_000_000;
@@ -15,7 +15,7 @@ const CALL: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(60);
 
 fn store() -> (MemoryStore, ClockHand) {
-    let (clock, hand) = Clock::manual(T0);
+    let (clock, hand) = HostClock::manual(T0);
     (MemoryStore::new(clock, 0), hand)
 }
 

@@ -17,7 +17,7 @@ use dify_plugin::runtime::ServeOptions;
 use event_store::key::{is_key_charset_safe, parse_storage_key, storage_key};
 use event_store::memory::MemoryStore;
 use event_store::{
-    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
+    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
 };
 use stateful_tool::{App, ErrorClass, ToolError};
 
@@ -125,13 +125,13 @@ pub(crate) struct CountingStore {
 
 impl CountingStore {
     pub(crate) fn working() -> Self {
-        Self::new(Some(MemoryStore::new(Clock::system(), 0)))
+        Self::new(Some(MemoryStore::new(HostClock::system(), 0)))
     }
     pub(crate) fn down() -> Self {
         Self::new(None)
     }
     fn new(inner: Option<MemoryStore>) -> Self {
-        CountingStore { inner, calls: AtomicUsize::new(0), clock: StoreClock::new(Clock::system()) }
+        CountingStore { inner, calls: AtomicUsize::new(0), clock: StoreClock::new(HostClock::system()) }
     }
     pub(crate) fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)

@@ -14,7 +14,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use self::sql::{Sql, PURGE_BATCH};
-use super::{Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write};
+use super::{
+    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
+};
 
 /// Connections one plugin process keeps to one database at most. Sessions beyond it wait
 /// for a free one: a busy plugin never exhausts the server's `max_connections`.
@@ -67,7 +69,7 @@ fn ttl_ms(ttl: Duration) -> i64 {
 
 impl PostgresStore {
     /// Builds the pool and, on the first connection, makes sure our tables exist.
-    pub async fn connect(url: &str, min_replicas: u32, host: Clock, timeout: Duration) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, min_replicas: u32, host: HostClock, timeout: Duration) -> Result<Self, StoreError> {
         let parsed = url::Parsed::parse(url, timeout)?;
         let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = if parsed.tls_off {

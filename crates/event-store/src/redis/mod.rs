@@ -20,7 +20,7 @@ use self::replicas::wait_ms;
 use self::scripts::Scripts;
 use super::hosts::AllowedHosts;
 use super::{
-    Clock, Created, Current, EventStore, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
+    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
     Write,
 };
 
@@ -47,7 +47,7 @@ impl RedisStore {
     pub(crate) async fn connect(
         url: &str,
         min_replicas: u32,
-        host: Clock,
+        host: HostClock,
         timeout: Duration,
         allowed: AllowedHosts,
     ) -> Result<Self, StoreError> {
