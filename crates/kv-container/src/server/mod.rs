@@ -19,6 +19,7 @@ mod auth;
 mod backup;
 mod batch;
 mod claims;
+mod compact;
 mod conn;
 mod counts;
 #[cfg(test)]
@@ -59,6 +60,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub(crate) use backup::{backup_dir, read_snapshot, restore, Summary};
+pub(crate) use compact::run as compact;
+pub use compact::CompactArgs;
 pub(crate) use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;

@@ -112,7 +112,7 @@ pub(crate) fn header_page(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// A store held by another process (redb locks its file while a database is open) is in
 /// use, not damaged: say so before checking it.
-fn refuse_if_open_elsewhere(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn refuse_if_open_elsewhere(path: &Path) -> anyhow::Result<()> {
     let file = File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock() {
         anyhow::bail!(
