@@ -114,9 +114,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) purge_interval_ms: u64,
-    /// Page cache of the data file, in MiB. The container's memory is about this plus 64 MiB
-    /// whatever the store's size; damage to the file under a cached page is seen once it is
-    /// read again.
+    /// Page cache of the data file, in MiB: the bulk of the container's memory once the store
+    /// outgrows it. Damage to the file under a cached page is seen once it is read again.
     #[arg(long, default_value_t = open::DEFAULT_CACHE_MB as u64, value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
     pub(crate) cache_mb: u64,
     /// Serve `GET /metrics` without the token (for a scraper on a trusted network).

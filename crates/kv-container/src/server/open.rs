@@ -20,9 +20,8 @@ pub(crate) const DB_FILE: &str = "kv.redb";
 
 /// The page cache by default (`--cache-mb`): pages read or written stay in memory up to this
 /// size, so damage to the file under them is only seen once they are read from the file
-/// again. A quarter of redb's own default (1 GiB): the container's memory is this plus a
-/// small constant whatever the store's size, and the hot records (claims in flight, the
-/// counts, the indexes' upper levels) fit in it at ten million records.
+/// again. A quarter of redb's own default (1 GiB), which the container filled whatever the
+/// host: the hot records (claims in flight, the counts, the indexes' upper levels) fit in it.
 pub(crate) const DEFAULT_CACHE_MB: usize = 256;
 
 /// redb's file signature (the first bytes of every redb file).
