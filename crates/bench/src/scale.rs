@@ -52,13 +52,21 @@ pub struct ScaleRow {
     pub status_ms: f64,
     pub status_age_s: f64,
     pub claims: Claims,
+    /// The same once the integrity check has passed (the page cache warmer, no check reading).
+    pub claims_after_check: Claims,
     pub rss_steady_mb: f64,
+    /// After the check, the backup and the second claims: all of it, and its private part
+    /// (`RssAnon`: the page cache and heap, without the mapped binary).
+    pub rss_settled_mb: f64,
+    pub rss_settled_anon_mb: f64,
     pub backup_s: f64,
     pub backup_mb: f64,
     /// The background check of every page after the restart.
     pub integrity_check_s: f64,
     pub rss_peak_mb: f64,
     pub deleted: u64,
+    /// The file as `kv compact` found it (after the row's claims and deletes), and after it.
+    pub before_compact_file_bytes: u64,
     pub compact_s: f64,
     pub compacted_file_bytes: u64,
 }
@@ -109,6 +117,10 @@ pub async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleRow)) ->
         let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         let (backup_s, backup_bytes) = backup(server.addr).await?;
         let integrity_check_s = integrity(&mut http).await?;
+        let claims_after_check = claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
+        live += (CLAIM_RATE * cfg.claim_secs) as u64;
+        let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
+        let rss_settled_anon_mb = kib_to_mb(vm_kib(server.pid(), "RssAnon"));
         let rss_peak_mb = kib_to_mb(vm_kib(server.pid(), "VmHWM"));
 
         let records = live;
@@ -116,6 +128,7 @@ pub async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleRow)) ->
         deleted_upto = filled;
         live -= deleted;
         ensure!(server.terminate(Duration::from_secs(120))?.success(), "kv serve did not stop cleanly");
+        let before_compact_file_bytes = std::fs::metadata(&file)?.len();
         let started = Instant::now();
         compact(&cfg.exe, &data)?;
         let compact_s = started.elapsed().as_secs_f64();
@@ -129,12 +142,16 @@ pub async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleRow)) ->
             status_ms,
             status_age_s: age_ms as f64 / 1000.0,
             claims: at_size,
+            claims_after_check,
             rss_steady_mb,
+            rss_settled_mb,
+            rss_settled_anon_mb,
             backup_s,
             backup_mb: backup_bytes as f64 / 1e6,
             integrity_check_s,
             rss_peak_mb,
             deleted,
+            before_compact_file_bytes,
             compact_s,
             compacted_file_bytes: std::fs::metadata(&file)?.len(),
         };
@@ -220,13 +237,13 @@ pub fn table(s: &Scale) -> String {
         s.cache_mb, s.empty_claims.p50_ms, s.empty_claims.p99_ms
     );
     out.push_str(
-        "| records | data file | bytes/record (record) | restart → /healthz | RSS steady / peak | status counts (age) | first /metrics | backup | new claim p50 / p99 | integrity check | after −10 % + kv compact |\n\
+        "| records | data file | bytes/record (record) | restart → /healthz | RSS steady / peak / settled (private) | status counts (age) | first /metrics | backup | new claim p50 / p99 (after the check) | integrity check | after −10 %: file → kv compact |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in &s.rows {
         let live = r.records - r.deleted;
         out.push_str(&format!(
-            "| {} | {:.0} MB | {} ({}) | {:.2} s | {:.0} / {:.0} MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s | {:.2} / {:.2} ms | {:.1} s | {:.0} MB, {} B/record ({:.1} s) |\n",
+            "| {} | {:.0} MB | {} ({}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s | {:.2} / {:.2} ms ({:.2} / {:.2}) | {:.1} s | {:.0} → {:.0} MB, {} B/record ({:.1} s) |\n",
             r.records,
             r.file_bytes as f64 / 1e6,
             r.file_bytes / r.records.max(1),
@@ -234,6 +251,8 @@ pub fn table(s: &Scale) -> String {
             r.restart_to_healthz_s,
             r.rss_steady_mb,
             r.rss_peak_mb,
+            r.rss_settled_mb,
+            r.rss_settled_anon_mb,
             r.status_ms,
             r.status_age_s,
             r.first_metrics_ms,
@@ -241,7 +260,10 @@ pub fn table(s: &Scale) -> String {
             r.backup_mb / r.backup_s.max(1e-9),
             r.claims.p50_ms,
             r.claims.p99_ms,
+            r.claims_after_check.p50_ms,
+            r.claims_after_check.p99_ms,
             r.integrity_check_s,
+            r.before_compact_file_bytes as f64 / 1e6,
             r.compacted_file_bytes as f64 / 1e6,
             r.compacted_file_bytes / live.max(1),
             r.compact_s,

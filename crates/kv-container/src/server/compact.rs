@@ -5,8 +5,8 @@
 //! The original is read through the integrity check's view (`verify`): every page checksum is
 //! checked first, and nothing is written to it, not even redb's "open" marker. The copy is
 //! `kv.redb.compact` beside it, written in batches (its memory is the two page caches,
-//! whatever the store's size), fsync'd, checked against the records copied, and only then
-//! renamed over `kv.redb` (then the directory is fsync'd). A kill at any point before the
+//! whatever the store's size), fsync'd, checked against the records copied, and only then,
+//! if it is smaller, renamed over `kv.redb` (then the directory is fsync'd). A kill at any point before the
 //! rename leaves the original byte for byte as it was and a `.compact` leftover, which the
 //! next run deletes; after it the store is the copy, complete.
 
@@ -57,6 +57,8 @@ pub(crate) struct Compacted {
     pub(crate) after: u64,
     /// A `.compact` file of an interrupted run was deleted first.
     pub(crate) leftover_removed: bool,
+    /// The copy replaced the data file; not when it would have been no smaller.
+    pub(crate) replaced: bool,
 }
 
 /// `kv compact`: exit 0 with what it gave back, 1 when there is no store or it is in use.
@@ -71,6 +73,15 @@ pub(crate) fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         println!("removed {COMPACT_FILE}, left by an interrupted kv compact (the store was not changed by it)");
     }
     let per_record = |bytes: u64| bytes.checked_div(done.records).unwrap_or(0);
+    if !done.replaced {
+        println!(
+            "nothing to give back: a copy of {} would be no smaller than its {} bytes ({} records); left as it was",
+            path.display(),
+            done.before,
+            done.records
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "compacted {}: {} -> {} bytes ({} records, {} bytes per record on disk for {} of key and value)",
         path.display(),
@@ -111,10 +122,26 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
         }
     };
     drop(source);
+    let copy_len = std::fs::metadata(&copy)?.len();
+    if copy_len >= before {
+        // Nothing to give back (a small store, or one whose file the copy fills as much):
+        // the original stays, untouched.
+        std::fs::remove_file(&copy)?;
+        sync_dir(dir)?;
+        let (records, record_bytes) = (copied.records, copied.bytes);
+        return Ok(Compacted { records, record_bytes, before, after: before, leftover_removed, replaced: false });
+    }
     std::fs::rename(&copy, &path).with_context(|| format!("renaming {} to {}", copy.display(), path.display()))?;
     sync_dir(dir)?;
     let after = std::fs::metadata(&path)?.len();
-    Ok(Compacted { records: copied.records, record_bytes: copied.bytes, before, after, leftover_removed })
+    Ok(Compacted {
+        records: copied.records,
+        record_bytes: copied.bytes,
+        before,
+        after,
+        leftover_removed,
+        replaced: true,
+    })
 }
 
 /// What the copy holds.

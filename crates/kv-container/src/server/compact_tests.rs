@@ -85,7 +85,7 @@ async fn every_live_record_survives_the_file_shrinks_and_the_counts_stay_exact()
     let size = std::fs::metadata(dir.path().join(DB_FILE)).unwrap().len();
 
     let done = compact(dir.path(), T0 + 1000).unwrap();
-    assert_eq!((done.records, done.before, done.leftover_removed), (1000, size, false));
+    assert_eq!((done.records, done.before, done.leftover_removed, done.replaced), (1000, size, false, true));
     assert!(done.after < done.before * 4 / 5, "{} -> {} bytes", done.before, done.after);
     assert_eq!(done.after, std::fs::metadata(dir.path().join(DB_FILE)).unwrap().len());
     assert!(!dir.path().join(COMPACT_FILE).exists());
@@ -143,6 +143,7 @@ async fn a_leftover_copy_of_an_interrupted_run_is_removed_and_the_store_kept() {
     let done = compact(dir.path(), T0 + 1000).unwrap();
     assert!(done.leftover_removed);
     assert_eq!(done.records, 20);
+    assert!(done.after <= done.before, "{done:?}");
     assert_eq!(records(dir.path()), before);
     assert!(!dir.path().join(COMPACT_FILE).exists());
 }
