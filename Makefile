@@ -57,11 +57,13 @@ lint:
 package: build
 	./scripts/package.sh
 
+# The scale section's sizes (comma-separated; 10000000 takes 15–40 min and ~20 GB of /tmp).
+SCALE_RECORDS ?= 1000000
 bench:
 	./scripts/ensure-redis.sh
 	./scripts/ensure-postgres.sh
 	$(CARGO) build --release --locked --workspace --bins
-	target/release/stateful-tool-bench
+	target/release/stateful-tool-bench --scale-records $(SCALE_RECORDS)
 
 debug:
 	@test -f .env || { echo "copy .env.example to .env and set REMOTE_INSTALL_KEY (Dify -> Plugins -> Debug)"; exit 1; }

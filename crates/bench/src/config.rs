@@ -24,6 +24,11 @@ pub(crate) struct Config {
     pub burst_sessions: usize,
     /// Where the instructions section leaves its callgrind files (for callgrind_annotate).
     pub callgrind_dir: PathBuf,
+    /// The scale section: the sizes it fills the store to, its `--cache-mb`, and the seconds
+    /// of new claims at 500/s it measures at each size and on the empty store.
+    pub scale_records: Vec<u64>,
+    pub scale_cache_mb: u64,
+    pub scale_claim_secs: f64,
 }
 
 impl Config {

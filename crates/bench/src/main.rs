@@ -16,6 +16,8 @@ mod procs;
 mod raw;
 mod report;
 mod results;
+mod scale;
+mod scale_load;
 mod stages;
 mod started;
 mod suite;
@@ -58,7 +60,8 @@ struct Args {
     /// Sections to run: startup, stages, instructions (instructions per ingest under
     /// callgrind; left out by --quick unless named), plugin, raw, kv, cluster (plugin and raw
     /// rows on a Redis Cluster the bench starts; with the plugin and/or raw sections), postgres
-    /// (the same on a PostgreSQL server the bench starts), burst (10,000 sessions at once).
+    /// (the same on a PostgreSQL server the bench starts), burst (10,000 sessions at once),
+    /// scale (the KV container filled to --scale-records; left out by --quick unless named).
     /// Default: all.
     #[arg(long, value_delimiter = ',')]
     sections: Option<Vec<String>>,
@@ -69,6 +72,13 @@ struct Args {
     /// `--plugin-wrapper "valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p"`.
     #[arg(long)]
     plugin_wrapper: Option<String>,
+    /// Sizes the scale section fills the KV container to, one row each (default 1000000;
+    /// 2000 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    scale_records: Option<Vec<u64>>,
+    /// `--cache-mb` of the KV container in the scale section.
+    #[arg(long, default_value_t = 256)]
+    scale_cache_mb: u64,
     /// The redis-server binary.
     #[arg(long, env = "REDIS_SERVER", default_value = "redis-server")]
     redis_server: String,
@@ -121,13 +131,25 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         cap: Duration::from_secs_f64(args.max_run_secs.unwrap_or(if args.quick { 2.0 } else { 10.0 })),
         backends,
         sections: args.sections.clone().unwrap_or_else(|| {
-            let all = ["startup", "stages", "instructions", "plugin", "raw", "kv", "cluster", "postgres", "burst"];
-            all.into_iter().filter(|s| !(args.quick && *s == "instructions")).map(str::to_owned).collect()
+            let all =
+                ["startup", "stages", "instructions", "plugin", "raw", "kv", "cluster", "postgres", "burst", "scale"];
+            all.into_iter()
+                .filter(|s| !(args.quick && ["instructions", "scale"].contains(s)))
+                .map(str::to_owned)
+                .collect()
         }),
         stage_calls: if args.quick { 1_000 } else { 50_000 },
         stage_creates: if args.quick { 50 } else { 2_000 },
         burst_sessions: if args.quick { burst::QUICK_SESSIONS } else { burst::SESSIONS },
         callgrind_dir: args.out.parent().unwrap_or(std::path::Path::new(".")).join("callgrind"),
+        scale_records: {
+            let mut sizes =
+                args.scale_records.clone().unwrap_or_else(|| vec![if args.quick { 2_000 } else { 1_000_000 }]);
+            sizes.sort_unstable();
+            sizes
+        },
+        scale_cache_mb: args.scale_cache_mb,
+        scale_claim_secs: if args.quick { 1.0 } else { 10.0 },
     })
 }
 
@@ -143,7 +165,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         cfg.concurrency
     );
     // A hard bound on the whole run; children die with their guards on every exit path.
-    let budget = Duration::from_secs(if args.quick { 120 } else { 1800 });
+    // The scale section fills at a few thousand records a second: its share grows with the size.
+    let scale_secs =
+        if cfg.wants("scale") { 300 + cfg.scale_records.iter().max().copied().unwrap_or(0) / 500 } else { 0 };
+    let budget = Duration::from_secs(if args.quick { 120 } else { 1800 } + scale_secs);
     let results = tokio::select! {
         r = tokio::time::timeout(budget, suite::run(&cfg, &tmp, report::progress)) => {
             r.map_err(|_| anyhow::anyhow!("the benchmark exceeded its {budget:?} budget"))??
@@ -152,6 +177,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     };
     let targets = report::targets(&results);
     println!("{}", report::table(&results, &targets));
+    if let Some(scale) = &results.scale {
+        println!("{}", scale::table(scale));
+    }
     let load_after = load1();
     let all_runs = results.plugin.iter().chain(&results.raw).chain(&results.kv);
     let foreign = all_runs.clone().map(|r| r.m.foreign_cpu_cores).fold(0.0, f64::max);
@@ -178,6 +206,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         "stages": results.stages,
         "burst": results.burst,
         "instructions": results.instructions,
+        "scale": results.scale,
         "targets": targets,
         "all_outcomes_as_expected": ok,
     });

@@ -46,6 +46,26 @@ impl Proc {
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// SIGTERM, then waits for the exit (a clean stop: the store closes its file); SIGKILL
+    /// after `within`.
+    pub(crate) fn terminate(&mut self, within: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        // SAFETY: kill(2) on our own child's pid, which is not reaped before this returns.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("pid {} did not stop within {within:?} of SIGTERM (killed)", self.child.id());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for Proc {
@@ -57,14 +77,28 @@ impl Drop for Proc {
 
 /// Starts `kv serve` on an ephemeral loopback port and waits for its `listening on` line.
 pub(crate) fn start_kv(exe: &Path, data: &Path, durability: &str, log: &Path) -> anyhow::Result<Proc> {
+    start_kv_with(exe, data, durability, &[], log)
+}
+
+/// [`start_kv`] with more arguments (`--cache-mb`); the log is appended to.
+pub(crate) fn start_kv_with(
+    exe: &Path,
+    data: &Path,
+    durability: &str,
+    extra: &[String],
+    log: &Path,
+) -> anyhow::Result<Proc> {
+    let log_file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     let mut child = Command::new(exe)
-        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--durability", durability, "--data"])
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--durability", durability])
+        .args(extra)
+        .arg("--data")
         .arg(data)
         .env_remove("KV_TOKEN")
         .env("STATEFUL_TOOL_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log)?)
+        .stderr(log_file)
         .spawn()
         .with_context(|| format!("starting {} kv serve", exe.display()))?;
     let stdout = child.stdout.take().context("no stdout pipe")?;

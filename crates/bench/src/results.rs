@@ -6,6 +6,7 @@ use super::burst::Burst;
 use super::instructions::Count;
 use super::measure::Measure;
 use super::plugin::Footprint;
+use super::scale::Scale;
 use super::stages::Stages;
 
 /// One line of a result table.
@@ -67,4 +68,6 @@ pub(crate) struct Results {
     pub burst: Option<Burst>,
     /// Instructions per ingest under callgrind, per backend and caller kind (section `instructions`).
     pub instructions: Vec<Count>,
+    /// The KV container filled to each size (section `scale`).
+    pub scale: Option<Scale>,
 }

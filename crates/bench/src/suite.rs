@@ -95,6 +95,28 @@ pub(crate) async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Ro
             }
         }
     }
+    if cfg.wants("scale") {
+        let scale_cfg = super::scale::ScaleConfig {
+            exe: cfg.plugin.clone(),
+            sizes: cfg.scale_records.clone(),
+            cache_mb: cfg.scale_cache_mb,
+            claim_secs: cfg.scale_claim_secs,
+        };
+        let scale = super::scale::run(&scale_cfg, tmp.path(), |r| {
+            eprintln!(
+                "  scale  {:>9} records: file {:.0} MB, restart {:.2} s, RSS {:.0}/{:.0} MB, claim p99 {:.2} ms, compacted {:.0} MB",
+                r.records,
+                r.file_bytes as f64 / 1e6,
+                r.restart_to_healthz_s,
+                r.rss_steady_mb,
+                r.rss_peak_mb,
+                r.claims.p99_ms,
+                r.compacted_file_bytes as f64 / 1e6
+            )
+        })
+        .await?;
+        res.scale = Some(scale);
+    }
     if cfg.wants("burst") {
         let b = super::burst::run(cfg, tmp, cfg.burst_sessions).await?;
         eprintln!("  {}", b.summary());

@@ -57,7 +57,7 @@ impl Http {
             value.len()
         )?;
         c.req.extend_from_slice(value);
-        self.exchange().await
+        Ok(self.exchange().await?.0)
     }
 
     /// `GET /state/{key}`; returns the status (200 or 404).
@@ -65,10 +65,28 @@ impl Http {
         let c = &mut self.0;
         c.req.clear();
         write!(c.req, "GET {STATE_PREFIX}{key} HTTP/1.1\r\nhost: kv\r\n\r\n")?;
-        self.exchange().await
+        Ok(self.exchange().await?.0)
     }
 
-    async fn exchange(&mut self) -> io::Result<u16> {
+    /// `DELETE /state/{key}`; returns the status (204 or 404).
+    pub(crate) async fn delete(&mut self, key: &str) -> io::Result<u16> {
+        let c = &mut self.0;
+        c.req.clear();
+        write!(c.req, "DELETE {STATE_PREFIX}{key} HTTP/1.1\r\nhost: kv\r\n\r\n")?;
+        Ok(self.exchange().await?.0)
+    }
+
+    /// `GET {path}` (`/healthz`, `/metrics`, `/ui/api/now`): the status and the body.
+    pub(crate) async fn get_path(&mut self, path: &str) -> io::Result<(u16, Vec<u8>)> {
+        let c = &mut self.0;
+        c.req.clear();
+        write!(c.req, "GET {path} HTTP/1.1\r\nhost: kv\r\n\r\n")?;
+        let (status, body) = self.exchange().await?;
+        Ok((status, self.0.buf[body].to_vec()))
+    }
+
+    /// Sends the request in `req` and reads the answer: its status and where its body is in `buf`.
+    async fn exchange(&mut self) -> io::Result<(u16, std::ops::Range<usize>)> {
         let c = &mut self.0;
         c.stream.write_all(&c.req).await?;
         c.buf.clear();
@@ -92,7 +110,7 @@ impl Http {
         while c.buf.len() < head_end + len {
             c.fill().await?;
         }
-        Ok(status)
+        Ok((status, head_end..head_end + len))
     }
 }
 

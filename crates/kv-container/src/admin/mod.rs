@@ -1,6 +1,7 @@
 //! The `kv` subcommands: `kv serve` and `kv check` (the KV container itself), and the operator
-//! commands against a store: `kv ls`, `kv get` (KV container or Redis), `kv backup` and
-//! `kv restore` (KV container), and `kv reload` (re-read a running container's tokens file).
+//! commands against a store: `kv ls`, `kv get` (KV container or Redis), `kv backup`,
+//! `kv restore` and `kv compact` (KV container), and `kv reload` (re-read a running
+//! container's tokens file).
 
 mod show;
 mod source;
@@ -28,6 +29,9 @@ pub enum KvCommand {
     Restore(RestoreArgs),
     /// Verify a stopped store's data file offline: every page checksum and every record.
     Check(server::CheckArgs),
+    /// Give the space of deleted and purged records back: a stopped store's live records
+    /// are copied into a new data file that replaces the old one.
+    Compact(server::CompactArgs),
     /// Make a running KV container re-read its --tokens-file (as SIGHUP does).
     Reload(ReloadArgs),
 }
@@ -41,6 +45,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
         KvCommand::Backup(args) => backup(args),
         KvCommand::Restore(args) => restore(args),
         KvCommand::Check(args) => server::check(&args.data),
+        KvCommand::Compact(args) => server::compact(&args),
         KvCommand::Reload(args) => reload(args),
     }
 }

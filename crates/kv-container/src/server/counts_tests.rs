@@ -43,10 +43,10 @@ fn open(dir: &Path, at: u64) -> (Engine, WriterHandle, std::sync::Arc<std::sync:
     (engine, writer, now)
 }
 
-type Listed = BTreeMap<(String, u64, String), i64>;
+pub(super) type Listed = BTreeMap<(String, u64, String), i64>;
 
 /// Every record read and classified: what the kept counts and index must equal.
-fn full_scan(db: &redb::Database) -> (Counts, Listed) {
+pub(super) fn full_scan(db: &redb::Database) -> (Counts, Listed) {
     let txn = db.begin_read().unwrap();
     let (mut counts, mut listed) = (Counts::new(), Listed::new());
     for entry in txn.open_table(DATA).unwrap().iter().unwrap() {
@@ -62,7 +62,7 @@ fn full_scan(db: &redb::Database) -> (Counts, Listed) {
     (counts, listed)
 }
 
-fn kept(db: &redb::Database) -> (Counts, Listed) {
+pub(super) fn kept(db: &redb::Database) -> (Counts, Listed) {
     let txn = db.begin_read().unwrap();
     let mut listed = Listed::new();
     for entry in txn.open_table(LISTED).unwrap().iter().unwrap() {

@@ -180,19 +180,25 @@ fn scan(db: &redb::Database, now_ms: u64, stuck_after_ms: u64) -> Result<Snapsho
         }
     }
     let listed = txn.open_table(counts::LISTED)?;
-    let mut stuck_rows = Vec::new();
-    for entry in listed.range::<(&str, u64, &str)>(("processing", 0, "")..=("processing", u64::MAX, ""))? {
+    // Newest first, and only the rows a list shows are kept: a backlog of stuck claims is
+    // counted one record at a time, never held (the census' memory does not grow with it).
+    let (mut stuck_list, mut failed) = (Vec::new(), Vec::new());
+    let (mut stuck_count, mut never_started) = (0u64, 0u64);
+    let processing = ("processing", 0, "")..=("processing", u64::MAX, "");
+    for entry in listed.range::<(&str, u64, &str)>(processing)?.rev() {
         let (k, lease) = entry?;
         let (_, modified_ms, key) = k.value();
         let lease = Some(lease.value()).filter(|l| *l != counts::NO_LEASE);
-        if stuck("processing", lease, modified_ms, now_ms, stuck_after_ms).is_some() {
-            stuck_rows.push(key.to_owned());
+        if stuck("processing", lease, modified_ms, now_ms, stuck_after_ms).is_none() {
+            continue;
         }
-    }
-    let (mut stuck_list, mut failed) = (Vec::new(), Vec::new());
-    for key in &stuck_rows {
-        if let Some(rec) = load(key)?.filter(|r| r.is_live(now_ms)) {
-            stuck_list.push(Brief::of(key, &rec, now_ms, stuck_after_ms));
+        let Some(rec) = load(key)?.filter(|r| r.is_live(now_ms)) else { continue };
+        let brief = Brief::of(key, &rec, now_ms, stuck_after_ms);
+        stuck_count += 1;
+        never_started += u64::from(brief.stuck == Some("never_started"));
+        // Rows of the same millisecond as the last one kept may still sort before it by key.
+        if stuck_list.len() < LIST_LEN || stuck_list.last().is_some_and(|l: &Brief| l.modified_ms == modified_ms) {
+            stuck_list.push(brief);
         }
     }
     // Newest first, skipping the expired ones not purged yet.
@@ -206,8 +212,6 @@ fn scan(db: &redb::Database, now_ms: u64, stuck_after_ms: u64) -> Result<Snapsho
             failed.push(Brief::of(key, &rec, now_ms, stuck_after_ms));
         }
     }
-    let stuck_count = stuck_list.len() as u64;
-    let never_started = stuck_list.iter().filter(|b| b.stuck == Some("never_started")).count() as u64;
     newest_first(&mut failed);
     newest_first(&mut stuck_list);
     let counts = ops_metrics::Census::from_counts(&by_category, stuck_count, never_started);

@@ -90,6 +90,30 @@ async fn counts_lists_and_stuck_records_follow_the_clock() {
 }
 
 #[tokio::test]
+async fn a_stuck_backlog_is_counted_whole_and_listed_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, writer, clock) = open(dir.path());
+    let backlog = LIST_LEN as u64 + 20;
+    for i in 0..backlog {
+        // Two records per millisecond: the list's cut falls between two of the same time.
+        clock.store(T0 + i / 2, Ordering::SeqCst);
+        put(&engine, &format!("evt_s{i:03}"), event(&format!("s{i:03}"), "processing", Some(T0 + 100), None), None)
+            .await;
+    }
+    put(&engine, "evt_fresh", event("fresh", "processing", Some(T0 + 10_000), None), None).await;
+    let db = engine.db().unwrap();
+    let s = scan(&db, T0 + 1000, 5000).unwrap_or_else(|_| panic!("scan"));
+    assert_eq!((s.counts.processing, s.counts.stuck), (backlog + 1, backlog));
+    assert_eq!(s.stuck.len(), LIST_LEN);
+    let keys: Vec<&str> = s.stuck.iter().map(|b| b.key.as_str()).collect();
+    // Newest first; within a millisecond by key, as before the list was bounded.
+    assert_eq!(&keys[..3], ["evt_s068", "evt_s069", "evt_s066"]);
+    assert_eq!(keys[LIST_LEN - 1], "evt_s021");
+    drop((db, engine));
+    writer.join();
+}
+
+#[tokio::test]
 async fn the_cache_serves_one_scan_until_the_next_is_due() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, writer, _clock) = open(dir.path());

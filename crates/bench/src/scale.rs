@@ -1,0 +1,273 @@
+//! Section `scale`: the KV container filled to N records (release binary, real socket, the
+//! plugin's record shape), one row per size: file size, restart, memory, status counts, first
+//! `/metrics`, online backup, new-claim latency at 500/s against the empty store, and the disk
+//! after a tenth is deleted and `kv compact` runs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::measure::kib_to_mb;
+use super::procs::{start_kv_with, vm_kib, Proc};
+use super::scale_load::{delete_tenth, fill, paced_claims, quantile_ms, FILL_CONNECTIONS};
+use super::wire::Http;
+
+/// New claims per second while latency is measured (the issue's load).
+const CLAIM_RATE: f64 = 500.0;
+/// How long the integrity check that follows a restart may take before the row goes on.
+const CHECK_WAIT: Duration = Duration::from_secs(1800);
+
+/// What the section is asked for.
+pub(crate) struct ScaleConfig {
+    pub exe: PathBuf,
+    pub sizes: Vec<u64>,
+    pub cache_mb: u64,
+    /// Seconds of claims at [`CLAIM_RATE`] per measurement.
+    pub claim_secs: f64,
+}
+
+/// New-claim latency at [`CLAIM_RATE`].
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Claims {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// One size.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ScaleRow {
+    pub records: u64,
+    /// Keys and values as written, per record.
+    pub record_bytes: u64,
+    pub fill_per_s: f64,
+    pub file_bytes: u64,
+    pub restart_to_healthz_s: f64,
+    pub first_metrics_ms: f64,
+    /// `/ui/api/now` right after the restart, and how old its counts were.
+    pub status_ms: f64,
+    pub status_age_s: f64,
+    pub claims: Claims,
+    /// The same once the integrity check has passed (the page cache warmer, no check reading).
+    pub claims_after_check: Claims,
+    pub rss_steady_mb: f64,
+    /// After the check, the backup and the second claims: all of it, and its private part
+    /// (`RssAnon`: the page cache and heap, without the mapped binary).
+    pub rss_settled_mb: f64,
+    pub rss_settled_anon_mb: f64,
+    pub backup_s: f64,
+    pub backup_mb: f64,
+    /// The background check of every page after the restart.
+    pub integrity_check_s: f64,
+    pub rss_peak_mb: f64,
+    pub deleted: u64,
+    /// The file as `kv compact` found it (after the row's claims and deletes), and after it.
+    pub before_compact_file_bytes: u64,
+    pub compact_s: f64,
+    pub compacted_file_bytes: u64,
+}
+
+/// The section's result.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Scale {
+    pub cache_mb: u64,
+    pub empty_claims: Claims,
+    pub rows: Vec<ScaleRow>,
+}
+
+/// Fills one store through every size in `cfg.sizes` (ascending), measuring at each.
+pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleRow)) -> anyhow::Result<Scale> {
+    let data = dir.join("scale-data");
+    let log = dir.join("scale-kv.log");
+    std::fs::create_dir_all(&data)?;
+    let mut server = start(cfg, &data, &log)?;
+    let empty = claims(server.addr, "empty-", cfg.claim_secs).await?;
+    // The claims are records too: ids `empty-…` and `claims-<size>-…` beside the fill's.
+    let (mut filled, mut live, mut rows) = (0u64, (CLAIM_RATE * cfg.claim_secs) as u64, Vec::new());
+    // Each size deletes a tenth of the records filled since the size before.
+    let mut deleted_upto = 0u64;
+    for &size in &cfg.sizes {
+        let more = size.saturating_sub(live);
+        let f = fill(server.addr, "scale-", filled, filled + more, FILL_CONNECTIONS).await?;
+        eprintln!("  scale: {} more records in {:.0} s ({:.0}/s)", f.records, f.secs, f.records as f64 / f.secs);
+        filled += more;
+        live += more;
+        ensure!(server.terminate(Duration::from_secs(120))?.success(), "kv serve did not stop cleanly");
+        let file = data.join("kv.redb");
+        let file_bytes = std::fs::metadata(&file)?.len();
+
+        let started = Instant::now();
+        server = start(cfg, &data, &log)?;
+        let mut http = Http::connect(server.addr).await?;
+        while http.get_path("/healthz").await?.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let restart_to_healthz_s = started.elapsed().as_secs_f64();
+        let (first_metrics_ms, _) = timed(&mut http, "/metrics").await?;
+        let (status_ms, now) = timed(&mut http, "/ui/api/now").await?;
+        let now: serde_json::Value = serde_json::from_slice(&now).context("/ui/api/now is not JSON")?;
+        let age_ms =
+            now["now_ms"].as_u64().unwrap_or(0).saturating_sub(now["census"]["as_of_ms"].as_u64().unwrap_or(0));
+        let at_size = claims(server.addr, &format!("claims-{size}-"), cfg.claim_secs).await?;
+        live += (CLAIM_RATE * cfg.claim_secs) as u64;
+        let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
+        let (backup_s, backup_bytes) = backup(server.addr).await?;
+        let integrity_check_s = integrity(&mut http).await?;
+        let claims_after_check = claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
+        live += (CLAIM_RATE * cfg.claim_secs) as u64;
+        let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
+        let rss_settled_anon_mb = kib_to_mb(vm_kib(server.pid(), "RssAnon"));
+        let rss_peak_mb = kib_to_mb(vm_kib(server.pid(), "VmHWM"));
+
+        let records = live;
+        let deleted = delete_tenth(server.addr, "scale-", deleted_upto, filled, FILL_CONNECTIONS).await?;
+        deleted_upto = filled;
+        live -= deleted;
+        ensure!(server.terminate(Duration::from_secs(120))?.success(), "kv serve did not stop cleanly");
+        let before_compact_file_bytes = std::fs::metadata(&file)?.len();
+        let started = Instant::now();
+        compact(&cfg.exe, &data)?;
+        let compact_s = started.elapsed().as_secs_f64();
+        let row = ScaleRow {
+            records,
+            record_bytes: f.bytes / f.records.max(1),
+            fill_per_s: f.records as f64 / f.secs,
+            file_bytes,
+            restart_to_healthz_s,
+            first_metrics_ms,
+            status_ms,
+            status_age_s: age_ms as f64 / 1000.0,
+            claims: at_size,
+            claims_after_check,
+            rss_steady_mb,
+            rss_settled_mb,
+            rss_settled_anon_mb,
+            backup_s,
+            backup_mb: backup_bytes as f64 / 1e6,
+            integrity_check_s,
+            rss_peak_mb,
+            deleted,
+            before_compact_file_bytes,
+            compact_s,
+            compacted_file_bytes: std::fs::metadata(&file)?.len(),
+        };
+        progress(&row);
+        rows.push(row);
+        server = start(cfg, &data, &log)?;
+    }
+    drop(server);
+    Ok(Scale { cache_mb: cfg.cache_mb, empty_claims: empty, rows })
+}
+
+fn start(cfg: &ScaleConfig, data: &Path, log: &Path) -> anyhow::Result<Proc> {
+    start_kv_with(&cfg.exe, data, "immediate", &["--cache-mb".into(), cfg.cache_mb.to_string()], log)
+}
+
+async fn claims(addr: SocketAddr, prefix: &str, secs: f64) -> anyhow::Result<Claims> {
+    let mut lat = paced_claims(addr, prefix, CLAIM_RATE, secs).await?;
+    Ok(Claims { p50_ms: quantile_ms(&mut lat, 0.50), p99_ms: quantile_ms(&mut lat, 0.99) })
+}
+
+/// One `GET`: its time in ms and its body (it must answer 200).
+async fn timed(http: &mut Http, path: &str) -> anyhow::Result<(f64, Vec<u8>)> {
+    let t = Instant::now();
+    let (status, body) = http.get_path(path).await?;
+    ensure!(status == 200, "{path} answered {status}");
+    Ok((t.elapsed().as_secs_f64() * 1000.0, body))
+}
+
+/// `GET /backup` read to its end: seconds and bytes; the snapshot must end with its trailer.
+async fn backup(addr: SocketAddr) -> anyhow::Result<(f64, u64)> {
+    let t = Instant::now();
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(b"GET /backup HTTP/1.1\r\nhost: kv\r\nconnection: close\r\n\r\n").await?;
+    let (mut bytes, mut buf, mut tail) = (0u64, vec![0u8; 1 << 20], Vec::new());
+    loop {
+        let n = s.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        tail.extend_from_slice(&buf[..n]);
+        tail.drain(..tail.len().saturating_sub(512));
+    }
+    ensure!(String::from_utf8_lossy(&tail).contains("\"end\":true"), "the backup stream has no trailer");
+    Ok((t.elapsed().as_secs_f64(), bytes))
+}
+
+/// Waits for the background check of every page to pass; its own duration in seconds.
+async fn integrity(http: &mut Http) -> anyhow::Result<f64> {
+    let deadline = Instant::now() + CHECK_WAIT;
+    loop {
+        let (_, body) = http.get_path("/healthz").await?;
+        let health: serde_json::Value = serde_json::from_slice(&body).context("/healthz is not JSON")?;
+        let check = &health["integrity"];
+        match check["state"].as_str() {
+            Some("passed") => {
+                let ms = check["finished_ms"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    .saturating_sub(check["started_ms"].as_u64().unwrap_or(0));
+                return Ok(ms as f64 / 1000.0);
+            }
+            Some("running" | "not_run") if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => anyhow::bail!("the integrity check did not pass: {check}"),
+        }
+    }
+}
+
+/// `stateful-tool kv compact --data` on the stopped store.
+fn compact(exe: &Path, data: &Path) -> anyhow::Result<()> {
+    let out =
+        Command::new(exe).args(["kv", "compact", "--data"]).arg(data).env("STATEFUL_TOOL_LOG", "warn").output()?;
+    ensure!(out.status.success(), "kv compact failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
+/// The section's table (Markdown).
+pub(crate) fn table(s: &Scale) -> String {
+    let mut out = format!(
+        "\nKV container at size (--cache-mb {}; new claims at {CLAIM_RATE:.0}/s on the empty store: p50 {:.2} ms, p99 {:.2} ms)\n\n",
+        s.cache_mb, s.empty_claims.p50_ms, s.empty_claims.p99_ms
+    );
+    out.push_str(
+        "| records | data file | bytes/record (record) | restart → /healthz | RSS steady / peak / settled (private) | status counts (age) | first /metrics | backup | new claim p50 / p99 (after the check) | integrity check | after −10 %: file → kv compact |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in &s.rows {
+        let live = r.records - r.deleted;
+        out.push_str(&format!(
+            "| {} | {:.0} MB | {} ({}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s | {:.2} / {:.2} ms ({:.2} / {:.2}) | {:.1} s | {:.0} → {:.0} MB, {} B/record ({:.1} s) |\n",
+            r.records,
+            r.file_bytes as f64 / 1e6,
+            r.file_bytes / r.records.max(1),
+            r.record_bytes,
+            r.restart_to_healthz_s,
+            r.rss_steady_mb,
+            r.rss_peak_mb,
+            r.rss_settled_mb,
+            r.rss_settled_anon_mb,
+            r.status_ms,
+            r.status_age_s,
+            r.first_metrics_ms,
+            r.backup_s,
+            r.backup_mb / r.backup_s.max(1e-9),
+            r.claims.p50_ms,
+            r.claims.p99_ms,
+            r.claims_after_check.p50_ms,
+            r.claims_after_check.p99_ms,
+            r.integrity_check_s,
+            r.before_compact_file_bytes as f64 / 1e6,
+            r.compacted_file_bytes as f64 / 1e6,
+            r.compacted_file_bytes / live.max(1),
+            r.compact_s,
+        ));
+    }
+    out
+}

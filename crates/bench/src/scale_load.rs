@@ -1,0 +1,208 @@
+//! The scale section's load: records of the plugin's shape written over real sockets (distinct
+//! ids, durable writes, the 7-day TTL), a share of them deleted, and new claims at a fixed rate.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use event_store::key::storage_key;
+use event_store::record::{fingerprint, format_time, new_claim_id, Record, Status};
+
+use super::measure::micros_since;
+use super::wire::Http;
+use super::workload::{payload, LEASE_SECONDS, TTL_MS};
+
+/// Connections the fill and the deletes keep busy: enough for the writer's group commit to
+/// batch, as many plugin sessions would.
+pub(crate) const FILL_CONNECTIONS: usize = 64;
+
+/// The event id of record `i`: UUID-like and spread over the key space, as delivery ids
+/// (GitHub's `X-GitHub-Delivery`, Stripe's `evt_…`) arrive, not in key order.
+pub(crate) fn event_id(prefix: &str, i: u64) -> String {
+    let h = mix(i);
+    format!("{prefix}{:08x}-{:04x}-4{:03x}-{i:012x}", h >> 32, (h >> 16) & 0xffff, h & 0xfff)
+}
+
+/// splitmix64: a fixed permutation of the ids, so runs are repeatable.
+fn mix(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The record the plugin keeps for event `i` (a webhook payload, its fingerprint, a claim id):
+/// 97 % completed, 2 % failed, 1 % still processing under a lease, as a busy store holds them.
+pub(crate) fn record(id: &str, i: u64, now_ms: i64) -> Vec<u8> {
+    let body = payload(i as usize);
+    let status = match i % 100 {
+        0 => Status::Processing,
+        1 | 2 => Status::Failed,
+        _ => Status::Completed,
+    };
+    let done = status != Status::Processing;
+    Record {
+        v: 1,
+        event_id: id.to_owned(),
+        event_type: "order.updated".into(),
+        fingerprint: fingerprint("order.updated", Some(&body)),
+        payload: Some(body),
+        status,
+        received_at: format_time(now_ms),
+        updated_at: format_time(now_ms),
+        attempt: 1,
+        lease_until_ms: (!done).then_some(now_ms + LEASE_SECONDS * 1000),
+        completed_at: done.then(|| format_time(now_ms)),
+        result: match status {
+            Status::Failed => Some("upstream answered 502 after 3 tries".into()),
+            Status::Completed => Some("{\"ok\":true}".into()),
+            Status::Processing => None,
+        },
+        claim_id: new_claim_id(),
+        run_id: None,
+        door: None,
+    }
+    .to_bytes()
+}
+
+/// What a fill wrote: records and the bytes of their keys and values.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Filled {
+    pub records: u64,
+    pub bytes: u64,
+    pub secs: f64,
+}
+
+/// Claims records `from..to` (`If-None-Match: *`, each must be created) over `conns` connections.
+pub(crate) async fn fill(addr: SocketAddr, prefix: &str, from: u64, to: u64, conns: usize) -> anyhow::Result<Filled> {
+    let next = Arc::new(AtomicU64::new(from));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let now_ms = wall_ms();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..conns {
+        let mut http = Http::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+        let (next, bytes, prefix) = (next.clone(), bytes.clone(), prefix.to_owned());
+        workers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= to {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let id = event_id(&prefix, i);
+                let (key, value) = (storage_key(None, &id), record(&id, i, now_ms));
+                let status = http.put_if_absent(&key, &value, TTL_MS).await?;
+                ensure!(status == 201, "claiming {key} answered {status}");
+                bytes.fetch_add((key.len() + value.len()) as u64, Ordering::Relaxed);
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.context("a fill worker panicked")??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    Ok(Filled { records: to.saturating_sub(from), bytes: bytes.load(Ordering::Relaxed), secs })
+}
+
+/// Deletes the records `i` in `from..to` with `i % 10 == 3` (a tenth); returns how many.
+pub(crate) async fn delete_tenth(
+    addr: SocketAddr,
+    prefix: &str,
+    from: u64,
+    to: u64,
+    conns: usize,
+) -> anyhow::Result<u64> {
+    let next = Arc::new(AtomicU64::new(from));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..conns {
+        let mut http = Http::connect(addr).await?;
+        let (next, prefix) = (next.clone(), prefix.to_owned());
+        workers.spawn(async move {
+            let mut deleted = 0u64;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= to {
+                    return Ok::<_, anyhow::Error>(deleted);
+                }
+                if i % 10 != 3 {
+                    continue;
+                }
+                let key = storage_key(None, &event_id(&prefix, i));
+                let status = http.delete(&key).await?;
+                ensure!(status == 204, "deleting {key} answered {status}");
+                deleted += 1;
+            }
+        });
+    }
+    let mut deleted = 0;
+    while let Some(done) = workers.join_next().await {
+        deleted += done.context("a delete worker panicked")??;
+    }
+    Ok(deleted)
+}
+
+/// New claims at `rate` per second for `secs` (open loop: each is sent at its time, whatever
+/// the answers before it), spread over enough connections that a slow answer does not delay
+/// the next send; the latencies in µs, one per claim.
+pub(crate) async fn paced_claims(addr: SocketAddr, prefix: &str, rate: f64, secs: f64) -> anyhow::Result<Vec<u32>> {
+    let count = (rate * secs).round().max(1.0) as u64;
+    let conns = 32u64;
+    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let now_ms = wall_ms();
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..conns {
+        let mut http = Http::connect(addr).await?;
+        let prefix = prefix.to_owned();
+        workers.spawn(async move {
+            let mut lat = Vec::new();
+            for i in (w..count).step_by(conns as usize) {
+                tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+                let id = event_id(&prefix, i);
+                let (key, value) = (storage_key(None, &id), record(&id, i, now_ms));
+                let t = Instant::now();
+                let status = http.put_if_absent(&key, &value, TTL_MS).await?;
+                lat.push(micros_since(t));
+                ensure!(status == 201, "claiming {key} answered {status}");
+            }
+            Ok::<_, anyhow::Error>(lat)
+        });
+    }
+    let mut all = Vec::with_capacity(count as usize);
+    while let Some(done) = workers.join_next().await {
+        all.extend(done.context("a claim worker panicked")??);
+    }
+    Ok(all)
+}
+
+/// Unix time in ms: the records' times, and their leases, are the store's present.
+fn wall_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The `q` quantile of `lat` (µs) in ms.
+pub(crate) fn quantile_ms(lat: &mut [u32], q: f64) -> f64 {
+    lat.sort_unstable();
+    let i = ((lat.len() as f64 * q).ceil() as usize).clamp(1, lat.len().max(1)) - 1;
+    lat.get(i).map_or(0.0, |&us| us as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_distinct_spread_and_records_are_the_plugins_size() {
+        let ids: std::collections::BTreeSet<String> = (0..10_000).map(|i| event_id("s-", i)).collect();
+        assert_eq!(ids.len(), 10_000);
+        // Spread: consecutive records do not land next to each other in key order.
+        assert!(event_id("s-", 1) < event_id("s-", 0) || event_id("s-", 2) < event_id("s-", 1));
+        let value = record(&event_id("s-", 5), 5, 1_780_000_000_000);
+        assert!((600..1000).contains(&value.len()), "{} bytes", value.len());
+        let v: serde_json::Value = serde_json::from_slice(&value).unwrap();
+        assert_eq!((v["v"].as_u64(), v["status"].as_str()), (Some(1), Some("completed")));
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&record("x", 100, 0)).unwrap()["status"], "processing");
+    }
+}

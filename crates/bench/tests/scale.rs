@@ -1,0 +1,54 @@
+//! The scale section at a tiny size on debug builds: every figure of every row is measured
+//! and the table printed (no timings checked: a bench, not a timed test).
+//!
+//! Needs `stateful-tool` beside the bench, as `quick.rs` says.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn the_scale_section_fills_measures_deletes_and_compacts_each_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let bench = Path::new(env!("CARGO_BIN_EXE_stateful-tool-bench"));
+    assert!(bench.with_file_name("stateful-tool").is_file(), "`cargo build --bin stateful-tool` first");
+    let run = Command::new(bench)
+        .args(["--quick", "--sections", "scale", "--scale-records", "3000,1500", "--scale-cache-mb", "16", "--out"])
+        .arg(&out)
+        .output()
+        .expect("spawn stateful-tool-bench");
+    let printed = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{printed}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(printed.contains("KV container at size (--cache-mb 16;"), "{printed}");
+    let summary: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let scale = &summary["scale"];
+    assert_eq!(scale["cache_mb"], 16);
+    assert!(scale["empty_claims"]["p99_ms"].as_f64().unwrap() > 0.0, "{scale}");
+    let rows = scale["rows"].as_array().unwrap();
+    // Sizes in ascending order; each row counts the claims measured at its size (twice 500).
+    let records: Vec<u64> = rows.iter().map(|r| r["records"].as_u64().unwrap()).collect();
+    assert_eq!(records, [2500, 4000], "{scale}");
+    for r in rows {
+        for figure in ["file_bytes", "compacted_file_bytes", "record_bytes", "deleted"] {
+            assert!(r[figure].as_u64().unwrap() > 0, "{figure}: {r}");
+        }
+        for figure in
+            ["restart_to_healthz_s", "first_metrics_ms", "status_ms", "backup_s", "backup_mb", "rss_steady_mb"]
+        {
+            assert!(r[figure].as_f64().unwrap() > 0.0, "{figure}: {r}");
+        }
+        assert!(r["rss_peak_mb"].as_f64().unwrap() >= r["rss_steady_mb"].as_f64().unwrap(), "{r}");
+        for claims in ["claims", "claims_after_check"] {
+            assert!(r[claims]["p50_ms"].as_f64().unwrap() <= r[claims]["p99_ms"].as_f64().unwrap(), "{r}");
+        }
+        assert!(r["record_bytes"].as_u64().unwrap() > 400, "records of the plugin's shape: {r}");
+        // A copy no smaller than the file is not kept (at this size the file's growth step decides).
+        assert!(r["compacted_file_bytes"].as_u64() <= r["before_compact_file_bytes"].as_u64(), "{r}");
+    }
+    // A tenth of the records filled for each size: 1,000 (500 were the empty store's claims),
+    // then 600 more to reach 3,000 live (2,400 left after the first).
+    assert_eq!(rows[0]["deleted"], 100);
+    assert_eq!(rows[1]["deleted"], 60);
+}

@@ -1,0 +1,173 @@
+//! `kv compact`: every live record survives with its value, ETag and expiry, the file
+//! shrinks, the counts equal a full scan, a leftover copy is cleaned, a store in use is refused.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use redb::ReadableTable;
+use serde_json::json;
+
+use super::*;
+use crate::server::batch::{Precondition, WriteOp};
+use crate::server::counts_tests::{full_scan, kept};
+use crate::server::engine::{DurabilityMode, Engine};
+use crate::server::open::DEFAULT_CACHE_MB;
+use crate::server::record::ServerClock;
+use crate::server::tables::REV_KEY;
+
+const T0: u64 = 1_785_924_000_000;
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+/// An event record of about the plugin's size.
+fn event(i: u64) -> String {
+    let status = ["processing", "completed", "completed", "failed"][i as usize % 4];
+    json!({"v": 1, "event_id": format!("e{i}"), "event_type": "t", "payload": "p".repeat(380),
+           "status": status, "attempt": 1, "lease_until_ms": T0 + 60_000})
+    .to_string()
+}
+
+/// Every stored record by key: its raw bytes decoded (value, ETag, times).
+fn records(dir: &Path) -> BTreeMap<String, StoredValue> {
+    let db = Database::open(dir.join(DB_FILE)).unwrap();
+    let txn = db.begin_read().unwrap();
+    let table = txn.open_table(DATA).unwrap();
+    let all = table.iter().unwrap().map(|e| {
+        let (k, v) = e.unwrap();
+        (k.value().to_owned(), StoredValue::decode(v.value()).unwrap())
+    });
+    all.collect()
+}
+
+/// A store of `n` records (every fifth without a TTL, one already expired at `T0 + 1000`),
+/// then every other record deleted, as a purge of a large backlog leaves it.
+async fn thinned_store(dir: &Path, n: u64) {
+    let (clock, _) = ServerClock::manual(T0);
+    let (engine, writer) = Engine::open_cached(dir, DurabilityMode::Immediate, clock, DEFAULT_CACHE_MB << 20).unwrap();
+    let write = |op| engine.write(op);
+    for i in 0..n {
+        let ttl_ms = if i % 5 == 0 { None } else { Some(365 * DAY_MS + i) };
+        let op = WriteOp::Put {
+            key: format!("evt_{i:06}"),
+            value: Bytes::from(event(i)),
+            pre: Precondition::None,
+            ttl_ms,
+            until_ms: None,
+        };
+        write(op).await.unwrap();
+    }
+    let gone = WriteOp::Put {
+        key: "evt_gone".into(),
+        value: Bytes::from(event(1)),
+        pre: Precondition::None,
+        ttl_ms: Some(1000),
+        until_ms: None,
+    };
+    write(gone).await.unwrap();
+    for i in (0..n).filter(|i| i % 2 == 1) {
+        write(WriteOp::Delete { key: format!("evt_{i:06}"), pre: Precondition::None, until_ms: None }).await.unwrap();
+    }
+    drop(engine);
+    writer.join();
+}
+
+#[tokio::test]
+async fn every_live_record_survives_the_file_shrinks_and_the_counts_stay_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    thinned_store(dir.path(), 2000).await;
+    let mut before = records(dir.path());
+    assert!(before.remove("evt_gone").is_some());
+    let last_rev = {
+        let db = Database::open(dir.path().join(DB_FILE)).unwrap();
+        let rev = db.begin_read().unwrap().open_table(META).unwrap().get(REV_KEY).unwrap().unwrap().value();
+        rev
+    };
+    let size = std::fs::metadata(dir.path().join(DB_FILE)).unwrap().len();
+
+    let done = compact(dir.path(), T0 + 1000).unwrap();
+    assert_eq!((done.records, done.before, done.leftover_removed, done.replaced), (1000, size, false, true));
+    assert!(done.after < done.before * 4 / 5, "{} -> {} bytes", done.before, done.after);
+    assert_eq!(done.after, std::fs::metadata(dir.path().join(DB_FILE)).unwrap().len());
+    assert!(!dir.path().join(COMPACT_FILE).exists());
+    assert_eq!(records(dir.path()), before, "values, ETags and times changed, or the expired record stayed");
+
+    let db = Database::open(dir.path().join(DB_FILE)).unwrap();
+    assert_eq!(kept(&db), full_scan(&db), "the copy's counts differ from a full scan");
+    let txn = db.begin_read().unwrap();
+    assert_eq!(txn.open_table(META).unwrap().get(REV_KEY).unwrap().unwrap().value(), last_rev);
+    // The expiry index holds exactly the records with a TTL.
+    let expiring: Vec<(u64, String)> = txn
+        .open_table(EXPIRY)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|e| {
+            let (k, _) = e.unwrap();
+            (k.value().0, k.value().1.to_owned())
+        })
+        .collect();
+    let mut with_ttl: Vec<(u64, String)> =
+        before.iter().filter(|(_, r)| r.expires_ms != 0).map(|(k, r)| (r.expires_ms, k.clone())).collect();
+    with_ttl.sort();
+    assert_eq!(expiring, with_ttl);
+    drop((txn, db));
+
+    // The container serves the copy: records read back, and ETags keep growing.
+    let (clock, _) = ServerClock::manual(T0 + 1000);
+    let (engine, writer) =
+        Engine::open_cached(dir.path(), DurabilityMode::Immediate, clock, DEFAULT_CACHE_MB << 20).unwrap();
+    assert_eq!(engine.get("evt_000000".into()).await.unwrap().unwrap(), before["evt_000000"]);
+    let op = WriteOp::Put {
+        key: "new".into(),
+        value: Bytes::from("1"),
+        pre: Precondition::None,
+        ttl_ms: None,
+        until_ms: None,
+    };
+    match engine.write(op).await.unwrap() {
+        crate::server::batch::WriteOutcome::Created(w) => assert_eq!(w.rev, last_rev + 1),
+        other => panic!("{other:?}"),
+    }
+    drop(engine);
+    writer.join();
+}
+
+#[tokio::test]
+async fn a_leftover_copy_of_an_interrupted_run_is_removed_and_the_store_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    thinned_store(dir.path(), 40).await;
+    let mut before = records(dir.path());
+    before.remove("evt_gone");
+    // What a kill in the middle of a copy leaves: a partial file beside the store.
+    std::fs::write(dir.path().join(COMPACT_FILE), b"redb\x1a\x0a half a copy").unwrap();
+    let done = compact(dir.path(), T0 + 1000).unwrap();
+    assert!(done.leftover_removed);
+    assert_eq!(done.records, 20);
+    assert!(done.after <= done.before, "{done:?}");
+    assert_eq!(records(dir.path()), before);
+    assert!(!dir.path().join(COMPACT_FILE).exists());
+}
+
+#[tokio::test]
+async fn a_store_in_use_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (clock, _) = ServerClock::manual(T0);
+    let (engine, writer) =
+        Engine::open_cached(dir.path(), DurabilityMode::Immediate, clock, DEFAULT_CACHE_MB << 20).unwrap();
+    let op = WriteOp::Put {
+        key: "k".into(),
+        value: Bytes::from("1"),
+        pre: Precondition::None,
+        ttl_ms: None,
+        until_ms: None,
+    };
+    engine.write(op).await.unwrap();
+    let file = dir.path().join(DB_FILE);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let err = compact(dir.path(), T0).unwrap_err().to_string();
+    assert!(err.contains("already open in another process"), "{err}");
+    assert!(!dir.path().join(COMPACT_FILE).exists());
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), size);
+    drop(engine);
+    writer.join();
+}
