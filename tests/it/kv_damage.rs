@@ -102,6 +102,11 @@ async fn a_damaged_value_that_still_parses_is_refused_while_serving_and_at_start
         assert_eq!(code, 201, "{text}");
     }
     let victim = format!("{{\"key\":\"victim\",\"note\":\"{MARKER}\"}}");
+    // The check of every page that follows a start must be over before the file is damaged:
+    // on a loaded machine it could otherwise find the damage first, and this test is about
+    // the read that meets it.
+    let (code, body) = check_ended(&http, &server.url()).await;
+    assert_eq!(code, 200, "{body}");
 
     // One digit of the victim's amount changes in every copy the file holds: still JSON.
     let file = data.join("kv.redb");

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use super::layout::VERIFICATION_FILE;
 use super::yamlcheck::Problem;
 
 /// Bytes that are not a zip archive, in the words of Go's `archive/zip`.
@@ -226,7 +225,7 @@ pub enum CategoryError {
     Read(ReadError),
     #[error("unknown authorized_category `{0}`")]
     Unknown(String),
-    #[error("{VERIFICATION_FILE} has no authorized_category string")]
+    #[error(".verification.dify.json has no authorized_category string")]
     NoCategory,
 }
 

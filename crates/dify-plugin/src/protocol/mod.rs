@@ -5,6 +5,7 @@
 #![doc = include_str!("../../docs/protocol.md")]
 
 pub mod caller;
+pub mod inbound;
 pub mod message;
 pub mod outbound;
 pub mod request;
@@ -12,7 +13,7 @@ pub mod session;
 pub mod wire;
 
 pub use caller::Caller;
-pub use message::{Inbound, InboundError};
+pub use inbound::{Inbound, InboundError};
 pub use request::{raw_str, Fields, Name, RequestData};
 pub use session::Session;
 pub(crate) use session::{LogPort, Outbox};
