@@ -63,8 +63,10 @@ mod error;
 pub mod handler;
 pub mod logging;
 pub mod protocol;
+pub mod provider;
 mod run;
 pub mod runtime;
+pub mod tool;
 
 pub use error::{Error, Exit};
 pub use handler::{ErrorMessage, Handler, Oversize, OversizeLine};
