@@ -67,6 +67,7 @@ pub mod provider;
 mod run;
 pub mod runtime;
 pub mod tool;
+pub mod trigger;
 
 pub use error::{Error, Exit};
 pub use handler::{ErrorMessage, Handler, Oversize, OversizeLine};

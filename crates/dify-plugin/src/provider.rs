@@ -12,7 +12,8 @@ use crate::protocol::Session;
 pub type Credentials = Map<String, Value>;
 
 /// A provider's credential check: `validate_tool_credentials` for a
-/// [`ToolProvider`](crate::tool::ToolProvider), `validate_trigger_credentials` for a trigger provider.
+/// [`ToolProvider`](crate::tool::ToolProvider), `validate_trigger_credentials` for a
+/// [`TriggerProvider`](crate::trigger::TriggerProvider).
 pub trait ValidateCredentials: Send + Sync + 'static {
     /// `Ok` when `credentials` are good (the daemon then hears `{"result": true}`); the
     /// error otherwise, as the caller sees it (the Python SDK's providers raise
