@@ -1,75 +1,74 @@
 //! A tool plugin: the Python SDK's `echo` provider (the plugin the protocol captures were made with), in Rust.
 //!
-//! Tools `echo` (a text and a JSON message) and `fail` (a text, then an error); credentials
-//! are valid when `api_key` is `good`. `dify_plugin::run` serves it on the runtime
-//! `INSTALL_METHOD` names: stdin/stdout as the daemon starts an installed plugin, or HTTP
-//! (remote debugging would also need a `RunOptions::registration`).
+//! Tools `echo` (a text and a JSON message) and `fail` (a text, then an error), each a typed
+//! [`Tool`] with its parameters in its own type; credentials are valid when `api_key` is
+//! `good`. A [`ToolProvider`] routes the daemon's requests to them, and `dify_plugin::run`
+//! serves it on the runtime `INSTALL_METHOD` names: stdin/stdout as the daemon starts an
+//! installed plugin, or HTTP (remote debugging would also need a `RunOptions::registration`).
 
-use std::borrow::Cow;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use dify_plugin::{ErrorMessage, Handler, RequestData, Session};
+use dify_plugin::provider::{Credentials, ValidateCredentials};
+use dify_plugin::tool::{Tool, ToolContext, ToolProvider};
+use dify_plugin::ErrorMessage;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-/// What this plugin reads of a request's data, in the same pass as the request line; its
-/// strings borrow from the line.
+/// Both tools' parameters: the text to work on.
 #[derive(Deserialize)]
-struct Request<'a> {
-    #[serde(borrow)]
-    action: Cow<'a, str>,
-    #[serde(borrow, default)]
-    tool: Option<Cow<'a, str>>,
+struct Text {
     #[serde(default)]
-    tool_parameters: Map<String, Value>,
-    #[serde(default)]
-    credentials: Map<String, Value>,
+    text: String,
 }
 
 struct Echo;
 
-impl Handler for Echo {
-    type Data<'a> = Request<'a>;
+impl Tool for Echo {
+    type Params = Text;
 
-    async fn handle<'a>(&'a self, session: Session, request: Request<'a>, _: &'a RequestData) {
-        let text = request.tool_parameters.get("text").and_then(Value::as_str).unwrap_or_default();
-        let error = match (&*request.action, request.tool.as_deref()) {
-            ("invoke_tool", Some("echo")) => {
-                session.stream(&text_message(&format!("echo: {text}"))).await;
-                let json = json!({"echo": text, "length": text.chars().count()});
-                session.stream(&json!({"type": "json", "message": {"json_object": json}, "meta": null})).await;
-                None
-            }
-            ("invoke_tool", Some("fail")) => {
-                session.stream(&text_message("about to fail")).await;
-                Some(ErrorMessage::new("ValueError", format!("boom: {text}")))
-            }
-            ("invoke_tool", tool) => {
-                let tool = tool.unwrap_or_default();
-                Some(ErrorMessage::new("ValueError", format!("Tool `{tool}` not found for provider `echo`")))
-            }
-            ("validate_tool_credentials", _) => match request.credentials.get("api_key") {
-                Some(key) if key == "good" => {
-                    session.stream(&json!({"result": true})).await;
-                    None
-                }
-                _ => Some(ErrorMessage::new("ToolProviderCredentialValidationError", "invalid api_key")),
-            },
-            (action, _) => Some(ErrorMessage::new("ValueError", format!("unsupported action {action:?}"))),
-        };
-        session.finish(error.map(|e| e.to_wire())).await;
+    fn name(&self) -> &str {
+        "echo"
+    }
+
+    async fn invoke(&self, Text { text }: Text, cx: &ToolContext) -> Result<(), ErrorMessage> {
+        cx.text(&format!("echo: {text}")).await;
+        cx.json(json!({"echo": text, "length": text.chars().count()})).await;
+        Ok(())
     }
 }
 
-/// A tool's `text` message.
-fn text_message(text: &str) -> Value {
-    json!({"type": "text", "message": {"text": text}, "meta": null})
+struct Fail;
+
+impl Tool for Fail {
+    type Params = Text;
+
+    fn name(&self) -> &str {
+        "fail"
+    }
+
+    async fn invoke(&self, Text { text }: Text, cx: &ToolContext) -> Result<(), ErrorMessage> {
+        cx.text("about to fail").await;
+        Err(ErrorMessage::new("ValueError", format!("boom: {text}")))
+    }
+}
+
+/// The provider's credential form has one field, `api_key`.
+struct ApiKey;
+
+impl ValidateCredentials for ApiKey {
+    async fn validate_credentials(&self, credentials: &Credentials) -> Result<(), ErrorMessage> {
+        match credentials.get("api_key") {
+            Some(key) if key == "good" => Ok(()),
+            _ => Err(ErrorMessage::new("ToolProviderCredentialValidationError", "invalid api_key")),
+        }
+    }
 }
 
 fn main() -> ExitCode {
     dify_plugin::logging::init(None);
-    match dify_plugin::run(Arc::new(Echo)) {
+    let provider = ToolProvider::new(ApiKey).with_tool(Echo).with_tool(Fail);
+    match dify_plugin::run(Arc::new(provider)) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tool: {e}");

@@ -12,9 +12,15 @@
 //! this crate speaks it (`docs/protocol.md`); [`logging`] turns `tracing` records into the
 //! daemon's `log` events. The crate knows nothing of what a plugin does.
 //!
+//! Typed interfaces over [`Handler`], as the Python SDK has them: a tool provider writes
+//! each tool as a [`tool::Tool`] (its parameters read into its own type) and serves a
+//! [`tool::ToolProvider`]; a trigger writes a [`trigger::Trigger`] (the webhook delivery in
+//! as a decoded HTTP request, typed answers out) and serves a [`trigger::TriggerProvider`].
+//! Both check credentials through [`provider::ValidateCredentials`]. `examples/tool.rs` and
+//! `examples/webhook.rs` show one each.
+//!
 //! Not yet: backwards invocation (a plugin calling back into Dify: models, storage, other
-//! tools), files and blobs, i18n declarations, typed tool and trigger interfaces (a handler
-//! reads `data` into its own type; `examples/tool.rs` and `examples/webhook.rs` show both).
+//! tools), files and blobs, i18n declarations.
 //!
 //! A plugin that answers every request with one `stream` message, driven here over a byte
 //! slice as the daemon would drive it over stdin (`examples/tool.rs` is a fuller plugin as a
@@ -63,8 +69,11 @@ mod error;
 pub mod handler;
 pub mod logging;
 pub mod protocol;
+pub mod provider;
 mod run;
 pub mod runtime;
+pub mod tool;
+pub mod trigger;
 
 pub use error::{Error, Exit};
 pub use handler::{ErrorMessage, Handler, Oversize, OversizeLine};

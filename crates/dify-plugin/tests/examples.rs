@@ -13,7 +13,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-/// `cargo test` builds the package's examples beside its test binaries.
+/// `cargo test` builds the package's examples beside its test binaries. `cargo test --test
+/// examples` alone does not rebuild them: it runs whatever example binaries are there.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
