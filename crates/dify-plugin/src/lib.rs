@@ -12,9 +12,14 @@
 //! this crate speaks it (`docs/protocol.md`); [`logging`] turns `tracing` records into the
 //! daemon's `log` events. The crate knows nothing of what a plugin does.
 //!
-//! Not yet: backwards invocation (a plugin calling back into Dify: models, storage, other
-//! tools), files and blobs, i18n declarations, typed tool and trigger interfaces (a handler
-//! reads `data` into its own type; `examples/tool.rs` and `examples/webhook.rs` show both).
+//! A handler calls back into Dify on its session (backwards invocation: [`Session::call`],
+//! [`Session::invoke`]) and keeps data in Dify's storage ([`Session::storage`]), on the duplex
+//! runtimes (stdio, remote debugging).
+//!
+//! Not yet: backwards invocation in the serverless runtimes ([`BackwardsError::Unsupported`]),
+//! typed wrappers for invocation types other than storage, files and blobs, i18n
+//! declarations, typed tool and trigger interfaces (a handler reads `data` into its own type;
+//! `examples/tool.rs` and `examples/webhook.rs` show both).
 //!
 //! A plugin that answers every request with one `stream` message, driven here over a byte
 //! slice as the daemon would drive it over stdin (`examples/tool.rs` is a fuller plugin as a
@@ -68,5 +73,5 @@ pub mod runtime;
 
 pub use error::{Error, Exit};
 pub use handler::{ErrorMessage, Handler, Oversize, OversizeLine};
-pub use protocol::{RequestData, Session};
+pub use protocol::{BackwardsError, RequestData, Session, Storage};
 pub use run::{run, run_with, serve, InstallMethod, RunOptions, Transport};
