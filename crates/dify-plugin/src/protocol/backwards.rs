@@ -261,3 +261,83 @@ impl Drop for BackwardsCall {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn calls(timeout: Duration) -> Calls {
+        let n = AtomicU64::new(0);
+        Calls::new(BackwardsOptions {
+            timeout,
+            ids: RequestIds::from_fn(move || format!("id{}", n.fetch_add(1, Ordering::Relaxed))),
+        })
+    }
+
+    fn line(id: &str, event: &str, data: Value) -> Vec<u8> {
+        let data = json!({"backwards_request_id": id, "event": event, "message": "stream", "data": data});
+        json!({"session_id": "s", "event": "backwards_response", "data": data}).to_string().into_bytes()
+    }
+
+    fn in_flight(calls: &Calls) -> usize {
+        calls.lock().waiters.len()
+    }
+
+    /// The timeout is a silence, not a deadline: a streamed answer may take longer in all.
+    #[tokio::test(start_paused = true)]
+    async fn the_timeout_counts_silence_only() {
+        let calls = calls(Duration::from_secs(250));
+        let mut call = calls.register().unwrap();
+        let feeder = calls.clone();
+        tokio::spawn(async move {
+            for i in 0..3 {
+                tokio::time::sleep(Duration::from_secs(200)).await;
+                assert!(feeder.route_line(&line("id0", "response", json!(i))));
+            }
+            assert!(feeder.route_line(&line("id0", "end", Value::Null)));
+        });
+        let start = tokio::time::Instant::now();
+        let mut got = Vec::new();
+        while let Some(item) = call.next().await {
+            got.push(item.unwrap());
+        }
+        assert_eq!(got, [json!(0), json!(1), json!(2)]);
+        assert_eq!(start.elapsed(), Duration::from_secs(600));
+        assert_eq!(in_flight(&calls), 0, "the end closed the call");
+    }
+
+    #[tokio::test]
+    async fn only_backwards_responses_are_taken_and_odd_ones_are_dropped() {
+        let calls = calls(Duration::from_secs(1));
+        let request = br#"{"session_id":"s","event":"request","data":{"text":"\"backwards_response\""}}"#;
+        assert!(!calls.route_line(request), "a request mentioning the word is still a request");
+        assert!(!calls.route_line(br#"{"session_id":"s","event":"request","data":{}}"#));
+        let mut call = calls.register().unwrap();
+        assert!(calls.route_line(br#"{"session_id":"s","event":"backwards_response","data":{"event":"end"}}"#));
+        assert!(calls.route_line(br#"{"session_id":"s","event":"backwards_response"}"#));
+        assert!(calls.route_line(&line("id0", "progress", json!(1))), "an unknown event is dropped");
+        assert!(calls.route_line(&line("id0", "response", json!("x"))));
+        assert_eq!(call.next().await, Some(Ok(json!("x"))), "the odd lines reached nobody");
+        drop(call);
+        assert_eq!(in_flight(&calls), 0, "a call dropped before its end stops listening");
+        assert!(calls.route_line(&line("id0", "end", Value::Null)), "its late end is dropped");
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_is_forgotten_at_its_end_and_a_closed_connection_fails_the_rest() {
+        let calls = calls(Duration::from_secs(1));
+        let mut failed = calls.register().unwrap();
+        let mut waiting = calls.register().unwrap();
+        assert!(calls.route_line(&line("id0", "error", Value::Null)));
+        assert!(matches!(failed.next().await, Some(Err(BackwardsError::Daemon(_)))));
+        assert_eq!(failed.next().await, None);
+        drop(failed);
+        assert_eq!(in_flight(&calls), 2, "the daemon's end is still to come");
+        assert!(calls.route_line(&line("id0", "end", Value::Null)));
+        assert_eq!(in_flight(&calls), 1);
+        calls.close();
+        assert_eq!(waiting.next().await, Some(Err(BackwardsError::Closed)));
+        assert_eq!(calls.register().unwrap_err(), BackwardsError::Closed);
+    }
+}
