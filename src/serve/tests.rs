@@ -15,7 +15,12 @@ use crate::dispatch::App;
 use event_store::{HostClock, StoreOptions};
 
 fn opts() -> ServeOptions {
-    ServeOptions { heartbeat: Duration::from_secs(3600), max_in_flight: 64, logs: LogRoute::Stderr }
+    ServeOptions {
+        heartbeat: Duration::from_secs(3600),
+        max_in_flight: 64,
+        logs: LogRoute::Stderr,
+        ..ServeOptions::default()
+    }
 }
 
 fn request(sid: &str, data: Value) -> String {

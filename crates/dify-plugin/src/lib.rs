@@ -19,8 +19,13 @@
 //! Both check credentials through [`provider::ValidateCredentials`]. `examples/tool.rs` and
 //! `examples/webhook.rs` show one each.
 //!
-//! Not yet: backwards invocation (a plugin calling back into Dify: models, storage, other
-//! tools), files and blobs, i18n declarations.
+//! A handler calls back into Dify on its session (backwards invocation: [`Session::call`],
+//! [`Session::invoke`]) and keeps data in Dify's storage ([`Session::storage`]), on the duplex
+//! runtimes (stdio, remote debugging).
+//!
+//! Not yet: backwards invocation in the serverless runtimes ([`BackwardsError::Unsupported`]),
+//! typed wrappers for invocation types other than storage, files and blobs, i18n
+//! declarations.
 //!
 //! A plugin that answers every request with one `stream` message, driven here over a byte
 //! slice as the daemon would drive it over stdin (`examples/tool.rs` is a fuller plugin as a
@@ -77,5 +82,5 @@ pub mod trigger;
 
 pub use error::{Error, Exit};
 pub use handler::{ErrorMessage, Handler, Oversize, OversizeLine};
-pub use protocol::{RequestData, Session};
+pub use protocol::{BackwardsError, RequestData, Session, Storage};
 pub use run::{run, run_with, serve, InstallMethod, RunOptions, Transport};

@@ -3,8 +3,8 @@
 //! The daemon starts an installed plugin with `INSTALL_METHOD=local` (stdio); a developer
 //! sets `remote` (with `REMOTE_INSTALL_*`) to debug against a running Dify; a serverless host
 //! sets `serverless` or `aws_lambda`. The SDK's own knobs carry the host's prefix
-//! ([`RunOptions::env_prefix`]): `<PREFIX>_HEARTBEAT_MS`, `<PREFIX>_RECONNECT_MS` and
-//! `<PREFIX>_RECONNECT_ATTEMPTS`.
+//! ([`RunOptions::env_prefix`]): `<PREFIX>_HEARTBEAT_MS`, `<PREFIX>_BACKWARDS_TIMEOUT_MS`,
+//! `<PREFIX>_RECONNECT_MS` and `<PREFIX>_RECONNECT_ATTEMPTS`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::error::{Error, Exit};
 use crate::handler::Handler;
 use crate::logging::LogRoute;
+use crate::protocol::BackwardsOptions;
 use crate::runtime::env::EnvSettings;
 use crate::runtime::register::Registration;
 use crate::runtime::remote::RemoteConfig;
@@ -105,14 +106,19 @@ impl Transport {
             let name = format!("{}_{name}", options.env_prefix);
             settings.get(&name).map(|value| (name, value))
         };
-        // The heartbeat must tick: zero keeps the default, with a warning.
-        let heartbeat = setting("HEARTBEAT_MS").and_then(|(name, value)| {
-            let ms = value.parse::<u64>().ok().filter(|&n| n > 0);
-            if ms.is_none() {
-                tracing::warn!("{name}={value:?} is not a positive number of milliseconds; using the default");
-            }
-            ms
-        });
+        // The heartbeat must tick, and a backwards call must wait: zero or not a number keeps
+        // the default, with a warning.
+        let positive_ms = |knob: &str| {
+            setting(knob).and_then(|(name, value)| {
+                let ms = value.parse::<u64>().ok().filter(|&n| n > 0);
+                if ms.is_none() {
+                    tracing::warn!("{name}={value:?} is not a positive number of milliseconds; using the default");
+                }
+                ms
+            })
+        };
+        let heartbeat = positive_ms("HEARTBEAT_MS");
+        let backwards_timeout = positive_ms("BACKWARDS_TIMEOUT_MS");
         // A reconnect knob that is not a number keeps its default (zero is clamped in use).
         let reconnect = |name: &str| setting(name).and_then(|(_, value)| value.parse::<u64>().ok());
         let defaults = ServeOptions::default();
@@ -120,6 +126,10 @@ impl Transport {
             heartbeat: heartbeat.map_or(defaults.heartbeat, Duration::from_millis),
             max_in_flight: options.max_in_flight.max(1),
             logs: LogRoute::Protocol,
+            backwards: BackwardsOptions {
+                timeout: backwards_timeout.map_or(defaults.backwards.timeout, Duration::from_millis),
+                ..defaults.backwards
+            },
         };
         Ok(match InstallMethod::from_settings(settings)? {
             InstallMethod::Local => Transport::Local(serve),
@@ -238,6 +248,10 @@ mod tests {
             panic!()
         };
         assert_eq!(opts.heartbeat, Duration::from_secs(10), "not a number, and another prefix: the default");
+        assert_eq!(opts.backwards.timeout, Duration::from_secs(250), "the SDK's wait for a backwards answer");
+        let knobs = [("HOST_BACKWARDS_TIMEOUT_MS", "1500")];
+        let Transport::Local(opts) = transport(&knobs, None).unwrap() else { panic!() };
+        assert_eq!(opts.backwards.timeout, Duration::from_millis(1500));
     }
 
     #[test]

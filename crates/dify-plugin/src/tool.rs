@@ -80,6 +80,12 @@ impl ToolContext {
         self.session.caller
     }
 
+    /// The call's session: backwards invocation ([`Session::invoke`]) and the plugin's
+    /// persistent storage ([`Session::storage`]) go through it.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
     /// Sends a `text` message.
     pub async fn text(&self, text: &str) {
         self.message("text", json!({ "text": text })).await;

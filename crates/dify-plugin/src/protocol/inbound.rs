@@ -56,8 +56,8 @@ impl Inbound {
     /// The one rule that takes a message as a request, for every transport: event `request`,
     /// a session id (the message's own, else `fallback`, e.g. the HTTP runtime's session
     /// header) and a `data` object; the request's (session id, caller, data). A
-    /// `backwards_response` (the daemon's answer to a plugin's call back into Dify, which this
-    /// SDK does not make yet) is `Ok(None)`.
+    /// `backwards_response` (the daemon's answer to a plugin's call back into Dify, which the
+    /// duplex runtimes route to the waiting call before this rule) is `Ok(None)`.
     pub fn into_request(self, fallback: Option<String>) -> Result<Option<(String, Caller, RequestData)>, InboundError> {
         let caller = self.caller();
         let session_id = self.session_id.or(fallback);

@@ -4,17 +4,21 @@
 //!
 #![doc = include_str!("../../docs/protocol.md")]
 
+pub mod backwards;
 pub mod caller;
 pub mod inbound;
 pub mod message;
 pub mod outbound;
 pub mod request;
 pub mod session;
+pub mod storage;
 pub mod wire;
 
+pub use backwards::{BackwardsCall, BackwardsError, BackwardsOptions, RequestIds};
 pub use caller::Caller;
 pub use inbound::{Inbound, InboundError};
 pub use request::{raw_str, Fields, Name, RequestData};
 pub use session::Session;
 pub(crate) use session::{LogPort, Outbox};
+pub use storage::Storage;
 pub use wire::{Line, LineReader};

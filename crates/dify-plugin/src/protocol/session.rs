@@ -6,15 +6,20 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use super::backwards::{BackwardsCall, BackwardsError, Calls};
 use super::caller::Caller;
 use super::outbound::{log_line, session_line, write_answer_end_lines, ToolAnswer};
+use super::storage::Storage;
 
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
-/// that stops reading slows the plugin down instead of growing its memory.
+/// that stops reading slows the plugin down instead of growing its memory. On a duplex
+/// connection (stdio, remote) it also holds the connection's backwards calls in flight,
+/// whose answers come back on the same connection.
 #[derive(Clone)]
 pub(crate) struct Outbox {
     tx: mpsc::Sender<Vec<u8>>,
     spare: Spare,
+    calls: Option<Calls>,
 }
 
 /// Line buffers the writer is done with, handed out again: an answer's buffer is a few KiB,
@@ -34,7 +39,13 @@ impl Outbox {
     {
         let (tx, rx) = mpsc::channel(depth);
         let spare = Spare::default();
-        (Outbox { tx, spare: spare.clone() }, write_lines(out, rx, spare))
+        (Outbox { tx, spare: spare.clone(), calls: None }, write_lines(out, rx, spare))
+    }
+
+    /// The outbox of a duplex connection, whose sessions can call back into Dify.
+    pub(crate) fn with_calls(mut self, calls: Calls) -> Self {
+        self.calls = Some(calls);
+        self
     }
 
     /// An empty buffer to build a line in (a recycled one when there is one).
@@ -149,6 +160,31 @@ impl Session {
         self.out.send(lines).await;
     }
 
+    /// Calls back into Dify (`kind` is the daemon's invocation type: `storage`, `tool`,
+    /// `llm`, `app`, …; the plugin's manifest must grant it): sends the `invoke` message and
+    /// returns the call, whose answer comes line by line ([`BackwardsCall::next`]).
+    pub async fn call(&self, kind: &str, request: &Value) -> Result<BackwardsCall, BackwardsError> {
+        let calls = self.out.calls.as_ref().ok_or(BackwardsError::Unsupported(
+            "backwards invocation needs a duplex connection (stdio or remote debugging); serverless is not supported yet",
+        ))?;
+        let call = calls.register()?;
+        let data = serde_json::json!({"type": kind, "backwards_request_id": call.id(), "request": request});
+        if !self.out.send(session_line(&self.id, "invoke", &data)).await {
+            return Err(BackwardsError::Closed);
+        }
+        Ok(call)
+    }
+
+    /// [`Session::call`], waiting for the whole answer: every `response`'s `data`.
+    pub async fn invoke(&self, kind: &str, request: &Value) -> Result<Vec<Value>, BackwardsError> {
+        self.call(kind, request).await?.collect().await
+    }
+
+    /// The plugin's persistent key-value storage in Dify, through this session.
+    pub fn storage(&self) -> Storage<'_> {
+        Storage::new(self)
+    }
+
     /// Ends the session: an optional `error`, then exactly one `end`.
     pub async fn finish(self, error: Option<Value>) {
         if let Some(e) = error {
@@ -181,5 +217,14 @@ mod tests {
         let kinds: Vec<&str> = lines.iter().map(|l| l["data"]["type"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["stream", "error", "end"]);
         assert!(lines.iter().all(|l| l["session_id"] == "s1"));
+    }
+
+    #[tokio::test]
+    async fn a_session_without_a_duplex_connection_cannot_call_back() {
+        let (outbox, _writer) = Outbox::new(Vec::new(), 4);
+        let s = Session::new("s1".into(), outbox);
+        let e = s.storage().get("k").await.unwrap_err();
+        assert!(matches!(e, BackwardsError::Unsupported(_)), "{e}");
+        assert!(e.to_string().contains("serverless"), "{e}");
     }
 }

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use super::ServeOptions;
 use crate::handler::{answer_panic, log_panic, serve_session, ErrorMessage, Handler, Oversize, OversizeLine};
+use crate::protocol::backwards::Calls;
 use crate::protocol::message::{request_in_one_pass, session_id_from_prefix, HEARTBEAT};
 use crate::protocol::{Caller, Inbound, Line, LineReader, Outbox, RequestData, Session};
 
@@ -28,10 +29,12 @@ where
     W: AsyncWrite + Unpin,
     H: Handler,
 {
+    let calls = Calls::new(opts.backwards.clone());
     let (outbox, writer) = Outbox::new(output, OUTBOX_DEPTH);
+    let outbox = outbox.with_calls(calls.clone());
     // Until this loop ends, log records become `log` events on this stream (per `opts.logs`).
     let _logs = crate::logging::attach(outbox.log_port(), opts.logs);
-    let work = drive(input, outbox, app, opts);
+    let work = drive(input, outbox, calls, app, opts);
     tokio::pin!(writer, work);
     tokio::select! {
         biased;
@@ -49,6 +52,7 @@ where
 async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
     input: R,
     outbox: Outbox,
+    calls: Calls,
     app: Arc<H>,
     opts: ServeOptions,
 ) -> io::Result<()> {
@@ -56,6 +60,11 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
     outbox.send(HEARTBEAT.to_vec()).await;
     let heartbeat = tokio::spawn(beat(outbox.clone(), opts.heartbeat));
     let limit = Arc::new(Semaphore::new(opts.max_in_flight));
+    // Requests read ahead of a free slot. The reader waits for a slot on the session's task,
+    // not here: sessions holding every slot may be waiting for backwards answers that are
+    // still to be read. Only this many more requests wait before the reader stops reading
+    // (the daemon's back-pressure); past that, such sessions' calls end by timeout.
+    let admitted = Arc::new(Semaphore::new(opts.max_in_flight.saturating_mul(2).max(1)));
     let mut sessions = JoinSet::new();
     let mut lines = LineReader::new(input);
     let result = loop {
@@ -64,6 +73,14 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
+        // An answer to a backwards call goes to its waiting session here, in order and
+        // before any wait for a session slot: sessions that hold every slot may be waiting
+        // for exactly these lines.
+        if let Line::Complete(bytes) = line {
+            if calls.route_line(bytes) {
+                continue;
+            }
+        }
         while sessions.try_join_next().is_some() {}
         // Every line is taken on its session's own task, where a panic of the handler's (in
         // its `Data`, its hooks or its answer) answers that session alone: a complete line is
@@ -72,14 +89,15 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
             Line::Complete(bytes) => Work::Line(bytes.to_vec()),
             Line::Oversize { prefix, len } => Work::Oversize(prefix.to_vec(), len),
         };
-        let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
-        let (app, outbox) = (app.clone(), outbox.clone());
+        let admission = admitted.clone().acquire_owned().await.expect("semaphore is never closed");
+        let (app, outbox, limit) = (app.clone(), outbox.clone(), limit.clone());
         // Boxed: a session's future holds its handler's state (a few KB; the plugin keeps its
         // rare, large paths behind boxes of their own, since this box is filled by copying the
         // whole future once), and tokio moves a task's future by value several times (into the
         // task cell, out as its output); behind a box each of those moves copies a pointer.
         sessions.spawn(Box::pin(async move {
-            let _permit = permit;
+            let _admission = admission;
+            let _permit = limit.acquire_owned().await.expect("semaphore is never closed");
             match work {
                 Work::Line(line) => serve_line(&*app, line, outbox).await,
                 Work::Oversize(prefix, len) => {
@@ -88,7 +106,9 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
             }
         }));
     };
-    // End of input: let every in-flight session answer before the writer is released.
+    // End of input: no answer to a backwards call can come any more; let every in-flight
+    // session answer before the writer is released.
+    calls.close();
     while sessions.join_next().await.is_some() {}
     heartbeat.abort();
     let _ = heartbeat.await;
@@ -161,7 +181,7 @@ async fn accept_and_serve<H: Handler>(handler: &H, line: Line<&[u8]>, outbox: Ou
 /// Turns one input line into work: a request's (session id, caller, data), or an error
 /// answer for an identifiable session (the handler's words). Lines that name no session are
 /// logged (never echoed: they may carry credentials) and dropped; so is a
-/// `backwards_response`, the answer to a call this SDK does not make.
+/// `backwards_response` the reader did not route (the runtime routes them before this).
 fn accept_line<H: Handler>(handler: &H, line: Line<&[u8]>) -> Option<Accepted> {
     let bytes = match line {
         Line::Complete(bytes) => bytes,
@@ -181,7 +201,7 @@ fn accept_line<H: Handler>(handler: &H, line: Line<&[u8]>) -> Option<Accepted> {
     match Inbound::parse(bytes).and_then(|msg| msg.into_request(None)) {
         Ok(Some((sid, caller, data))) => Some((sid, caller, Ok(data))),
         Ok(None) => {
-            tracing::debug!("ignoring a backwards_response: no backwards call is waiting for one");
+            tracing::warn!("dropped a backwards_response that reached no backwards call");
             None
         }
         Err(e) => match e.session_id {
