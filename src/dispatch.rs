@@ -48,9 +48,7 @@ impl App {
             text => serde_json::from_str(text)
                 .map_err(|e| ToolError::param(format!("the credentials are not JSON this plugin can read: {e}")))?,
         };
-        let mut settings = Settings::from_credentials(&tree)?;
-        settings.call_timeout = self.stores.call_timeout();
-        let settings = Arc::new(settings);
+        let settings = Arc::new(Settings::from_credentials(&tree)?.with_call_timeout(self.stores.call_timeout()));
         let mut kept = self.settings.lock().unwrap_or_else(|p| p.into_inner());
         if kept.len() >= SETTINGS_KEPT {
             kept.clear();

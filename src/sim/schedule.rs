@@ -13,7 +13,6 @@ use super::report::{short, short_reply, Faults};
 use super::rng::Rng;
 use super::store::{Flaw, Op, SimStore, StoreReply};
 use crate::error::ToolError;
-use crate::tools::settings::ClaimIds;
 use crate::tools::{event_complete, event_ingest, Answer, Settings};
 use event_store::record::Status;
 use event_store::StoreError;
@@ -65,16 +64,14 @@ fn play(seed: u64, trace: bool, faults: &mut Faults, flaw: Flaw) -> (Result<(), 
     let mut rng = Rng::new(seed);
     let retention = rng.pick(&["2s", "60s", "1h"]);
     let default_lease = rng.pick(&["0", "1", "5", "30"]);
-    let mut settings =
-        Settings::from_credentials(&json!({"retention": retention, "default_lease_seconds": default_lease}))
-            .expect("valid settings");
-    // Time in the simulation is virtual: a call's deadline runs on the virtual clock, and a
-    // round trip the scheduler times out has taken its whole timeout.
-    settings.call_timeout = std::time::Duration::from_secs(5);
-    // Claim ids from the seed too: nothing in a schedule is drawn outside it.
     let issued = AtomicU64::new(0);
-    settings.claim_ids =
-        ClaimIds::from_fn(move || format!("{seed:016x}{:016x}", issued.fetch_add(1, Ordering::Relaxed)));
+    let settings = Settings::from_credentials(&json!({"retention": retention, "default_lease_seconds": default_lease}))
+        .expect("valid settings")
+        // Time in the simulation is virtual: a call's deadline runs on the virtual clock (the
+        // store's), and a round trip the scheduler times out has taken its whole timeout.
+        .with_call_timeout(std::time::Duration::from_secs(5))
+        // Claim ids from the seed too: nothing in a schedule is drawn outside it.
+        .with_claim_ids(move || format!("{seed:016x}{:016x}", issued.fetch_add(1, Ordering::Relaxed)));
     let fault_percent = rng.pick(&[5, 15, 30, 50]);
     let mut sim = Sim {
         rng,

@@ -31,14 +31,13 @@ pub(crate) const LEASE_MARGIN: Duration = Duration::from_secs(60);
 /// The deadline of one call's store round trips when the runtime passes none.
 pub(crate) const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where a call's claim ids come from: fresh random ones (the plugin), or a sequence a test
-/// injects (the simulation, so that one seed replays one run exactly).
+/// Where a call's claim ids come from: fresh random ones (the plugin), or a sequence passed in
+/// with [`Settings::with_claim_ids`] (the simulation, so that one seed replays one run exactly).
 #[derive(Clone, Default)]
 pub(crate) struct ClaimIds(Option<Arc<dyn Fn() -> String + Send + Sync>>);
 
 impl ClaimIds {
-    #[cfg(test)]
-    pub(crate) fn from_fn(next: impl Fn() -> String + Send + Sync + 'static) -> Self {
+    fn from_fn(next: impl Fn() -> String + Send + Sync + 'static) -> Self {
         ClaimIds(Some(Arc::new(next)))
     }
 
@@ -136,6 +135,23 @@ impl Settings {
             call_timeout_setting: STORE_TIMEOUT_SETTING,
             claim_ids: ClaimIds::default(),
         })
+    }
+
+    /// These settings with `timeout` as the deadline of all of one tool call's store round
+    /// trips together, measured on the host clock of the store the call uses (the runtime
+    /// passes its `STATEFUL_TOOL_STORE_TIMEOUT_MS`; without it, 5 s).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Settings {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// These settings with the claim ids the calls' writes carry taken from `next` instead of
+    /// fresh random ones. A deterministic simulation passes a sequence drawn from its seed, so
+    /// that one seed replays one run exactly. `next` must never repeat an id: a call takes a
+    /// record carrying one of its claim ids for its own write.
+    pub fn with_claim_ids(mut self, next: impl Fn() -> String + Send + Sync + 'static) -> Settings {
+        self.claim_ids = ClaimIds::from_fn(next);
+        self
     }
 
     /// The credential check: the store answers, speaks a protocol with atomic creates, and
