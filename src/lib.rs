@@ -10,9 +10,6 @@ mod dispatch;
 mod error;
 mod request;
 mod serve;
-/// The deterministic simulation of the claim protocol (a test): beside the tools it drives.
-#[cfg(test)]
-mod sim;
 mod tools;
 mod trigger;
 

@@ -3,10 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::store::World;
-use crate::error::{ErrorClass, ToolError};
-use crate::tools::Answer;
+use crate::world::World;
 use event_store::record::{Record, Status};
+use stateful_tool::{Answer, ErrorClass, ToolError};
 
 /// What a task was asked to do.
 #[derive(Debug, Clone)]

@@ -1,10 +1,11 @@
 //! What the simulation counts and how its trace shows requests and answers.
 
-use super::store::{Op, StoreReply};
+use crate::world::{Op, StoreReply};
 
-/// The faults the scheduler injects, counted over all schedules.
+/// The faults the scheduler injects and the answers the calls give, counted over all
+/// schedules (printed with `{:?}` after a search, to show what a budget covered).
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Faults {
+pub struct Faults {
     pub(crate) late: u64,
     pub(crate) lost_answer: u64,
     pub(crate) failed_before: u64,
