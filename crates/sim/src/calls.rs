@@ -22,6 +22,7 @@ pub(crate) struct Task {
 }
 
 impl Sim {
+    /// Starts a call; it runs only when the scheduler polls it.
     fn spawn(&mut self, kind: Kind, fut: Running) -> usize {
         self.tasks.push(Task {
             call: Call { kind, writes: Default::default(), outcome: None, attempt: None, unchecked: false },
@@ -30,6 +31,8 @@ impl Sim {
         self.tasks.len() - 1
     }
 
+    /// A delivery of the event: the same content every time (never a conflict), sometimes
+    /// with a lease of its own. Returns the call's index.
     pub(crate) fn deliver(&mut self) -> usize {
         let mut p = Map::new();
         p.insert("event_id".into(), json!("sim"));
@@ -44,6 +47,7 @@ impl Sim {
         self.spawn(Kind::Deliver, fut)
     }
 
+    /// A run's `event_complete` of `attempt` as `target` (possibly stale or premature).
     pub(crate) fn complete(&mut self, attempt: u32, target: Status) {
         let text = json!({"event_id": "sim", "status": target.as_str(), "attempt": attempt}).to_string();
         let (store, settings) = (self.store.clone(), self.settings.clone());
