@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 use cli::call;
 use cli::package;
-use kv_container::admin;
+use kv_container::KvCommand;
 use stateful_tool::{serve, SERVE_ENV_HELP};
 
 #[derive(Parser)]
@@ -25,7 +25,7 @@ enum Command {
     Call(call::CallArgs),
     /// The HTTP key-value container that stores events durably.
     #[command(subcommand)]
-    Kv(admin::KvCommand),
+    Kv(KvCommand),
     /// Build the .difypkg package.
     Package(package::PackageArgs),
     /// Generate an RSA key pair (PKCS#1 PEM) for signing packages.
@@ -43,7 +43,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve => return serve_exit(serve()),
         Command::Call(args) => call::run(args),
-        Command::Kv(cmd) => admin::run(cmd),
+        Command::Kv(cmd) => kv_container::run(cmd),
         Command::Package(args) => package::run_package(args),
         Command::Keygen(args) => package::run_keygen(args),
         Command::Sign(args) => package::run_sign(args),

@@ -168,10 +168,11 @@ async fn claim<S: EventStore>(
         }
     }
     let now = store.clock().now_ms();
-    let ask = Ask { lease_ms: req.lease_ms, compared_as: req.compared_as };
+    let lease_ms = req.lease_ms;
+    let compared_as = req.compared_as;
     let fresh = req.first_claim(now, claims.new_id());
     let bytes = fresh.to_bytes();
-    let ttl = settings.ttl_for(ask.lease_ms);
+    let ttl = settings.ttl_for(lease_ms);
     for _ in 0..MAX_ROUNDS {
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &fresh.claim_id, timeout);
@@ -188,7 +189,9 @@ async fn claim<S: EventStore>(
             }
             Err(e) => return Err(fail(e)),
         };
-        if let Some(done) = settle(store, &fresh, ask, key, ttl, deadline, claims, existing).await? {
+        // Built only on this path: a new event's call never pays for it.
+        let this = Claim { key, fresh: &fresh, lease_ms, compared_as, ttl };
+        if let Some(done) = settle(store, &this, deadline, claims, existing).await? {
             return Ok(done);
         }
         // The record expired or was deleted between our steps: claim it afresh.
@@ -196,28 +199,33 @@ async fn claim<S: EventStore>(
     Err(ToolError::upstream(format!("the record under {key} kept changing; try again")))
 }
 
-/// What of a request its first-claim record does not hold.
-#[derive(Clone, Copy)]
-struct Ask {
+/// One claim of a delivery: what each of its writes (the create, then any take-over) carries
+/// and what an existing record is compared against, lent to [`settle`] as a plain struct by
+/// reference (no more work per round than the loose arguments it replaces).
+struct Claim<'a> {
+    /// The storage key of the event.
+    key: &'a str,
+    /// This call's own first-claim record: the request's id, type, payload, fingerprint and run.
+    fresh: &'a Record,
+    /// The lease a take-over stamps (store clock); `None` = never expires.
     lease_ms: Option<i64>,
+    /// How the payload was compared (`json`, `text`, `none`), named in a conflict.
     compared_as: &'static str,
+    /// The TTL every write of this claim carries.
+    ttl: std::time::Duration,
 }
 
 /// Decides against an existing record; re-claims it when its run failed or its lease
-/// expired (by the store's clock). `None` = the key vanished, claim from scratch. `fresh` is
-/// this call's own first-claim record: the request's id, type, payload, fingerprint and run.
-#[allow(clippy::too_many_arguments)]
+/// expired (by the store's clock). `None` = the key vanished, claim from scratch.
 async fn settle<S: EventStore>(
     store: &S,
-    fresh: &Record,
-    ask: Ask,
-    key: &str,
-    ttl: std::time::Duration,
+    this: &Claim<'_>,
     deadline: &Deadline,
     claims: &mut Claims,
     mut cur: Current,
 ) -> Result<Option<Answer>, ToolError> {
     let fail = |e| deadline.error(e);
+    let (key, fresh) = (this.key, this.fresh);
     for _ in 0..MAX_ROUNDS {
         let rec = decode(&cur.value, key)?;
         if claims.owns(&rec.claim_id) {
@@ -227,7 +235,7 @@ async fn settle<S: EventStore>(
             return Ok(Some(answer("accepted", rec, key, retry)));
         }
         if rec.fingerprint != fresh.fingerprint {
-            return Err(conflict(&rec, fresh, ask.compared_as));
+            return Err(conflict(&rec, fresh, this.compared_as));
         }
         if rec.status == Status::Processing && fresh.run_id.is_some() && rec.run_id == fresh.run_id {
             // The same workflow run calling again (Dify's node retry after an answer it never
@@ -242,7 +250,7 @@ async fn settle<S: EventStore>(
             status: Status::Processing,
             attempt: rec.attempt + 1,
             updated_at: format_time(cur.store_now_ms),
-            lease_until_ms: ask.lease_ms.map(|l| cur.store_now_ms + l),
+            lease_until_ms: this.lease_ms.map(|l| cur.store_now_ms + l),
             completed_at: None,
             result: None,
             claim_id: claims.new_id(),
@@ -252,7 +260,7 @@ async fn settle<S: EventStore>(
         };
         let timeout = deadline.share().map_err(fail)?;
         let until = claims.push(store.clock(), &next.claim_id, timeout);
-        match store.swap(key, &cur.version, Write { value: &next.to_bytes(), ttl, until }, timeout).await {
+        match store.swap(key, &cur.version, Write { value: &next.to_bytes(), ttl: this.ttl, until }, timeout).await {
             Ok(Swapped::Swapped) => return Ok(Some(answer_of("accepted", next, key, true, false, Some(reason)))),
             Ok(Swapped::Changed(Some(newer))) => cur = newer,
             Ok(Swapped::Changed(None)) => return Ok(None),

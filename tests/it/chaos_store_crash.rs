@@ -160,7 +160,7 @@ async fn kv_container_kill9_under_load_loses_no_accepted_event() {
     let held = verify(&ps[0], &url, &calls, &ids, outage, restarted, read).await;
     // And nothing but those records is on disk.
     kv.terminate();
-    let inv = kv_container::server::inventory(dir.path()).unwrap();
+    let inv = kv_container::inventory(dir.path()).unwrap();
     assert_eq!(inv.records as usize, held, "records on disk: {inv:?}");
 }
 

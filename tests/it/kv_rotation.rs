@@ -11,7 +11,7 @@ use reqwest::{Client, StatusCode};
 use crate::support::kv::KvServer;
 
 const WRITERS: usize = 16;
-/// How long the load runs before, between and after the two changes.
+/// How long the load runs at least before, between and after the two changes.
 const PHASE: Duration = Duration::from_secs(2);
 
 /// Polls `f` until it returns true, failing after 30 s.
@@ -21,6 +21,14 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut f: impl Fn
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Lets the load run for a phase: `PHASE`, and then until the writers have made `WRITERS` more
+/// requests (on a loaded machine the phase lasts longer instead of the test failing).
+async fn phase(made: &AtomicU64) {
+    let target = made.load(SeqCst) + WRITERS as u64;
+    tokio::time::sleep(PHASE).await;
+    until("the writers made requests in this phase", || async move { made.load(SeqCst) >= target }).await;
 }
 
 async fn status(http: &Client, url: &str, token: &str) -> StatusCode {
@@ -38,9 +46,12 @@ async fn rotation_under_load_loses_no_request() {
     let current: Arc<Mutex<(u64, &'static str)>> = Arc::new(Mutex::new((0, "old-token")));
     let answered: Arc<Vec<AtomicU64>> = Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
+    // Requests answered by all writers: each phase waits for some, rather than assume a pace.
+    let made = Arc::new(AtomicU64::new(0));
     let mut writers = vec![];
     for w in 0..WRITERS {
         let (url, current, answered, stop) = (url.clone(), current.clone(), answered.clone(), stop.clone());
+        let made = made.clone();
         writers.push(tokio::spawn(async move {
             let http = Client::new();
             let mut failures = vec![];
@@ -59,13 +70,14 @@ async fn rotation_under_load_loses_no_request() {
                     other => failures.push(format!("writer {w} request {n} with {token}: {other:?}")),
                 }
                 answered[w].store(generation, SeqCst);
+                made.fetch_add(1, SeqCst);
                 n += 1;
             }
             (n, failures)
         }));
     }
     let probe = Client::new();
-    tokio::time::sleep(PHASE).await;
+    phase(&made).await;
     // Change 1: the new token joins the old one.
     std::fs::write(&file, "* root\nacme old-token\nacme new-token\n").unwrap();
     server.hangup();
@@ -74,13 +86,13 @@ async fn rotation_under_load_loses_no_request() {
     *current.lock().unwrap() = (1, "new-token");
     // Every writer has moved on: no request with the old token is still to come.
     until("every writer uses the new token", || async { answered.iter().all(|a| a.load(SeqCst) == 1) }).await;
-    tokio::time::sleep(PHASE).await;
+    phase(&made).await;
     // Change 2: the old token leaves.
     std::fs::write(&file, "* root\nacme new-token\n").unwrap();
     server.hangup();
     until("the old token is refused", || async { status(&probe, &url, "old-token").await == StatusCode::UNAUTHORIZED })
         .await;
-    tokio::time::sleep(PHASE).await;
+    phase(&made).await;
     stop.store(true, SeqCst);
     let mut total = 0;
     for w in writers {

@@ -139,7 +139,7 @@ async fn purge_deletes_expired_keys_from_disk() {
     }
     assert!(server.terminate().success());
 
-    let inv = kv_container::server::inventory(dir.path()).unwrap();
+    let inv = kv_container::inventory(dir.path()).unwrap();
     assert_eq!(inv.records, 1, "only the key without TTL is left on disk");
     assert_eq!(inv.expiry_entries, 0);
 

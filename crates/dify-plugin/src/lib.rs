@@ -23,6 +23,20 @@
 //! [`Session::invoke`]) and keeps data in Dify's storage ([`Session::storage`]), on the duplex
 //! runtimes (stdio, remote debugging).
 //!
+//! Features (both default):
+//!
+//! - `http`: the serverless and aws_lambda runtimes ([`runtime::serverless`], through axum).
+//!   Without it a plugin has stdio and remote debugging only, and `INSTALL_METHOD=serverless`
+//!   is refused with an [`Error::Setting`].
+//! - `logging`: [`logging::init`], the `tracing` subscriber that writes stderr and turns records
+//!   into the daemon's `log` events while a session loop runs (through `tracing-subscriber`).
+//!   Without it the runtimes' `tracing` records go to whatever subscriber the host installs,
+//!   never as `log` events.
+//!
+//! Platforms: the stdio runtime ([`runtime::stdio`]) is Unix-only (`cfg(unix)`: it drives the
+//! daemon's pipes as non-blocking file descriptors and watches the parent process); elsewhere `INSTALL_METHOD=local` is refused
+//! with an [`Error::Setting`], and remote debugging and HTTP work.
+//!
 //! Not yet: backwards invocation in the serverless runtimes ([`BackwardsError::Unsupported`]),
 //! typed wrappers for invocation types other than storage, files and blobs, i18n
 //! declarations.

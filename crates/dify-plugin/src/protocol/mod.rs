@@ -18,7 +18,9 @@ pub use backwards::{BackwardsCall, BackwardsError, BackwardsOptions, RequestIds}
 pub use caller::Caller;
 pub use inbound::{Inbound, InboundError};
 pub use request::{raw_str, Fields, Name, RequestData};
+#[cfg(feature = "logging")]
+pub(crate) use session::LogPort;
+pub(crate) use session::Outbox;
 pub use session::Session;
-pub(crate) use session::{LogPort, Outbox};
 pub use storage::Storage;
 pub use wire::{Line, LineReader};

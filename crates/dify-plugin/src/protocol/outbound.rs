@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// A `session` event line (with trailing newline):
 /// `{"event":"session","session_id":…,"data":{"type":…,"data":…}}`. Written field by field
@@ -175,9 +175,10 @@ fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 }
 
 /// A `log` event line; the daemon logs it with the plugin's id.
+#[cfg(feature = "logging")]
 pub(crate) fn log_line(level: &str, message: &str) -> Vec<u8> {
     let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let mut line = serde_json::to_vec(&json!({
+    let mut line = serde_json::to_vec(&serde_json::json!({
         "event": "log",
         "data": { "level": level, "message": message, "timestamp": ts },
     }))
@@ -188,6 +189,8 @@ pub(crate) fn log_line(level: &str, message: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     /// What the lines were before they were written by hand: serde_json over `json!`.
@@ -289,11 +292,16 @@ mod tests {
     }
 
     #[test]
-    fn log_lines_are_single_json_objects() {
+    fn session_lines_are_single_json_objects() {
         let l = session_line("s", "end", &json!({}));
         assert_eq!(l.last(), Some(&b'\n'));
         let v: Value = serde_json::from_slice(&l).unwrap();
         assert_eq!(v["data"], json!({"type":"end","data":{}}));
+    }
+
+    #[cfg(feature = "logging")]
+    #[test]
+    fn log_lines_are_single_json_objects() {
         let v: Value = serde_json::from_slice(&log_line("INFO", "a\nb")).unwrap();
         assert!(v["data"]["timestamp"].is_f64());
     }

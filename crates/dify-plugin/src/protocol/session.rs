@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 
 use super::backwards::{BackwardsCall, BackwardsError, Calls};
 use super::caller::Caller;
-use super::outbound::{log_line, session_line, write_answer_end_lines, ToolAnswer};
+use super::outbound::{session_line, write_answer_end_lines, ToolAnswer};
 use super::storage::Storage;
 
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
@@ -65,6 +65,7 @@ impl Outbox {
 
     /// A port for `log` events that does not keep the writer alive (the writer ends when
     /// the last `Outbox` is dropped, and a logger lives longer than any session loop).
+    #[cfg(feature = "logging")]
     pub(crate) fn log_port(&self) -> LogPort {
         LogPort(self.tx.downgrade())
     }
@@ -72,13 +73,15 @@ impl Outbox {
 
 /// Queues `log` events without waiting: a logging call must never block (the writer may be
 /// on the same thread), so a full queue or a finished writer refuses the line instead.
+#[cfg(feature = "logging")]
 #[derive(Clone)]
 pub(crate) struct LogPort(mpsc::WeakSender<Vec<u8>>);
 
+#[cfg(feature = "logging")]
 impl LogPort {
     /// True when the line was queued.
     pub(crate) fn try_log(&self, level: &str, message: &str) -> bool {
-        self.0.upgrade().is_some_and(|tx| tx.try_send(log_line(level, message)).is_ok())
+        self.0.upgrade().is_some_and(|tx| tx.try_send(super::outbound::log_line(level, message)).is_ok())
     }
 }
 

@@ -33,6 +33,7 @@ where
     let (outbox, writer) = Outbox::new(output, OUTBOX_DEPTH);
     let outbox = outbox.with_calls(calls.clone());
     // Until this loop ends, log records become `log` events on this stream (per `opts.logs`).
+    #[cfg(feature = "logging")]
     let _logs = crate::logging::attach(outbox.log_port(), opts.logs);
     let work = drive(input, outbox, calls, app, opts);
     tokio::pin!(writer, work);

@@ -50,6 +50,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `kv reload`: which container to tell to re-read its tokens file.
 #[derive(clap::Args)]
 pub struct ReloadArgs {
     /// `http(s)://host:port` of the KV container (`?tls_ca=…` as in the plugin's kv_url).
@@ -66,6 +67,7 @@ pub(crate) fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `kv ls`: which store, and which keys.
 #[derive(clap::Args)]
 pub struct LsArgs {
     /// `http(s)://host:port` of a KV container, or a `redis://` / `rediss://` URL.
@@ -82,6 +84,7 @@ pub struct LsArgs {
     pub(crate) limit: u64,
 }
 
+/// `kv get`: which store, and which key.
 #[derive(clap::Args)]
 pub struct GetArgs {
     /// The storage key (`kv ls` shows them), e.g. `evt_EVT-1`.
@@ -92,6 +95,7 @@ pub struct GetArgs {
     pub(crate) token: Option<String>,
 }
 
+/// `kv backup`: a running container or a stopped one's data, and where the snapshot goes.
 #[derive(clap::Args)]
 pub struct BackupArgs {
     /// Online: the running KV container (`GET /backup`, one consistent snapshot).
@@ -107,6 +111,7 @@ pub struct BackupArgs {
     pub(crate) out: PathBuf,
 }
 
+/// `kv restore`: the snapshot, and the empty data directory it goes into.
 #[derive(clap::Args)]
 pub struct RestoreArgs {
     /// A file written by `kv backup`.

@@ -39,6 +39,7 @@ const CACHE_BYTES: usize = 64 << 20;
 /// records of 540 bytes: 2,499 data pages in one pass, 1,949 in four, 1,900 in eight).
 const PASSES: u32 = 8;
 
+/// `kv compact`: the stopped store's data directory.
 #[derive(clap::Args)]
 pub struct CompactArgs {
     /// Data directory of a stopped KV container.

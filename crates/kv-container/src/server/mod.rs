@@ -63,7 +63,7 @@ use anyhow::Context;
 pub use app::Container;
 pub(crate) use backup::{backup_dir, read_snapshot, restore, Summary};
 pub(crate) use compact::run as compact;
-pub use compact::CompactArgs;
+pub(crate) use compact::CompactArgs;
 pub(crate) use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;
@@ -72,6 +72,7 @@ pub use record::ServerClock;
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// `kv check`: the stopped store's data directory.
 #[derive(clap::Args)]
 pub struct CheckArgs {
     /// Data directory (the server must not be running on it).
@@ -79,6 +80,7 @@ pub struct CheckArgs {
     pub(crate) data: std::path::PathBuf,
 }
 
+/// `kv serve`: where to listen, the data directory, tokens, TLS, durability and limits.
 #[derive(clap::Args)]
 #[command(after_help = ENV_HELP)]
 pub struct ServeArgs {

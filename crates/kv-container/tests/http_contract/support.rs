@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
-use kv_container::server::{Container, ServerClock};
+use kv_container::{Container, ServerClock};
 use tower::ServiceExt;
 
 /// Where the store's clock starts (unix ms).

@@ -233,7 +233,8 @@ type Latest = Option<Result<Arc<Snapshot>, String>>;
 struct State {
     latest: Latest,
     running: bool,
-    next_at: Option<Instant>,
+    /// On tokio's clock, so a test can move it (paused time) instead of waiting for it.
+    next_at: Option<tokio::time::Instant>,
 }
 
 /// The cache in front of [`scan`]; at most one scan runs at a time.
@@ -269,7 +270,7 @@ impl Census {
             notified.as_mut().enable();
             let (latest, running) = {
                 let mut s = self.lock();
-                if !s.running && s.next_at.is_none_or(|t| Instant::now() >= t) {
+                if !s.running && s.next_at.is_none_or(|t| tokio::time::Instant::now() >= t) {
                     s.running = true;
                     self.clone().refresh(engine.clone());
                 }
@@ -291,12 +292,12 @@ impl Census {
     /// Scans in a task of its own, so a client that goes away cannot leave `running` set.
     fn refresh(self: Arc<Self>, engine: Engine) {
         tokio::spawn(async move {
-            let started = Instant::now();
+            let started = tokio::time::Instant::now();
             let result = self.scan(&engine).await.map(Arc::new);
             let mut s = self.lock();
             s.latest = Some(result);
             s.running = false;
-            s.next_at = Some(Instant::now() + self.interval.max(started.elapsed() * 20));
+            s.next_at = Some(tokio::time::Instant::now() + self.interval.max(started.elapsed() * 20));
             drop(s);
             self.done.notify_waiters();
         });

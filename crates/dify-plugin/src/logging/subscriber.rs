@@ -1,12 +1,5 @@
-//! Logs: on stderr until the protocol is up, then as protocol `log` events at their level.
-//!
-//! The daemon logs every stderr line of a plugin as `WARN plugin stderr`, whatever it says,
-//! but logs a `log` event at the level it carries. So while a session loop talks to the
-//! daemon, every log record becomes a `log` event queued to the one protocol writer; before
-//! (start-up failures) and after (exit reasons) it goes to stderr. The remote-debugging
-//! daemon drops `log` events ("logs stay on the client side"), so there they are also
-//! written to stderr, the developer's terminal. Secrets are kept out at the call sites:
-//! nothing here adds request data to a message.
+//! The `tracing` subscriber of the `logging` feature: a stderr layer, and the layer that turns
+//! records into the daemon's `log` events while a session loop is attached.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,18 +11,8 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{filter, Layer};
 
+use super::LogRoute;
 use crate::protocol::LogPort;
-
-/// Where a session loop's log records go while it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogRoute {
-    /// stderr only (tests, the HTTP runtime, anything not driven by the daemon's stream).
-    Stderr,
-    /// `log` events only (stdio under the daemon).
-    Protocol,
-    /// `log` events, and stderr too (remote debugging: the daemon drops the events).
-    ProtocolAndStderr,
-}
 
 struct Attached {
     port: LogPort,
