@@ -6,7 +6,7 @@
 //! checked first, and nothing is written to it, not even redb's "open" marker. The copy is
 //! `kv.redb.compact` beside it, written in batches (its memory is the two page caches,
 //! whatever the store's size), fsync'd, checked against the records copied, and only then,
-//! if it is smaller, renamed over `kv.redb` (then the directory is fsync'd). A kill at any point before the
+//! if it holds fewer blocks on disk and is no longer, renamed over `kv.redb` (then the directory is fsync'd). A kill at any point before the
 //! rename leaves the original byte for byte as it was and a `.compact` leftover, which the
 //! next run deletes; after it the store is the copy, complete.
 
@@ -53,11 +53,15 @@ pub(crate) struct Compacted {
     pub(crate) records: u64,
     /// Their keys and stored values, in bytes.
     pub(crate) record_bytes: u64,
+    /// The file's length before and after.
     pub(crate) before: u64,
     pub(crate) after: u64,
+    /// The blocks it holds on disk after (`st_blocks` × 512): redb reserves file length ahead
+    /// of its pages, as a hole that costs no disk until written.
+    pub(crate) after_on_disk: u64,
     /// A `.compact` file of an interrupted run was deleted first.
     pub(crate) leftover_removed: bool,
-    /// The copy replaced the data file; not when it would have been no smaller.
+    /// The copy replaced the data file; not when it would have held no fewer blocks.
     pub(crate) replaced: bool,
 }
 
@@ -75,19 +79,22 @@ pub(crate) fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let per_record = |bytes: u64| bytes.checked_div(done.records).unwrap_or(0);
     if !done.replaced {
         println!(
-            "nothing to give back: a copy of {} would be no smaller than its {} bytes ({} records); left as it was",
+            "nothing to give back: a copy of {} would hold no less disk than its {} bytes ({} long; {} records); left as it was",
             path.display(),
+            done.after_on_disk,
             done.before,
             done.records
         );
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "compacted {}: {} -> {} bytes ({} records, {} bytes per record on disk for {} of key and value)",
+        "compacted {}: {} -> {} bytes long, {} on disk ({} records: {} bytes per record on disk, {} of file length, for {} of key and value)",
         path.display(),
         done.before,
         done.after,
+        done.after_on_disk,
         done.records,
+        per_record(done.after_on_disk),
         per_record(done.after),
         per_record(done.record_bytes),
     );
@@ -104,7 +111,7 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
         std::fs::remove_file(&copy).with_context(|| format!("removing the leftover {}", copy.display()))?;
         sync_dir(dir)?;
     }
-    let before = std::fs::metadata(&path)?.len();
+    let (before, before_on_disk) = (std::fs::metadata(&path)?.len(), on_disk(&path)?);
     let never: StopWhen = Arc::new(|| false);
     let source = match quietly(|| verify_pages(&path, never, View::Stopped)) {
         Ok(Ok(Some(db))) => db,
@@ -123,13 +130,25 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
     };
     drop(source);
     let copy_len = std::fs::metadata(&copy)?.len();
-    if copy_len >= before {
+    // Judged on the blocks each file holds as well as its length: redb grows a file below
+    // 4 GiB by doubling it, so a copy of a store that lost a tenth often has the same length
+    // while holding far fewer blocks (its unwritten tail is a hole). It replaces the
+    // original when it is no longer and holds fewer blocks.
+    if copy_len > before || on_disk(&copy)? >= before_on_disk {
         // Nothing to give back (a small store, or one whose file the copy fills as much):
         // the original stays, untouched.
         std::fs::remove_file(&copy)?;
         sync_dir(dir)?;
-        let (records, record_bytes) = (copied.records, copied.bytes);
-        return Ok(Compacted { records, record_bytes, before, after: before, leftover_removed, replaced: false });
+        let (records, record_bytes, after_on_disk) = (copied.records, copied.bytes, on_disk(&path)?);
+        return Ok(Compacted {
+            records,
+            record_bytes,
+            before,
+            after: before,
+            after_on_disk,
+            leftover_removed,
+            replaced: false,
+        });
     }
     std::fs::rename(&copy, &path).with_context(|| format!("renaming {} to {}", copy.display(), path.display()))?;
     sync_dir(dir)?;
@@ -139,9 +158,16 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
         record_bytes: copied.bytes,
         before,
         after,
+        after_on_disk: on_disk(&path)?,
         leftover_removed,
         replaced: true,
     })
+}
+
+/// The bytes `path` holds on disk (its blocks, as `du` counts them).
+fn on_disk(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(path)?.blocks() * 512)
 }
 
 /// What the copy holds.
@@ -230,4 +256,4 @@ fn pass_of(key: &str) -> u32 {
 
 #[cfg(test)]
 #[path = "compact_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -41,7 +41,7 @@ fn records(dir: &Path) -> BTreeMap<String, StoredValue> {
 
 /// A store of `n` records (every fifth without a TTL, one already expired at `T0 + 1000`),
 /// then every other record deleted, as a purge of a large backlog leaves it.
-async fn thinned_store(dir: &Path, n: u64) {
+pub(crate) async fn thinned_store(dir: &Path, n: u64) {
     let (clock, _) = ServerClock::manual(T0);
     let (engine, writer) = Engine::open_cached(dir, DurabilityMode::Immediate, clock, DEFAULT_CACHE_MB << 20).unwrap();
     let write = |op| engine.write(op);

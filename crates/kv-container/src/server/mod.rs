@@ -49,6 +49,7 @@ mod tokens;
 mod tracked;
 mod ttl;
 mod ui;
+mod usage;
 mod verify;
 mod writer;
 
@@ -67,6 +68,7 @@ pub use compact::CompactArgs;
 pub(crate) use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;
+pub(crate) use usage::run as usage;
 pub use record::ServerClock;
 
 /// How long shutdown waits for in-flight requests before closing connections.
