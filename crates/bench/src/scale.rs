@@ -123,7 +123,9 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         let (backup_s, backup_bytes) = backup(server.addr).await?;
-        let integrity_check_s = integrity(&mut http).await?;
+        // A connection of its own: `http` sat idle through the claims and the backup, longer
+        // than the container's idle timeout (30 s) at 10 M records, and was closed.
+        let integrity_check_s = integrity(&mut Http::connect(server.addr).await?).await?;
         let claims_after_check = claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));

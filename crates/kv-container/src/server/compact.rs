@@ -15,8 +15,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
-use redb::{Database, Durability, ReadableTable, ReadableTableMetadata};
+use redb::{AccessGuard, Database, Durability, ReadableTable, ReadableTableMetadata, StorageError};
 
+use super::compact_plan::{Pass, Planned};
 use super::counts::{self, Counter};
 use super::open::{quietly, refuse_if_open_elsewhere, sync_dir, Damaged, DB_FILE};
 use super::record::{system_now_ms, StoredValue};
@@ -31,13 +32,6 @@ const BATCH: usize = 4096;
 
 /// Page cache of the copy while it is written (the original is read through the check's).
 const CACHE_BYTES: usize = 64 << 20;
-
-/// The copy fills its pages in this many passes over the original, each taking the keys of
-/// one hash class in key order. One pass (key order) leaves every page half full: redb splits a
-/// full page in two and appends go to the right half only. Spread over several passes, each
-/// page receives keys between those already there and fills further before it splits (10,000
-/// records of 540 bytes: 2,499 data pages in one pass, 1,949 in four, 1,900 in eight).
-const PASSES: u32 = 8;
 
 #[derive(clap::Args)]
 pub struct CompactArgs {
@@ -183,8 +177,13 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
     let data = read.open_table(DATA)?;
     let mut target = Database::builder().set_cache_size(CACHE_BYTES).create(to)?;
     let (mut records, mut bytes) = (0u64, 0u64);
-    for pass in 0..PASSES {
-        let mut entries = data.iter()?.filter(|e| e.as_ref().map_or(true, |(k, _)| pass_of(k.value()) == pass));
+    // Two passes over the source, each planning the same runs (see `compact_plan`).
+    for pass in [Pass::First, Pass::Second] {
+        let live = data.iter()?.filter(|e| e.as_ref().map_or(true, |(_, raw)| is_live(raw.value(), now)));
+        let size_of = |e: &Result<(AccessGuard<&str>, AccessGuard<&[u8]>), StorageError>| {
+            e.as_ref().ok().map(|(k, raw)| k.value().len() + raw.value().len())
+        };
+        let mut entries = Planned::new(live, size_of).filter(|(_, p)| *p == pass).map(|(e, _)| e);
         loop {
             let mut txn = target.begin_write()?;
             // Each batch durable: pages a batch replaces are reused by the next ones (with no
@@ -198,10 +197,6 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
                     let (key, raw) = entry?;
                     let (key, raw) = (key.value(), raw.value());
                     let rec = StoredValue::decode(raw).with_context(|| format!("the record under key {key:?}"))?;
-                    taken += 1;
-                    if !rec.is_live(now) {
-                        continue;
-                    }
                     // The stored bytes as they are: ETag, times and checksum travel unchanged.
                     out.insert(key, raw)?;
                     if rec.expires_ms != 0 {
@@ -210,6 +205,7 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
                     counter.added(key, &rec.value, rec.modified_ms)?;
                     records += 1;
                     bytes += (key.len() + raw.len()) as u64;
+                    taken += 1;
                     if taken == BATCH {
                         break;
                     }
@@ -249,9 +245,10 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
     Ok(Copied { records, bytes })
 }
 
-/// The pass of the copy that takes `key`.
-fn pass_of(key: &str) -> u32 {
-    crc32fast::hash(key.as_bytes()) % PASSES
+/// Whether the stored bytes are a record still live at `now`; a record that does not decode
+/// counts as live, so the copy meets it and fails on it instead of leaving it out.
+fn is_live(raw: &[u8], now: u64) -> bool {
+    StoredValue::decode(raw).map_or(true, |rec| rec.is_live(now))
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod backup;
 mod batch;
 mod claims;
 mod compact;
+mod compact_plan;
 mod conn;
 mod counts;
 #[cfg(test)]
