@@ -248,8 +248,7 @@ async fn integrity(http: &mut Http) -> anyhow::Result<f64> {
 
 /// `stateful-tool kv <command> --data` on the stopped store: what it printed.
 fn kv(exe: &Path, command: &str, data: &Path) -> anyhow::Result<String> {
-    let out =
-        Command::new(exe).args(["kv", command, "--data"]).arg(data).env("STATEFUL_TOOL_LOG", "warn").output()?;
+    let out = Command::new(exe).args(["kv", command, "--data"]).arg(data).env("STATEFUL_TOOL_LOG", "warn").output()?;
     ensure!(out.status.success(), "kv {command} failed: {}", String::from_utf8_lossy(&out.stderr));
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -69,8 +69,8 @@ pub use compact::CompactArgs;
 pub(crate) use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;
-pub(crate) use usage::run as usage;
 pub use record::ServerClock;
+pub(crate) use usage::run as usage;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

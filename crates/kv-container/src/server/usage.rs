@@ -108,13 +108,7 @@ pub(crate) fn of(db: &Database, file_len: u64, on_disk: u64) -> anyhow::Result<U
     // redb counts the pages in use only in a write transaction; on the check's view its
     // writes stay in memory, and it is dropped uncommitted.
     let stats = db.begin_write()?.stats()?;
-    Ok(Usage {
-        file_len,
-        on_disk,
-        page_size: stats.page_size() as u64,
-        pages_in_use: stats.allocated_pages(),
-        tables,
-    })
+    Ok(Usage { file_len, on_disk, page_size: stats.page_size() as u64, pages_in_use: stats.allocated_pages(), tables })
 }
 
 /// `kv usage --data DIR`: prints where the bytes go; exit 1 when there is no store.
@@ -151,7 +145,9 @@ pub(crate) fn report(u: &Usage) -> String {
         u.on_disk / records,
         in_use / records,
     );
-    out.push_str("table           entries  leaf pages  branch pages  stored MB  overhead MB  unused in pages MB  page fill\n");
+    out.push_str(
+        "table           entries  leaf pages  branch pages  stored MB  overhead MB  unused in pages MB  page fill\n",
+    );
     for t in &u.tables {
         let used = t.stored + t.overhead;
         let fill = 100.0 * used as f64 / (used + t.unused).max(1) as f64;

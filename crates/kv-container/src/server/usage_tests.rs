@@ -1,7 +1,7 @@
 //! `kv usage`: its records and bytes equal a full scan's, its page counts fit the file, and it
 //! writes nothing to the file it measures.
 
-use redb::{ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 
 use super::*;
 use crate::server::compact::tests::thinned_store;
