@@ -22,6 +22,7 @@ fn the_scale_section_fills_measures_deletes_and_compacts_each_size() {
     let printed = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{printed}\n{}", String::from_utf8_lossy(&run.stderr));
     assert!(printed.contains("KV container at size (--cache-mb 16;"), "{printed}");
+    assert!(printed.contains("Disk after −10 % and kv compact at 2500 records:"), "{printed}");
     let summary: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let scale = &summary["scale"];
     assert_eq!(scale["cache_mb"], 16);
@@ -31,7 +32,9 @@ fn the_scale_section_fills_measures_deletes_and_compacts_each_size() {
     let records: Vec<u64> = rows.iter().map(|r| r["records"].as_u64().unwrap()).collect();
     assert_eq!(records, [2500, 4000], "{scale}");
     for r in rows {
-        for figure in ["file_bytes", "compacted_file_bytes", "record_bytes", "deleted"] {
+        for figure in
+            ["file_bytes", "file_disk_bytes", "compacted_file_bytes", "compacted_disk_bytes", "record_bytes", "deleted"]
+        {
             assert!(r[figure].as_u64().unwrap() > 0, "{figure}: {r}");
         }
         for figure in
@@ -44,8 +47,10 @@ fn the_scale_section_fills_measures_deletes_and_compacts_each_size() {
             assert!(r[claims]["p50_ms"].as_f64().unwrap() <= r[claims]["p99_ms"].as_f64().unwrap(), "{r}");
         }
         assert!(r["record_bytes"].as_u64().unwrap() > 400, "records of the plugin's shape: {r}");
-        // A copy no smaller than the file is not kept (at this size the file's growth step decides).
+        // A copy that is longer or holds no fewer blocks is not kept.
         assert!(r["compacted_file_bytes"].as_u64() <= r["before_compact_file_bytes"].as_u64(), "{r}");
+        assert!(r["compacted_disk_bytes"].as_u64() <= r["before_compact_disk_bytes"].as_u64(), "{r}");
+        assert!(r["usage_after_compact"].as_str().unwrap().contains("kv_data_v1"), "{r}");
     }
     // A tenth of the records filled for each size: 1,000 (500 were the empty store's claims),
     // then 600 more to reach 3,000 live (2,400 left after the first).

@@ -1,6 +1,6 @@
 //! The `kv` subcommands: `kv serve` and `kv check` (the KV container itself), and the operator
 //! commands against a store: `kv ls`, `kv get` (KV container or Redis), `kv backup`,
-//! `kv restore` and `kv compact` (KV container), and `kv reload` (re-read a running
+//! `kv restore`, `kv compact` and `kv usage` (KV container), and `kv reload` (re-read a running
 //! container's tokens file).
 
 mod show;
@@ -32,6 +32,9 @@ pub enum KvCommand {
     /// Give the space of deleted and purged records back: a stopped store's live records
     /// are copied into a new data file that replaces the old one.
     Compact(server::CompactArgs),
+    /// Where a stopped store's disk goes: file length and blocks on disk, per table the bytes
+    /// of keys and values, overhead and unused page space, and per record.
+    Usage(server::CheckArgs),
     /// Make a running KV container re-read its --tokens-file (as SIGHUP does).
     Reload(ReloadArgs),
 }
@@ -46,6 +49,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
         KvCommand::Restore(args) => restore(args),
         KvCommand::Check(args) => server::check(&args.data),
         KvCommand::Compact(args) => server::compact(&args),
+        KvCommand::Usage(args) => server::usage(&args.data),
         KvCommand::Reload(args) => reload(args),
     }
 }

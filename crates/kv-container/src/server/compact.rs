@@ -6,7 +6,7 @@
 //! checked first, and nothing is written to it, not even redb's "open" marker. The copy is
 //! `kv.redb.compact` beside it, written in batches (its memory is the two page caches,
 //! whatever the store's size), fsync'd, checked against the records copied, and only then,
-//! if it is smaller, renamed over `kv.redb` (then the directory is fsync'd). A kill at any point before the
+//! if it holds fewer blocks on disk and is no longer, renamed over `kv.redb` (then the directory is fsync'd). A kill at any point before the
 //! rename leaves the original byte for byte as it was and a `.compact` leftover, which the
 //! next run deletes; after it the store is the copy, complete.
 
@@ -15,8 +15,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
-use redb::{Database, Durability, ReadableTable, ReadableTableMetadata};
+use redb::{AccessGuard, Database, Durability, ReadableTable, ReadableTableMetadata, StorageError};
 
+use super::compact_plan::{Pass, Planned};
 use super::counts::{self, Counter};
 use super::open::{quietly, refuse_if_open_elsewhere, sync_dir, Damaged, DB_FILE};
 use super::record::{system_now_ms, StoredValue};
@@ -31,13 +32,6 @@ const BATCH: usize = 4096;
 
 /// Page cache of the copy while it is written (the original is read through the check's).
 const CACHE_BYTES: usize = 64 << 20;
-
-/// The copy fills its pages in this many passes over the original, each taking the keys of
-/// one hash class in key order. One pass (key order) leaves every page half full: redb splits a
-/// full page in two and appends go to the right half only. Spread over several passes, each
-/// page receives keys between those already there and fills further before it splits (10,000
-/// records of 540 bytes: 2,499 data pages in one pass, 1,949 in four, 1,900 in eight).
-const PASSES: u32 = 8;
 
 /// `kv compact`: the stopped store's data directory.
 #[derive(clap::Args)]
@@ -54,11 +48,15 @@ pub(crate) struct Compacted {
     pub(crate) records: u64,
     /// Their keys and stored values, in bytes.
     pub(crate) record_bytes: u64,
+    /// The file's length before and after.
     pub(crate) before: u64,
     pub(crate) after: u64,
+    /// The blocks it holds on disk after (`st_blocks` × 512): redb reserves file length ahead
+    /// of its pages, as a hole that costs no disk until written.
+    pub(crate) after_on_disk: u64,
     /// A `.compact` file of an interrupted run was deleted first.
     pub(crate) leftover_removed: bool,
-    /// The copy replaced the data file; not when it would have been no smaller.
+    /// The copy replaced the data file; not when it would have held no fewer blocks.
     pub(crate) replaced: bool,
 }
 
@@ -76,19 +74,22 @@ pub(crate) fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let per_record = |bytes: u64| bytes.checked_div(done.records).unwrap_or(0);
     if !done.replaced {
         println!(
-            "nothing to give back: a copy of {} would be no smaller than its {} bytes ({} records); left as it was",
+            "nothing to give back: a copy of {} would hold no less disk than its {} bytes ({} long; {} records); left as it was",
             path.display(),
+            done.after_on_disk,
             done.before,
             done.records
         );
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "compacted {}: {} -> {} bytes ({} records, {} bytes per record on disk for {} of key and value)",
+        "compacted {}: {} -> {} bytes long, {} on disk ({} records: {} bytes per record on disk, {} of file length, for {} of key and value)",
         path.display(),
         done.before,
         done.after,
+        done.after_on_disk,
         done.records,
+        per_record(done.after_on_disk),
         per_record(done.after),
         per_record(done.record_bytes),
     );
@@ -105,7 +106,7 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
         std::fs::remove_file(&copy).with_context(|| format!("removing the leftover {}", copy.display()))?;
         sync_dir(dir)?;
     }
-    let before = std::fs::metadata(&path)?.len();
+    let (before, before_on_disk) = (std::fs::metadata(&path)?.len(), on_disk(&path)?);
     let never: StopWhen = Arc::new(|| false);
     let source = match quietly(|| verify_pages(&path, never, View::Stopped)) {
         Ok(Ok(Some(db))) => db,
@@ -124,13 +125,25 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
     };
     drop(source);
     let copy_len = std::fs::metadata(&copy)?.len();
-    if copy_len >= before {
+    // Judged on the blocks each file holds as well as its length: redb grows a file below
+    // 4 GiB by doubling it, so a copy of a store that lost a tenth often has the same length
+    // while holding far fewer blocks (its unwritten tail is a hole). It replaces the
+    // original when it is no longer and holds fewer blocks.
+    if copy_len > before || on_disk(&copy)? >= before_on_disk {
         // Nothing to give back (a small store, or one whose file the copy fills as much):
         // the original stays, untouched.
         std::fs::remove_file(&copy)?;
         sync_dir(dir)?;
-        let (records, record_bytes) = (copied.records, copied.bytes);
-        return Ok(Compacted { records, record_bytes, before, after: before, leftover_removed, replaced: false });
+        let (records, record_bytes, after_on_disk) = (copied.records, copied.bytes, on_disk(&path)?);
+        return Ok(Compacted {
+            records,
+            record_bytes,
+            before,
+            after: before,
+            after_on_disk,
+            leftover_removed,
+            replaced: false,
+        });
     }
     std::fs::rename(&copy, &path).with_context(|| format!("renaming {} to {}", copy.display(), path.display()))?;
     sync_dir(dir)?;
@@ -140,9 +153,16 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
         record_bytes: copied.bytes,
         before,
         after,
+        after_on_disk: on_disk(&path)?,
         leftover_removed,
         replaced: true,
     })
+}
+
+/// The bytes `path` holds on disk (its blocks, as `du` counts them).
+fn on_disk(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(path)?.blocks() * 512)
 }
 
 /// What the copy holds.
@@ -158,8 +178,13 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
     let data = read.open_table(DATA)?;
     let mut target = Database::builder().set_cache_size(CACHE_BYTES).create(to)?;
     let (mut records, mut bytes) = (0u64, 0u64);
-    for pass in 0..PASSES {
-        let mut entries = data.iter()?.filter(|e| e.as_ref().map_or(true, |(k, _)| pass_of(k.value()) == pass));
+    // Two passes over the source, each planning the same runs (see `compact_plan`).
+    for pass in [Pass::First, Pass::Second] {
+        let live = data.iter()?.filter(|e| e.as_ref().map_or(true, |(_, raw)| is_live(raw.value(), now)));
+        let size_of = |e: &Result<(AccessGuard<&str>, AccessGuard<&[u8]>), StorageError>| {
+            e.as_ref().ok().map(|(k, raw)| k.value().len() + raw.value().len())
+        };
+        let mut entries = Planned::new(live, size_of).filter(|(_, p)| *p == pass).map(|(e, _)| e);
         loop {
             let mut txn = target.begin_write()?;
             // Each batch durable: pages a batch replaces are reused by the next ones (with no
@@ -173,10 +198,6 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
                     let (key, raw) = entry?;
                     let (key, raw) = (key.value(), raw.value());
                     let rec = StoredValue::decode(raw).with_context(|| format!("the record under key {key:?}"))?;
-                    taken += 1;
-                    if !rec.is_live(now) {
-                        continue;
-                    }
                     // The stored bytes as they are: ETag, times and checksum travel unchanged.
                     out.insert(key, raw)?;
                     if rec.expires_ms != 0 {
@@ -185,6 +206,7 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
                     counter.added(key, &rec.value, rec.modified_ms)?;
                     records += 1;
                     bytes += (key.len() + raw.len()) as u64;
+                    taken += 1;
                     if taken == BATCH {
                         break;
                     }
@@ -224,11 +246,12 @@ fn write_copy(source: &Database, to: &Path, now: u64) -> anyhow::Result<Copied> 
     Ok(Copied { records, bytes })
 }
 
-/// The pass of the copy that takes `key`.
-fn pass_of(key: &str) -> u32 {
-    crc32fast::hash(key.as_bytes()) % PASSES
+/// Whether the stored bytes are a record still live at `now`; a record that does not decode
+/// counts as live, so the copy meets it and fails on it instead of leaving it out.
+fn is_live(raw: &[u8], now: u64) -> bool {
+    StoredValue::decode(raw).map_or(true, |rec| rec.is_live(now))
 }
 
 #[cfg(test)]
 #[path = "compact_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -21,6 +21,7 @@ mod backup;
 mod batch;
 mod claims;
 mod compact;
+mod compact_plan;
 mod conn;
 mod counts;
 #[cfg(test)]
@@ -49,6 +50,7 @@ mod tokens;
 mod tracked;
 mod ttl;
 mod ui;
+mod usage;
 mod verify;
 mod writer;
 
@@ -68,6 +70,7 @@ pub(crate) use engine::{DurabilityMode, DB_FILE};
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;
 pub use record::ServerClock;
+pub(crate) use usage::run as usage;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
