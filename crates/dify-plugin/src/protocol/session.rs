@@ -9,7 +9,6 @@ use tokio::sync::mpsc;
 use super::backwards::{BackwardsCall, BackwardsError, Calls};
 use super::caller::Caller;
 use super::outbound::{session_line, write_answer_end_lines, ToolAnswer};
-use super::storage::Storage;
 
 /// Cloneable sender of complete lines to the single protocol writer. Bounded, so a daemon
 /// that stops reading slows the plugin down instead of growing its memory. On a duplex
@@ -181,11 +180,6 @@ impl Session {
     /// [`Session::call`], waiting for the whole answer: every `response`'s `data`.
     pub async fn invoke(&self, kind: &str, request: &Value) -> Result<Vec<Value>, BackwardsError> {
         self.call(kind, request).await?.collect().await
-    }
-
-    /// The plugin's persistent key-value storage in Dify, through this session.
-    pub fn storage(&self) -> Storage<'_> {
-        Storage::new(self)
     }
 
     /// Ends the session: an optional `error`, then exactly one `end`.

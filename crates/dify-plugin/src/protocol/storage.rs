@@ -12,11 +12,15 @@ pub struct Storage<'s> {
     session: &'s Session,
 }
 
-impl<'s> Storage<'s> {
-    pub(crate) fn new(session: &'s Session) -> Self {
-        Storage { session }
+// Here rather than in session.rs, so the session knows nothing of storage (no import circle).
+impl Session {
+    /// The plugin's persistent key-value storage in Dify, through this session.
+    pub fn storage(&self) -> Storage<'_> {
+        Storage { session: self }
     }
+}
 
+impl<'s> Storage<'s> {
     /// Stores `value` under `key`.
     pub async fn set(&self, key: &str, value: &[u8]) -> Result<(), BackwardsError> {
         let answer = self.answer(json!({"opt": "set", "key": key, "value": to_hex(value)})).await?;
