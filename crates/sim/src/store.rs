@@ -12,26 +12,7 @@ use event_store::{
     Write,
 };
 
-use crate::world::{Flaw, Op, StoreReply, World};
-
-/// Where the scheduler puts the reply a parked request waits for.
-type ReplyCell = Arc<Mutex<Option<StoreReply>>>;
-
-/// A request the scheduler has not decided about yet.
-pub(crate) struct Parked {
-    pub(crate) task: usize,
-    pub(crate) op: Op,
-    /// When the caller's timeout for it fires (virtual ms): a `Timeout` answer comes no earlier.
-    pub(crate) gives_up_ms: i64,
-    slot: ReplyCell,
-}
-
-impl Parked {
-    /// Hands `reply` to the call waiting on this request (it sees it at its next poll).
-    pub(crate) fn answer(&self, reply: StoreReply) {
-        *self.slot.lock().unwrap() = Some(reply);
-    }
-}
+use crate::world::{Flaw, Op, Parked, ReplyCell, StoreReply, World};
 
 /// The store the tools see: every call parks a request in the shared world and waits.
 #[derive(Clone)]

@@ -2,11 +2,10 @@
 //! the requests in flight; each request is applied atomically, as a real store would.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use event_store::record::Record;
 use event_store::{Created, Current, StoreError, Swapped, Version};
-
-use crate::store::Parked;
 
 /// A request as the store would receive it.
 #[derive(Debug, Clone)]
@@ -181,5 +180,24 @@ impl World {
         for k in unrevealed {
             self.data.remove(&k);
         }
+    }
+}
+
+/// Where the scheduler puts the reply a parked request waits for.
+pub(crate) type ReplyCell = Arc<Mutex<Option<StoreReply>>>;
+
+/// A request the scheduler has not decided about yet.
+pub(crate) struct Parked {
+    pub(crate) task: usize,
+    pub(crate) op: Op,
+    /// When the caller's timeout for it fires (virtual ms): a `Timeout` answer comes no earlier.
+    pub(crate) gives_up_ms: i64,
+    pub(crate) slot: ReplyCell,
+}
+
+impl Parked {
+    /// Hands `reply` to the call waiting on this request (it sees it at its next poll).
+    pub(crate) fn answer(&self, reply: StoreReply) {
+        *self.slot.lock().unwrap() = Some(reply);
     }
 }
