@@ -1,25 +1,14 @@
 //! The tool calls a schedule makes: deliveries of its event, the completions of the runs they
 //! start, and the polling that drives them and checks each answer.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use serde_json::{json, Map, Value};
-use stateful_tool::{Answer, Params, Tool, ToolError};
+use stateful_tool::{Params, Tool};
 
 use crate::check::{self, Call, Kind};
-use crate::schedule::{Sim, KEY};
+use crate::state::{Running, Sim, Task, KEY};
 use event_store::record::Status;
-
-/// A tool call in progress: the plugin's own code, polled by the scheduler.
-type Running = Pin<Box<dyn Future<Output = Result<Answer, ToolError>>>>;
-
-/// One call of the schedule: what it did so far, and its future until it answers.
-pub(crate) struct Task {
-    pub(crate) call: Call,
-    pub(crate) fut: Option<Running>,
-}
 
 impl Sim {
     /// Starts a call; it runs only when the scheduler polls it.

@@ -13,8 +13,8 @@
 //! (`Settings::with_claim_ids`) and the call's deadline (`Settings::with_call_timeout`).
 //!
 //! Layout: `schedule` (one seeded run and its main loop) steps `calls` (the tool calls it
-//! makes) and `network` (how each store request is delivered, or not) over `store` (what the
-//! tools see) and `world` (the store's state); `check` holds the invariants, `report` the
+//! makes) and `network` (how each store request is delivered, or not), all three over `state`
+//! (one schedule's state) and `store` (what the tools see) and `world` (the store's state); `check` holds the invariants, `report` the
 //! fault counts and the trace's words, `rng` the seeded generator. The tests are in
 //! `tests/schedules.rs`.
 //!
@@ -28,6 +28,7 @@ mod network;
 mod report;
 mod rng;
 mod schedule;
+mod state;
 mod store;
 mod world;
 

@@ -2,7 +2,7 @@
 //! cut, duplicated or reordered, while the clock moves, TTLs run out and the store restarts.
 
 use crate::report::{short, short_reply};
-use crate::schedule::{Sim, KEY};
+use crate::state::{Sim, KEY};
 use crate::world::{Op, StoreReply};
 use event_store::StoreError;
 

@@ -6,36 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::json;
 use stateful_tool::Settings;
 
-use crate::calls::Task;
 use crate::check::{self, Call, Ledger};
 use crate::report::Faults;
 use crate::rng::Rng;
+use crate::state::{Sim, KEY};
 use crate::store::SimStore;
-use crate::world::{Flaw, Op};
+use crate::world::Flaw;
 use event_store::record::Status;
 
-/// The storage key of the one event every call of a schedule names (`event_id` `sim`).
-pub(crate) const KEY: &str = "evt_sim";
 /// A schedule that has not gone quiet by this step is drained without faults.
 const MAX_STEPS: usize = 600;
-
-/// One schedule in progress: its generator, its store, its calls and what they answered.
-pub(crate) struct Sim {
-    pub(crate) rng: Rng,
-    pub(crate) store: SimStore,
-    pub(crate) settings: Settings,
-    pub(crate) tasks: Vec<Task>,
-    pub(crate) ledger: Ledger,
-    /// Requests delivered late or duplicated: applied at some later step, or never.
-    pub(crate) ghosts: Vec<Op>,
-    /// Runs that will call event_complete at a given step.
-    pub(crate) runs: Vec<(usize, u32, Status)>,
-    pub(crate) fault_percent: u64,
-    pub(crate) faults: Faults,
-    /// The step-by-step trace, when asked for.
-    pub(crate) trace: Option<Vec<String>>,
-    pub(crate) step: usize,
-}
 
 /// Runs schedule `seed` against a store with `flaw` (`Flaw::None`: a sound one); `Err` names
 /// the invariant it broke. With `trace`, the schedule's trace goes to stderr.
