@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -104,11 +104,23 @@ struct ReplyLine {
 /// The calls in flight on one connection, by id: the reader delivers each `backwards_response`
 /// to its call without waiting (the channel is unbounded: a call reads its own answer, and the
 /// reader must never stall behind one slow caller).
+/// One `Arc`: every session's outbox holds a clone.
 #[derive(Clone, Debug)]
-pub(crate) struct Calls {
-    pending: Arc<Mutex<Pending>>,
+pub(crate) struct Calls(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    pending: Mutex<Pending>,
+    /// How many calls wait for an answer (the map's length, kept beside it): the reader looks
+    /// at this before it looks at a line, so a plugin that makes no backwards calls pays one
+    /// atomic load per request line.
+    waiting: AtomicUsize,
     options: BackwardsOptions,
 }
+
+/// The marker of a `backwards_response` line, searched for before anything is parsed.
+static MARKER: LazyLock<memchr::memmem::Finder<'static>> =
+    LazyLock::new(|| memchr::memmem::Finder::new(b"\"backwards_response\""));
 
 #[derive(Debug, Default)]
 struct Pending {
@@ -118,35 +130,46 @@ struct Pending {
 
 impl Calls {
     pub(crate) fn new(options: BackwardsOptions) -> Self {
-        Calls { pending: Arc::default(), options }
+        Calls(Arc::new(Shared { pending: Mutex::default(), waiting: AtomicUsize::new(0), options }))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes the number of waiting calls after a change of `pending` (under its lock).
+    fn count(&self, pending: &Pending) {
+        self.0.waiting.store(pending.waiters.len(), Ordering::Release);
     }
 
     /// Registers a new call (before its `invoke` line goes out, so no answer can miss it).
     pub(crate) fn register(&self) -> Result<BackwardsCall, BackwardsError> {
-        let id = self.options.ids.next();
+        let id = self.0.options.ids.next();
         let (tx, rx) = mpsc::unbounded_channel();
         let mut pending = self.lock();
         if pending.closed {
             return Err(BackwardsError::Closed);
         }
         pending.waiters.insert(id.clone(), tx);
+        self.count(&pending);
         drop(pending);
-        Ok(BackwardsCall { id, rx, calls: self.clone(), timeout: self.options.timeout, state: CallState::Open })
+        Ok(BackwardsCall { id, rx, calls: self.clone(), timeout: self.0.options.timeout, state: CallState::Open })
     }
 
     pub(crate) fn forget(&self, id: &str) {
-        self.lock().waiters.remove(id);
+        let mut pending = self.lock();
+        pending.waiters.remove(id);
+        self.count(&pending);
     }
 
-    /// Takes `line` when it is a `backwards_response` (true), delivering it to its call; a
-    /// line for no call in flight is logged and dropped. Any other line is left (false).
+    /// Takes `line` when it is a `backwards_response` while a call waits (true), delivering it
+    /// to its call, or logging and dropping it when it names none of them. Any other line is
+    /// left (false); so is every line while no call waits (a registered call is counted before
+    /// its `invoke` goes out, so its answer cannot come earlier), and the request path drops a
+    /// `backwards_response` it is left.
     pub(crate) fn route_line(&self, line: &[u8]) -> bool {
-        // A cheap look first: request lines, the hot path, are not parsed twice.
-        if memchr::memmem::find(line, b"\"backwards_response\"").is_none() {
+        // Cheap looks first: request lines, the hot path, are not parsed twice.
+        if self.0.waiting.load(Ordering::Acquire) == 0 || MARKER.find(line).is_none() {
             return false;
         }
         match super::Inbound::parse(line) {
@@ -179,6 +202,7 @@ impl Calls {
         // The `end` closes the call here, so a call that stopped reading after an `error`
         // still leaves no entry behind.
         let waiter = if end { pending.waiters.remove(&id) } else { pending.waiters.get(&id).cloned() };
+        self.count(&pending);
         drop(pending);
         match waiter {
             Some(tx) => {
@@ -199,6 +223,7 @@ impl Calls {
         let mut pending = self.lock();
         pending.closed = true;
         pending.waiters.clear();
+        self.count(&pending);
     }
 }
 
@@ -281,7 +306,9 @@ mod tests {
     }
 
     fn in_flight(calls: &Calls) -> usize {
-        calls.lock().waiters.len()
+        let n = calls.lock().waiters.len();
+        assert_eq!(calls.0.waiting.load(Ordering::Acquire), n, "the count follows the map");
+        n
     }
 
     /// The timeout is a silence, not a deadline: a streamed answer may take longer in all.
@@ -311,9 +338,10 @@ mod tests {
     async fn only_backwards_responses_are_taken_and_odd_ones_are_dropped() {
         let calls = calls(Duration::from_secs(1));
         let request = br#"{"session_id":"s","event":"request","data":{"text":"\"backwards_response\""}}"#;
+        assert!(!calls.route_line(request), "no call waits");
+        let mut call = calls.register().unwrap();
         assert!(!calls.route_line(request), "a request mentioning the word is still a request");
         assert!(!calls.route_line(br#"{"session_id":"s","event":"request","data":{}}"#));
-        let mut call = calls.register().unwrap();
         assert!(calls.route_line(br#"{"session_id":"s","event":"backwards_response","data":{"event":"end"}}"#));
         assert!(calls.route_line(br#"{"session_id":"s","event":"backwards_response"}"#));
         assert!(calls.route_line(&line("id0", "progress", json!(1))), "an unknown event is dropped");
@@ -321,7 +349,9 @@ mod tests {
         assert_eq!(call.next().await, Some(Ok(json!("x"))), "the odd lines reached nobody");
         drop(call);
         assert_eq!(in_flight(&calls), 0, "a call dropped before its end stops listening");
-        assert!(calls.route_line(&line("id0", "end", Value::Null)), "its late end is dropped");
+        assert!(!calls.route_line(&line("id0", "end", Value::Null)), "with no call waiting, the request path drops it");
+        let _other = calls.register().unwrap();
+        assert!(calls.route_line(&line("id0", "end", Value::Null)), "while another waits, it is taken and dropped");
     }
 
     #[tokio::test]

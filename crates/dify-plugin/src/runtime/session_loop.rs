@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 
 use tokio::io::{AsyncBufRead, AsyncWrite};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::ServeOptions;
@@ -61,11 +61,11 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
     outbox.send(HEARTBEAT.to_vec()).await;
     let heartbeat = tokio::spawn(beat(outbox.clone(), opts.heartbeat));
     let limit = Arc::new(Semaphore::new(opts.max_in_flight));
-    // Requests read ahead of a free slot. The reader waits for a slot on the session's task,
-    // not here: sessions holding every slot may be waiting for backwards answers that are
-    // still to be read. Only this many more requests wait before the reader stops reading
-    // (the daemon's back-pressure); past that, such sessions' calls end by timeout.
-    let admitted = Arc::new(Semaphore::new(opts.max_in_flight.saturating_mul(2).max(1)));
+    // Requests read ahead of a free slot. Such a request waits for its slot on its session's
+    // task, not here: sessions holding every slot may be waiting for backwards answers that
+    // are still to be read. Only this many requests wait before the reader stops reading (the
+    // daemon's back-pressure); past that, such sessions' calls end by timeout.
+    let waiting = Arc::new(Semaphore::new(opts.max_in_flight.max(1)));
     let mut sessions = JoinSet::new();
     let mut lines = LineReader::new(input);
     let result = loop {
@@ -90,15 +90,26 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
             Line::Complete(bytes) => Work::Line(bytes.to_vec()),
             Line::Oversize { prefix, len } => Work::Oversize(prefix.to_vec(), len),
         };
-        let admission = admitted.clone().acquire_owned().await.expect("semaphore is never closed");
-        let (app, outbox, limit) = (app.clone(), outbox.clone(), limit.clone());
+        // A free slot is taken here (the common case: one step, no second semaphore);
+        // otherwise the request joins those waiting.
+        let slot = match limit.clone().try_acquire_owned() {
+            Ok(permit) => Slot::Held(permit),
+            Err(_) => {
+                Slot::Waiting(waiting.clone().acquire_owned().await.expect("semaphore is never closed"), limit.clone())
+            }
+        };
+        let (app, outbox) = (app.clone(), outbox.clone());
         // Boxed: a session's future holds its handler's state (a few KB; the plugin keeps its
         // rare, large paths behind boxes of their own, since this box is filled by copying the
         // whole future once), and tokio moves a task's future by value several times (into the
         // task cell, out as its output); behind a box each of those moves copies a pointer.
         sessions.spawn(Box::pin(async move {
-            let _admission = admission;
-            let _permit = limit.acquire_owned().await.expect("semaphore is never closed");
+            // Inline rather than an `async fn` of Slot's: one state machine less per request.
+            let _permit = match slot {
+                Slot::Held(permit) => permit,
+                // The place among those waiting is given up once the slot is held.
+                Slot::Waiting(_place, limit) => limit.acquire_owned().await.expect("semaphore is never closed"),
+            };
             match work {
                 Work::Line(line) => serve_line(&*app, line, outbox).await,
                 Work::Oversize(prefix, len) => {
@@ -114,6 +125,13 @@ async fn drive<R: AsyncBufRead + Unpin, H: Handler>(
     heartbeat.abort();
     let _ = heartbeat.await;
     result
+}
+
+/// A request's session slot: taken by the reader, or still to be waited for by the session
+/// (holding its place among those read ahead).
+enum Slot {
+    Held(OwnedSemaphorePermit),
+    Waiting(OwnedSemaphorePermit, Arc<Semaphore>),
 }
 
 async fn beat(outbox: Outbox, every: std::time::Duration) {
