@@ -166,28 +166,15 @@ impl Answer {
     /// [`NOT_FOR_AGENTS`], null fields and flags that are false (`retry`, `stuck`, …: the
     /// sentence says what matters), and the fingerprint cut to a prefix (64 hex characters
     /// cost a model tokens and tell it nothing more). Lists each member in `members` when given.
-    fn write_object<'a>(&self, out: &mut Vec<u8>, agent: bool, mut members: Option<&mut Vec<Member<'a>>>) {
+    fn write_object<'a>(&self, out: &mut Vec<u8>, agent: bool, members: Option<&mut Vec<Member<'a>>>) {
         let shown = |name: &str, null: bool| !agent || !(null || NOT_FOR_AGENTS.contains(&name));
-        let empty = |v: &Value| v.is_null() || *v == Value::Bool(false);
-        let mut first = true;
-        let mut member = |out: &mut Vec<u8>, name: &'static str, write: &dyn Fn(&mut Vec<u8>)| {
-            out.push(if first { b'{' } else { b',' });
-            first = false;
-            // Every name is one of ours (RECORD_FIELDS and the tools' literals), none with
-            // anything to escape, so it goes out as it is: the escaper's check cost more than
-            // the copy, 17 times an answer.
-            debug_assert_eq!(plain_len(name.as_bytes()), name.len(), "{name:?}");
-            out.push(b'"');
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b"\":");
-            let start = out.len();
-            write(out);
-            if let Some(members) = members.as_deref_mut() {
-                members.push((name, start..out.len()));
-            }
-        };
+        let empty = |v: &Value| matches!(v, Value::Null | Value::Bool(false));
+        // Plain calls, no closure behind `dyn`: each member's value is written inline.
+        let mut object = Object { first: true, members };
         for (k, v) in self.head.iter().filter(|(k, v)| shown(k, empty(v))) {
-            member(out, k, &|out| write_json_value(out, v));
+            let start = object.open(out, k);
+            write_json_value(out, v);
+            object.close(out, k, start);
         }
         if let Some((rec, key)) = &self.record {
             let null = |index: usize| match index {
@@ -197,19 +184,55 @@ impl Answer {
                 _ => false,
             };
             for (index, name) in RECORD_FIELDS.iter().enumerate().filter(|(i, name)| shown(name, null(*i))) {
-                member(out, name, &|out| match *name {
+                let start = object.open(out, name);
+                match *name {
                     "fingerprint" if agent => write_str(out, short_fingerprint(&rec.fingerprint)),
                     _ => write_record_field(out, rec, key, index),
-                });
+                }
+                object.close(out, name, start);
             }
         }
         for (k, v) in self.tail.iter().filter(|(k, v)| shown(k, empty(v))) {
-            member(out, k, &|out| write_json_value(out, v));
+            let start = object.open(out, k);
+            write_json_value(out, v);
+            object.close(out, k, start);
         }
-        if first {
+        if object.first {
             out.push(b'{');
         }
         out.push(b'}');
+    }
+}
+
+/// An answer object being written: whether a member came yet, and where each one's value lies
+/// (when the caller lists them).
+struct Object<'m, 'a> {
+    first: bool,
+    members: Option<&'m mut Vec<Member<'a>>>,
+}
+
+impl<'a> Object<'_, 'a> {
+    /// Writes the separator and `"name":`; returns where the value starts.
+    #[inline]
+    fn open(&mut self, out: &mut Vec<u8>, name: &'static str) -> usize {
+        out.push(if self.first { b'{' } else { b',' });
+        self.first = false;
+        // Every name is one of ours (RECORD_FIELDS and the tools' literals), none with
+        // anything to escape, so it goes out as it is: the escaper's check cost more than
+        // the copy, 17 times an answer.
+        debug_assert_eq!(plain_len(name.as_bytes()), name.len(), "{name:?}");
+        out.push(b'"');
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        out.len()
+    }
+
+    /// Lists the member whose value was written from `start`.
+    #[inline]
+    fn close(&mut self, out: &[u8], name: &'a str, start: usize) {
+        if let Some(members) = self.members.as_deref_mut() {
+            members.push((name, start..out.len()));
+        }
     }
 }
 
