@@ -5,7 +5,9 @@ use std::time::Duration;
 #[cfg(feature = "testkit")]
 use super::memory;
 use super::{kv_client, postgres, redis};
-use super::{Created, Current, EventStore, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write};
+use crate::clock::StoreClock;
+use crate::contract::{Created, Current, EventStore, Probe, Rollback, Swapped, Version, Write};
+use crate::error::StoreError;
 
 /// One of the backends, chosen by the `kv_url` scheme.
 pub(crate) enum AnyStore {

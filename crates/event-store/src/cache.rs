@@ -9,7 +9,10 @@ use tokio::sync::OnceCell;
 use super::any::AnyStore;
 use super::hosts::AllowedHosts;
 use super::url::{self, Scheme};
-use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore, EventStore, HostClock, StoreError};
+use super::{kv_client::KvClientStore, postgres::PostgresStore, redis::RedisStore};
+use crate::clock::HostClock;
+use crate::contract::EventStore;
+use crate::error::StoreError;
 
 /// Where the store is and how to authenticate, from the provider credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -93,7 +96,7 @@ impl StoreCache {
     /// tries again.
     pub async fn get(&self, cfg: &StoreConfig) -> Result<Arc<impl EventStore + use<>>, StoreError> {
         if !cfg.url.starts_with("memory:") {
-            self.options.allowed_hosts.check(&cfg.url)?;
+            check_hosts(&self.options.allowed_hosts, &cfg.url)?;
         }
         let shared = {
             let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
@@ -132,9 +135,51 @@ async fn connect(cfg: &StoreConfig, host: HostClock, options: &StoreOptions) -> 
     Ok(Arc::new(store))
 }
 
+/// Checks every host `url` dials against the allow-list: each seed of a Cluster, Sentinel or
+/// PostgreSQL kv_url (as its backend reads them), else the URL's one host.
+fn check_hosts(allowed: &AllowedHosts, url: &str) -> Result<(), StoreError> {
+    let seeds = match Scheme::of(url) {
+        Ok(Scheme::Redis) => super::redis::url::seed_hosts(url).ok().flatten(),
+        Ok(Scheme::Postgres) => super::postgres::url::Parsed::parse(url, Duration::from_secs(1))
+            .ok()
+            .map(|p| p.hosts().into_iter().map(|(h, port)| format!("{h}:{port}")).collect()),
+        _ => None,
+    };
+    allowed.check(url, seeds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_hosts_match_host_or_host_and_port() {
+        let allowed = AllowedHosts::parse(Some("kv.internal, 10.0.0.5:6379")).unwrap();
+        assert!(check_hosts(&allowed, "http://KV.internal:8123").is_ok());
+        assert!(check_hosts(&allowed, "redis://:pw@10.0.0.5:6379/0").is_ok());
+        for refused in ["redis://10.0.0.5:6380/0", "http://169.254.169.254/", "http://kv.internal.evil:80", "nonsense"]
+        {
+            assert!(matches!(check_hosts(&allowed, refused), Err(StoreError::Config { .. })), "{refused}");
+        }
+        let seeds = AllowedHosts::parse(Some("r1,r2:7001,[::1]")).unwrap();
+        assert!(check_hosts(&seeds, "rediss+cluster://:pw@R1:7000,r2:7001,[::1]:7002").is_ok());
+        assert!(check_hosts(&seeds, "redis+sentinel://r1,[::1]:26380/m?sentinel_password=x").is_ok());
+        assert!(check_hosts(&seeds, "postgres://u:pw@r1:5432,r2:7001/db").is_ok());
+        assert!(check_hosts(&seeds, "postgresql://u:pw@r1:5432,evil:5432/db").is_err());
+        for refused in ["redis+cluster://r1:7000,r2:7002", "redis+sentinel://r1,evil:26379/m", "redis+cluster://r1,r3"]
+        {
+            let e = check_hosts(&seeds, refused).unwrap_err();
+            assert!(
+                matches!(&e, StoreError::Config { why: m, .. } if m.contains("not in the store hosts")),
+                "{refused}: {e}"
+            );
+        }
+        assert!(seeds.permits("R1", 7005) && seeds.permits("r2", 7001) && seeds.permits("::1", 1));
+        assert!(!seeds.permits("r2", 7002) && !seeds.permits("10.0.0.9", 7000));
+        assert!(check_hosts(&AllowedHosts::parse(Some("")).unwrap(), "http://anything").is_ok());
+        assert!(AllowedHosts::default().permits("anything", 1));
+        assert!(AllowedHosts::parse(Some("a,,b")).is_err());
+    }
 
     #[tokio::test]
     async fn unknown_scheme_is_a_bad_url() {

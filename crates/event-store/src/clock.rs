@@ -3,6 +3,13 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
+/// A conditional write's deadline in the STORE's own clock (unix ms). The store applies the
+/// write only while its clock, at the moment it applies it, is at most this; later it refuses
+/// with [`crate::StoreError::TooLate`], so a write held in the network can never land after its
+/// caller has given up on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StoreDeadline(pub i64);
+
 /// The plugin host's wall clock in unix ms, with an optional offset (the in-memory store
 /// plays a skewed store clock with it; a skewed plugin host is tested on the real binary with
 /// libfaketime).
@@ -144,8 +151,8 @@ impl StoreClock {
 
     /// The store deadline of a write sent now with `timeout`: since the estimate is never
     /// ahead of the store, the store reaches it no later than the caller's timeout fires.
-    pub fn deadline_after(&self, timeout: std::time::Duration) -> super::StoreDeadline {
-        super::StoreDeadline(self.now_ms() + timeout.as_millis() as i64)
+    pub fn deadline_after(&self, timeout: std::time::Duration) -> StoreDeadline {
+        StoreDeadline(self.now_ms() + timeout.as_millis() as i64)
     }
 }
 

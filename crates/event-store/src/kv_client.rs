@@ -17,10 +17,9 @@ use super::kv_tls;
 use super::kv_wire;
 use super::record::Record;
 use super::url::redact;
-use super::{
-    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
-    Write,
-};
+use crate::clock::{HostClock, StoreClock, StoreDeadline};
+use crate::contract::{Created, Current, EventStore, Probe, Rollback, Swapped, Version, Write};
+use crate::error::StoreError;
 
 /// Most requests (so connections) in flight to one store. Sessions beyond it wait for a
 /// free connection instead of opening their own: sockets and memory do not grow with the

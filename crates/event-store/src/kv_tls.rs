@@ -7,7 +7,7 @@ use super::key::parse_storage_key;
 use super::kv_http::{client_config, Tls};
 use super::redis::url::percent_decode;
 use super::url::redact;
-use super::StoreError;
+use crate::error::StoreError;
 
 /// The TLS parameters of a KV container kv_url (file paths, percent-decoded).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

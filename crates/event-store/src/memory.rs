@@ -5,10 +5,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::record::Record;
-use super::{
-    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
-    Write,
-};
+use crate::clock::{HostClock, StoreClock, StoreDeadline};
+use crate::contract::{Created, Current, EventStore, Probe, Rollback, Swapped, Version, Write};
+use crate::error::StoreError;
 
 /// What a key holds: its value, its revision, and when it expires (store ms; 0 = never).
 #[derive(Default)]

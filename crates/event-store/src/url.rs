@@ -1,7 +1,7 @@
 //! `kv_url` as the store layer reads it: the scheme that picks a backend, and the redacted
 //! form every message and log line shows.
 
-use super::StoreError;
+use crate::error::StoreError;
 
 /// What a workflow author may write, for messages about a `kv_url` we cannot use.
 pub(crate) const ACCEPTED_SCHEMES: &str = "http(s)://host:port for the KV container (`stateful-tool kv serve`), \

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-use crate::StoreError;
+use crate::error::StoreError;
 
 /// The server's own words when it sent an error, else the innermost cause.
 pub(crate) fn db_text(e: &tokio_postgres::Error) -> String {

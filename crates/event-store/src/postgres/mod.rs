@@ -14,9 +14,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use self::sql::{Sql, PURGE_BATCH};
-use super::{
-    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreError, Swapped, Version, Write,
-};
+use crate::clock::{HostClock, StoreClock};
+use crate::contract::{Created, Current, EventStore, Probe, Rollback, Swapped, Version, Write};
+use crate::error::StoreError;
 
 /// Connections one plugin process keeps to one database at most. Sessions beyond it wait
 /// for a free one: a busy plugin never exhausts the server's `max_connections`.

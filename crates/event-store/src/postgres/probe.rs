@@ -5,7 +5,7 @@ use tokio_postgres::Client;
 
 use super::errors::db_text;
 use super::schema;
-use crate::StoreError;
+use crate::error::StoreError;
 
 /// What validation found: a one-line description and what to warn about.
 pub(crate) struct Found {

@@ -5,7 +5,7 @@
 use tokio_postgres::Client;
 
 use super::errors::db_text;
-use crate::StoreError;
+use crate::error::StoreError;
 
 /// The layout this build writes. A later layout migrates forward from the recorded one.
 pub(crate) const SCHEMA_VERSION: i32 = 1;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio_postgres::config::{Host, SslMode, TargetSessionAttrs};
 
 use super::super::url::redact;
-use super::super::StoreError;
+use crate::error::StoreError;
 
 /// The schema our table lives in when kv_url names none.
 pub(crate) const DEFAULT_SCHEMA: &str = "stateful_tool";

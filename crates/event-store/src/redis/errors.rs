@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError};
 
-use crate::StoreError;
+use crate::error::StoreError;
 
 /// Words every refusal of a host carries, so the refusal is recognised however the client
 /// library wraps it.

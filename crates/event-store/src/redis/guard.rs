@@ -8,8 +8,8 @@ use redis::io::AsyncDNSResolver;
 use redis::{ErrorKind, RedisError, RedisFuture};
 
 use super::errors::{is_auth_error, NOT_ALLOWED};
+use crate::error::StoreError;
 use crate::hosts::AllowedHosts;
-use crate::StoreError;
 
 /// Resolves hosts for the Cluster client, refusing any host the allow-list does not permit.
 /// The client dials every node through its resolver (seeds, the owners in `CLUSTER SLOTS`,

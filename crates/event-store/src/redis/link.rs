@@ -15,8 +15,8 @@ use super::guard::{
     Guarded, Who,
 };
 use super::url::{node_url, Parsed, Target};
+use crate::error::StoreError;
 use crate::hosts::AllowedHosts;
-use crate::StoreError;
 
 /// A live connection. Cheap to clone: clones share one multiplexed connection.
 #[derive(Clone)]

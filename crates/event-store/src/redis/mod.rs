@@ -19,10 +19,9 @@ use self::link::{Connector, Link};
 use self::replicas::wait_ms;
 use self::scripts::Scripts;
 use super::hosts::AllowedHosts;
-use super::{
-    Created, Current, EventStore, HostClock, Probe, Rollback, StoreClock, StoreDeadline, StoreError, Swapped, Version,
-    Write,
-};
+use crate::clock::{HostClock, StoreClock, StoreDeadline};
+use crate::contract::{Created, Current, EventStore, Probe, Rollback, Swapped, Version, Write};
+use crate::error::StoreError;
 
 pub(crate) struct RedisStore {
     /// The shared connection and its generation (bumped each time it is replaced).

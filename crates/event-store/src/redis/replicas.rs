@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::RedisStore;
-use crate::{EventStore, Rollback, StoreError};
+use crate::contract::{EventStore, Rollback};
+use crate::error::StoreError;
 
 /// How long a `WAIT` may block: a part of the operation's timeout, so the answer still arrives.
 pub(super) fn wait_ms(timeout: Duration) -> u64 {

@@ -1,6 +1,6 @@
 //! The Redis kv_url forms: one node, the seed nodes of a Cluster, or Sentinels and a master name.
 
-use super::super::StoreError;
+use crate::error::StoreError;
 
 /// A parsed kv_url: the deployment, and the CA file (`?tls_ca=/path/ca.pem`) that TLS
 /// connections must chain to instead of the public roots.
