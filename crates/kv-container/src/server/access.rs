@@ -2,11 +2,12 @@
 //! the single `*` token), the warnings for a listener other hosts can reach, and SIGHUP.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::{auth, tokens, ServeArgs};
+use super::{auth, tokens};
 
 /// What start-up warns about a listener other hosts can reach: no token, no TLS (one line each).
 pub(crate) fn exposure_warnings(listen: SocketAddr, token: bool, tls: bool) -> Vec<String> {
@@ -29,11 +30,19 @@ pub(crate) fn exposure_warnings(listen: SocketAddr, token: bool, tls: bool) -> V
     warnings
 }
 
+/// Where `kv serve` was told to find its tokens: `--token` / `KV_TOKEN`, `--token-file`,
+/// `--tokens-file`.
+pub(crate) struct TokenSources<'a> {
+    pub(crate) token: Option<&'a str>,
+    pub(crate) token_file: Option<&'a Path>,
+    pub(crate) tokens_file: Option<&'a Path>,
+}
+
 /// The tokens in force at start: `--tokens-file` (a malformed one refuses to start, naming
 /// the line), else the single `*` token of `--token-file` / `--token` / `KV_TOKEN`.
-pub(crate) fn token_table(args: &ServeArgs) -> anyhow::Result<Option<tokens::Table>> {
+pub(crate) fn token_table(args: &TokenSources<'_>) -> anyhow::Result<Option<tokens::Table>> {
     let single = token_text(args)?;
-    match &args.tokens_file {
+    match args.tokens_file {
         Some(_) if single.is_some() => anyhow::bail!(
             "--tokens-file replaces --token, --token-file and KV_TOKEN: give only one (put the operator token \
              into the tokens file as `* TOKEN`)"
@@ -45,9 +54,9 @@ pub(crate) fn token_table(args: &ServeArgs) -> anyhow::Result<Option<tokens::Tab
 
 /// The token from `--token-file` (first line, surrounding blanks trimmed), else `--token` /
 /// `KV_TOKEN`.
-fn token_text(args: &ServeArgs) -> anyhow::Result<Option<String>> {
-    let Some(path) = &args.token_file else {
-        return Ok(args.token.clone());
+fn token_text(args: &TokenSources<'_>) -> anyhow::Result<Option<String>> {
+    let Some(path) = args.token_file else {
+        return Ok(args.token.map(str::to_owned));
     };
     let text = std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?;
     let token = text.lines().next().unwrap_or_default().trim();

@@ -15,7 +15,7 @@ use super::open::DEFAULT_CACHE_MB;
 use super::record::ServerClock;
 use super::state::AppState;
 use super::tokens::Table;
-use super::ui::{UiArgs, UiState};
+use super::ui::UiArgs;
 
 /// The status page's settings at `kv serve`'s defaults.
 #[derive(Parser)]
@@ -37,10 +37,10 @@ impl Container {
     pub fn open(data: &Path, clock: ServerClock, token: Option<&str>) -> anyhow::Result<Container> {
         let durability = DurabilityMode::Immediate;
         let (engine, writer) = Engine::open_cached(data, durability, clock, DEFAULT_CACHE_MB << 20)?;
-        let ui = UiState::new(&UiDefaults::try_parse_from(["kv"])?.ui);
+        let census = Arc::new(UiDefaults::try_parse_from(["kv"])?.ui.census());
         let refusals = Arc::new(Refusals::new(engine.metrics().clone()));
         let auth = token.map(Table::single).transpose()?.map(|table| Arc::new(Auth::new(table, None, refusals)));
-        let state = AppState { engine, durability, data_file: data.join(DB_FILE), metrics_public: false, ui };
+        let state = AppState { engine, durability, data_file: data.join(DB_FILE), metrics_public: false, census };
         Ok(Container { router: super::http::router(Arc::new(state), auth), writer })
     }
 

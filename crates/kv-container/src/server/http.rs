@@ -95,7 +95,7 @@ async fn metrics_text(State(app): Shared) -> Response {
     let bytes = std::fs::metadata(&app.data_file).map_or(0, |m| m.len());
     let ops = &app.engine.metrics().ops;
     ops.set_healthy(health_problem(&app).is_none());
-    if let Ok(census) = app.ui.census.current(&app.engine).await {
+    if let Ok(census) = app.census.current(&app.engine).await {
         ops.set_census(&census.counts);
     }
     metrics::response(app.engine.metrics().render(keys, bytes))

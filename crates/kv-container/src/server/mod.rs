@@ -19,6 +19,7 @@ mod app;
 mod auth;
 mod backup;
 mod batch;
+mod census;
 mod claims;
 mod compact;
 mod compact_plan;
@@ -167,7 +168,11 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cap_malloc_arenas();
     let listen: SocketAddr =
         args.listen.parse().with_context(|| format!("--listen {:?} is not an ip:port", args.listen))?;
-    let tokens = access::token_table(&args)?;
+    let tokens = access::token_table(&access::TokenSources {
+        token: args.token.as_deref(),
+        token_file: args.token_file.as_deref(),
+        tokens_file: args.tokens_file.as_deref(),
+    })?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             Some(tls::acceptor(&tls::TlsFiles { cert, key, client_ca: args.tls_client_ca.as_deref() })?)
@@ -207,7 +212,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         durability: args.durability,
         data_file: args.data.join(DB_FILE),
         metrics_public: args.metrics_public,
-        ui: ui::UiState::new(&args.ui),
+        census: Arc::new(args.ui.census()),
     });
     let purge_every = Duration::from_millis(args.purge_interval_ms);
     let limits = runtime.block_on(async { limits::Limits::from_args(&args.conn) });

@@ -1,8 +1,8 @@
 //! What every KV container handler shares, and the health verdict built from it.
 
+use super::census::Census;
 use super::engine::{DurabilityMode, Engine};
 use super::health::Problem;
-use super::ui::settings::UiState;
 
 /// What a handler extracts to reach the [`AppState`].
 pub(crate) type Shared = axum::extract::State<std::sync::Arc<AppState>>;
@@ -15,8 +15,8 @@ pub(crate) struct AppState {
     pub(crate) data_file: std::path::PathBuf,
     /// `--metrics-public`: `/metrics` needs no token.
     pub(crate) metrics_public: bool,
-    /// The status page's census cache.
-    pub(crate) ui: UiState,
+    /// The status counts, kept between requests (the status page and `/metrics` read them).
+    pub(crate) census: std::sync::Arc<Census>,
 }
 
 /// What `/healthz` reports when it is not ok.

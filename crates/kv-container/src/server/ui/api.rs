@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::census::{Brief, Snapshot};
+use crate::server::census::{Brief, Snapshot};
 use crate::server::error::ApiError;
 use crate::server::listing::{self, ListQuery};
 use crate::server::rates::{SLOTS, SLOT_MS};
@@ -40,7 +40,7 @@ fn answer(body: Value) -> Response {
 
 /// The census, or why there is none (the page shows the reason instead of numbers).
 async fn census(app: &AppState) -> Result<Arc<Snapshot>, String> {
-    app.ui.census.current(&app.engine).await
+    app.census.current(&app.engine).await
 }
 
 async fn now(State(app): Shared) -> Response {
@@ -117,7 +117,7 @@ async fn keys(
     let Query(mut query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
     query.limit = Some(query.limit.unwrap_or(50));
     let page = listing::list(&app.engine, query).await?;
-    let stuck_after_ms = app.ui.census.stuck_after_ms();
+    let stuck_after_ms = app.census.stuck_after_ms();
     let mut rows: Vec<Brief> = Vec::with_capacity(page.keys.len());
     for entry in page.keys {
         // A key may expire between the listing and the read: it is left out.
@@ -135,7 +135,7 @@ async fn record(State(app): Shared, uri: Uri) -> Result<Response, ApiError> {
         return Err(ApiError::not_found("no live record under this key"));
     };
     let now_ms = system_now_ms();
-    let brief = Brief::of(&key, &rec, now_ms, app.ui.census.stuck_after_ms());
+    let brief = Brief::of(&key, &rec, now_ms, app.census.stuck_after_ms());
     let value: Value =
         serde_json::from_slice(&rec.value).unwrap_or_else(|_| String::from_utf8_lossy(&rec.value).into());
     let expires_ms = (rec.expires_ms != 0).then_some(rec.expires_ms);

@@ -6,11 +6,10 @@
 //! which sits behind the token like every data route: the page asks for the token in a
 //! form and keeps it in `sessionStorage` for that tab, never in a URL or a cookie.
 //!
-//! Counts by status and the stuck/failed lists come from `census` (a cached, rate-limited
+//! Counts by status and the stuck/failed lists come from `super::census` (a cached, rate-limited
 //! scan); claims and write latency from the ring in `rates`; the rest is read live.
 
 mod api;
-mod census;
 pub(super) mod settings;
 
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-pub(crate) use settings::{UiArgs, UiState};
+pub(crate) use settings::UiArgs;
 
 use super::state::AppState;
 

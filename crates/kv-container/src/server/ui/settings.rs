@@ -1,9 +1,8 @@
 //! The status page's `kv serve` flags and the state it keeps between requests.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::census::Census;
+use crate::server::census::Census;
 
 /// `kv serve` flags of the status page.
 #[derive(clap::Args, Debug, Clone)]
@@ -18,14 +17,9 @@ pub(crate) struct UiArgs {
     pub(crate) census_interval_ms: u64,
 }
 
-/// What the status page keeps between requests.
-pub(crate) struct UiState {
-    pub(crate) census: Arc<Census>,
-}
-
-impl UiState {
-    pub(crate) fn new(args: &UiArgs) -> UiState {
-        let census = Census::new(args.stuck_after_seconds * 1000, Duration::from_millis(args.census_interval_ms));
-        UiState { census: Arc::new(census) }
+impl UiArgs {
+    /// The census these flags ask for (the status counts, kept between requests).
+    pub(crate) fn census(&self) -> Census {
+        Census::new(self.stuck_after_seconds * 1000, Duration::from_millis(self.census_interval_ms))
     }
 }
