@@ -11,7 +11,6 @@ use pkcs1::der::Decode;
 use ring::signature::{RsaKeyPair, RsaPublicKeyComponents, RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY};
 
 use super::error::KeyError;
-pub use super::keygen::{generate_pem_pair, write_key_pair};
 
 /// The marketplace key embedded in the daemon (`pkg/license/public_key/PUBLIC_KEY.pem`).
 pub const OFFICIAL_PUBLIC_KEY_PEM: &str = include_str!("official_marketplace.public.pem");

@@ -53,9 +53,10 @@ pub use validate::{
     validate_trigger_provider, Problem, Report,
 };
 // Keys, signing and verification, as the daemon does them.
+pub use keygen::{generate_pem_pair, write_key_pair};
 pub use keys::{
-    generate_pem_pair, load_private_key, load_public_key, official_public_key, private_key_from_pem,
-    public_key_from_pem, write_key_pair, PrivateKey, PublicKey, OFFICIAL_PUBLIC_KEY_PEM,
+    load_private_key, load_public_key, official_public_key, private_key_from_pem, public_key_from_pem, PrivateKey,
+    PublicKey, OFFICIAL_PUBLIC_KEY_PEM,
 };
 pub use sign::{sign_package, Category, Signed};
 pub use verify::{verify_bytes, CategoryInfo, Verification, Verified};
