@@ -38,6 +38,16 @@ impl Plugin {
     /// Spawns `serve` (optionally under `wrapper`, e.g. valgrind) and waits for its first
     /// heartbeat. Its stderr (the plugin log) goes to `log`, as the daemon captures it.
     pub(crate) async fn spawn(exe: &Path, wrapper: &[String], log: &Path) -> anyhow::Result<Plugin> {
+        Plugin::spawn_with(exe, wrapper, &[], log).await
+    }
+
+    /// [`Plugin::spawn`] with `env` added to the plugin's environment.
+    pub(crate) async fn spawn_with(
+        exe: &Path,
+        wrapper: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> anyhow::Result<Plugin> {
         let mut cmd = match wrapper.split_first() {
             None => Command::new(exe),
             Some((first, rest)) => {
@@ -46,7 +56,7 @@ impl Plugin {
                 c
             }
         };
-        cmd.arg("serve").env("INSTALL_METHOD", "local");
+        cmd.arg("serve").env("INSTALL_METHOD", "local").envs(env.iter().copied());
         if !wrapper.is_empty() {
             // Under callgrind the plugin runs ~50× slower: the door's 1.5 s would turn claims
             // into 503s that the replay counts as failures, not as work.

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::instructions::{main_figure, Caller, IN_FLIGHT, LONG, SHORT, TARGET_WORKFLOW_REDIS};
+use super::instructions::{main_figure, Caller, IN_FLIGHT, LAYOUTS, LONG, SHORT, TARGET_WORKFLOW_REDIS};
 use super::measure::{kib_to_mb, Measure};
 use super::results::{Results, Row};
 
@@ -121,19 +121,22 @@ fn instruction_table(s: &mut String, r: &Results) {
         s,
         "\nPlugin instructions per call: a new event_ingest by caller kind, and the trigger's dispatch (a new \
          delivery claimed at the door) and invoke (a run taking that claim) (user space, callgrind: fresh \
-         processes fed {SHORT} and {LONG} lines, {IN_FLIGHT} in flight, difference ÷ {}):\n",
+         processes fed {SHORT} and {LONG} lines, {IN_FLIGHT} in flight, difference ÷ {}; the median of \
+         {LAYOUTS} stack starts, their lowest and highest beside it):\n",
         LONG - SHORT
     );
     let _ =
-        writeln!(s, "| store | call | instructions per call | main (2bde3f2) | vs main |\n|---|---|---:|---:|---:|");
+        writeln!(s, "| store | call | instructions per call | layouts: low – high | main (2bde3f2) | vs main |\n|---|---|---:|---:|---:|---:|");
     for c in &r.instructions {
         let main = main_figure(c.store, c.caller);
         let _ = writeln!(
             s,
-            "| {} | {} | {:.0} | {} | {} |",
+            "| {} | {} | {:.0} | {:.0} – {:.0} | {} | {} |",
             c.store,
             c.caller,
             c.per_ingest,
+            c.per_layout.first().unwrap_or(&c.per_ingest),
+            c.per_layout.last().unwrap_or(&c.per_ingest),
             opt(main, 0),
             opt(main.map(|m| c.per_ingest / m), 2)
         );

@@ -143,7 +143,10 @@ async fn instructions(
     for call in super::instructions::Call::ALL {
         let keep = &cfg.callgrind_dir;
         let count = super::instructions::measure(&cfg.plugin, tmp, keep, name, url, store_pid, call, run_id).await?;
-        eprintln!("  instr  {name:<9} {:<16} {:>9.0} instructions per call", count.caller, count.per_ingest);
+        eprintln!(
+            "  instr  {name:<9} {:<16} {:>9.0} instructions per call (layouts {:?})",
+            count.caller, count.per_ingest, count.per_layout
+        );
         res.instructions.push(count);
     }
     Ok(())
