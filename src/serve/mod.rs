@@ -61,18 +61,14 @@ impl PluginOptions {
             }
             ms.map(Duration::from_millis)
         };
-        let store = StoreOptions::default();
-        let allowed_hosts = AllowedHosts::parse(settings.get(STORE_HOSTS_VAR).as_deref())
-            .map_err(|e| Error::Setting(format!("{e:#}")))?;
-        Ok(PluginOptions {
-            store: StoreOptions {
-                call_timeout: millis("STATEFUL_TOOL_STORE_TIMEOUT_MS").unwrap_or(store.call_timeout),
-                door_timeout: millis("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS").unwrap_or(store.door_timeout),
-                allowed_hosts,
-                ..store
-            },
-            clock: HostClock::system(),
-        })
+        let defaults = StoreOptions::default();
+        let store = StoreOptions::new(
+            millis("STATEFUL_TOOL_STORE_TIMEOUT_MS").unwrap_or(defaults.call_timeout),
+            millis("STATEFUL_TOOL_TRIGGER_TIMEOUT_MS").unwrap_or(defaults.door_timeout),
+            AllowedHosts::parse(settings.get(STORE_HOSTS_VAR).as_deref())
+                .map_err(|e| Error::Setting(format!("{e:#}")))?,
+        );
+        Ok(PluginOptions { store, clock: HostClock::system() })
     }
 }
 

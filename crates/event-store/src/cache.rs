@@ -50,12 +50,20 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
+        StoreOptions::new(Duration::from_secs(5), Duration::from_millis(1500), AllowedHosts::default())
+    }
+}
+
+impl StoreOptions {
+    /// Options with these bounds and allow-list (and no in-process store): what a plugin
+    /// sets from its environment, whichever features this crate was built with.
+    pub fn new(call_timeout: Duration, door_timeout: Duration, allowed_hosts: AllowedHosts) -> StoreOptions {
         StoreOptions {
-            call_timeout: Duration::from_secs(5),
+            call_timeout,
             #[cfg(feature = "testkit")]
             allow_memory: false,
-            allowed_hosts: AllowedHosts::default(),
-            door_timeout: Duration::from_millis(1500),
+            allowed_hosts,
+            door_timeout,
         }
     }
 }
