@@ -71,12 +71,12 @@ impl StoreOptions {
 pub struct StoreCache {
     host: HostClock,
     options: StoreOptions,
-    stores: Mutex<HashMap<StoreConfig, SharedStore>>,
+    stores: Mutex<HashMap<StoreConfig, SharedStore, foldhash::fast::RandomState>>,
 }
 
 impl StoreCache {
     pub fn new(host: HostClock, options: StoreOptions) -> Self {
-        StoreCache { host, options, stores: Mutex::new(HashMap::new()) }
+        StoreCache { host, options, stores: Mutex::new(HashMap::default()) }
     }
 
     /// How long one tool call may spend on its store round trips together.
@@ -146,14 +146,13 @@ async fn connect(cfg: &StoreConfig, host: HostClock, options: &StoreOptions) -> 
 /// Checks every host `url` dials against the allow-list: each seed of a Cluster, Sentinel or
 /// PostgreSQL kv_url (as its backend reads them), else the URL's one host.
 fn check_hosts(allowed: &AllowedHosts, url: &str) -> Result<(), StoreError> {
-    let seeds = match Scheme::of(url) {
+    allowed.check(url, || match Scheme::of(url) {
         Ok(Scheme::Redis) => super::redis::url::seed_hosts(url).ok().flatten(),
         Ok(Scheme::Postgres) => super::postgres::url::Parsed::parse(url, Duration::from_secs(1))
             .ok()
             .map(|p| p.hosts().into_iter().map(|(h, port)| format!("{h}:{port}")).collect()),
         _ => None,
-    };
-    allowed.check(url, seeds)
+    })
 }
 
 #[cfg(test)]

@@ -42,10 +42,13 @@ impl AllowedHosts {
         format!("STATEFUL_TOOL_STORE_HOSTS={}", self.0.as_deref().unwrap_or_default().join(","))
     }
 
-    /// Checks `url`, whose hosts are `seeds` when it names several (a Cluster, Sentinel or
-    /// PostgreSQL kv_url; the caller parses them with the backend's own URL reader).
-    pub(crate) fn check(&self, url: &str, seeds: Option<Vec<String>>) -> Result<(), StoreError> {
+    /// Checks `url`, whose hosts are what `seeds` reads when it names several (a Cluster,
+    /// Sentinel or PostgreSQL kv_url; the caller reads them with the backend's own URL
+    /// reader). `seeds` runs only when there is a list to check against: every store call
+    /// passes here.
+    pub(crate) fn check(&self, url: &str, seeds: impl FnOnce() -> Option<Vec<String>>) -> Result<(), StoreError> {
         let Some(entries) = &self.0 else { return Ok(()) };
+        let seeds = seeds();
         // A Cluster, Sentinel or PostgreSQL kv_url may list several hosts, and each is dialled:
         // all must be allowed.
         if let Some(seeds) = seeds {
