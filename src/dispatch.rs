@@ -28,7 +28,7 @@ const SETTINGS_KEPT: usize = 64;
 /// settings each credential set reads as (every call of a provider sends the same ones).
 pub struct App {
     pub stores: StoreCache,
-    settings: Mutex<HashMap<Box<str>, Arc<Settings>>>,
+    settings: Mutex<HashMap<Box<str>, Arc<Settings>, foldhash::fast::RandomState>>,
 }
 
 impl App {
