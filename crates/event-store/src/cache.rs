@@ -160,7 +160,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn allowed_hosts_match_host_or_host_and_port() {
+    fn every_host_a_kv_url_dials_must_be_allowed() {
         let allowed = AllowedHosts::parse(Some("kv.internal, 10.0.0.5:6379")).unwrap();
         assert!(check_hosts(&allowed, "http://KV.internal:8123").is_ok());
         assert!(check_hosts(&allowed, "redis://:pw@10.0.0.5:6379/0").is_ok());
@@ -181,11 +181,7 @@ mod tests {
                 "{refused}: {e}"
             );
         }
-        assert!(seeds.permits("R1", 7005) && seeds.permits("r2", 7001) && seeds.permits("::1", 1));
-        assert!(!seeds.permits("r2", 7002) && !seeds.permits("10.0.0.9", 7000));
         assert!(check_hosts(&AllowedHosts::parse(Some("")).unwrap(), "http://anything").is_ok());
-        assert!(AllowedHosts::default().permits("anything", 1));
-        assert!(AllowedHosts::parse(Some("a,,b")).is_err());
     }
 
     #[tokio::test]

@@ -84,3 +84,17 @@ impl AllowedHosts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_hosts_match_host_or_host_and_port() {
+        let seeds = AllowedHosts::parse(Some("r1,r2:7001,[::1]")).unwrap();
+        assert!(seeds.permits("R1", 7005) && seeds.permits("r2", 7001) && seeds.permits("::1", 1));
+        assert!(!seeds.permits("r2", 7002) && !seeds.permits("10.0.0.9", 7000));
+        assert!(AllowedHosts::default().permits("anything", 1));
+        assert!(AllowedHosts::parse(Some("a,,b")).is_err());
+    }
+}

@@ -14,9 +14,9 @@
 //!
 //! Layout: `schedule` (one seeded run and its main loop) steps `calls` (the tool calls it
 //! makes) and `network` (how each store request is delivered, or not), all three over `state`
-//! (one schedule's state) and `store` (what the tools see) and `world` (the store's state); `check` holds the invariants, `report` the
-//! fault counts and the trace's words, `rng` the seeded generator. The tests are in
-//! `tests/schedules.rs`.
+//! (one schedule's state), `store` (what the tools see) and `world` (the store's state);
+//! `check` holds the invariants, `report` the fault counts and the trace's words, `rng` the
+//! seeded generator. The tests are in `tests/schedules.rs`.
 //!
 //! `STATEFUL_TOOL_SIM_SEED=<n>` replays one schedule with its trace (time, randomness and the
 //! calls' claim ids all come from the seed); `STATEFUL_TOOL_SIM_SCHEDULES=<n>` runs more
