@@ -108,22 +108,21 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
     }
     let (before, before_on_disk) = (std::fs::metadata(&path)?.len(), on_disk(&path)?);
     let never: StopWhen = Arc::new(|| false);
-    let source = match quietly(|| verify_pages(&path, never, View::Stopped)) {
-        Ok(Ok(Some(db))) => db,
-        Ok(Ok(None)) => anyhow::bail!("the check of {} kept no database", path.display()),
+    let checked = match quietly(|| verify_pages(&path, never, View::Stopped)) {
+        Ok(Ok(checked)) => checked,
         Ok(Err(Failed::Damaged(why) | Failed::Incomplete(why))) | Err(why) => {
             let dir = dir.display().to_string();
             return Err(Damaged { path: path.display().to_string(), dir, why }.into());
         }
     };
-    let copied = match write_copy(&source, &copy, now_ms) {
+    let copied = match write_copy(checked.db(), &copy, now_ms) {
         Ok(copied) => copied,
         Err(e) => {
             let _ = std::fs::remove_file(&copy);
             return Err(e.context(format!("writing {}", copy.display())));
         }
     };
-    drop(source);
+    drop(checked);
     let copy_len = std::fs::metadata(&copy)?.len();
     // Judged on the blocks each file holds as well as its length: redb grows a file below
     // 4 GiB by doubling it, so a copy of a store that lost a tenth often has the same length

@@ -15,16 +15,11 @@ use std::time::Instant;
 
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
-use redb::ReadableTable;
 
 use super::health::Health;
 use super::open::{header_page, Damaged, DbSlot};
-use super::record::{system_now_ms, StoredValue};
-use super::tables::DATA;
+use super::record::system_now_ms;
 use super::verify::{self, Failed};
-
-/// Records read between two looks at the stop flag.
-const STOP_EVERY: u64 = 4096;
 
 /// What the last check found; `/healthz` shows it as `integrity`.
 #[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
@@ -225,30 +220,16 @@ impl Integrity {
     /// Pages first (redb's checksums), then every record of the same snapshot.
     fn check(&self, slot: &DbSlot, snap: Snapshot) -> Result<u64, Failed> {
         let (stop, counter, generation) = (self.stop.clone(), slot.generation_counter(), snap.generation);
-        let stopping = move || stop.load(Ordering::SeqCst) || counter.load(Ordering::SeqCst) != generation;
-        let stop_when: verify::StopWhen = Arc::new(stopping.clone());
+        let stop_when: verify::StopWhen =
+            Arc::new(move || stop.load(Ordering::SeqCst) || counter.load(Ordering::SeqCst) != generation);
         let Snapshot { db, txn, savepoint, header, .. } = snap;
-        verify::verify_pages(slot.path(), stop_when, verify::View::Running(&header))?;
-        let records = count_records(&txn, &stopping);
-        drop((savepoint, txn, db));
+        // The records are read through the checking database: the serving one's cache keeps
+        // the pages requests use. Its pages stay this commit's while `txn` and `savepoint` live.
+        let checked = verify::verify_pages(slot.path(), stop_when.clone(), verify::View::Running(&header))?;
+        let records = verify::read_records(checked.db(), &stop_when);
+        drop((checked, savepoint, txn, db));
         records
     }
-}
-
-/// Reads every record of `snapshot`, checking its own checksum.
-fn count_records(snapshot: &redb::ReadTransaction, stopping: &dyn Fn() -> bool) -> Result<u64, Failed> {
-    let table = snapshot.open_table(DATA).map_err(|e| Failed::Damaged(e.to_string()))?;
-    let mut records = 0u64;
-    for entry in table.iter().map_err(|e| Failed::Damaged(e.to_string()))? {
-        let (key, value) = entry.map_err(|e| Failed::Damaged(format!("reading a record failed: {e}")))?;
-        StoredValue::decode(value.value())
-            .map_err(|e| Failed::Damaged(format!("the record under key {:?} is damaged: {e}", key.value())))?;
-        records += 1;
-        if records.is_multiple_of(STOP_EVERY) && stopping() {
-            return Err(Failed::Incomplete(verify::STOPPED.into()));
-        }
-    }
-    Ok(records)
 }
 
 /// The check yields the cores to requests: it runs at a lower scheduling priority (Linux

@@ -62,15 +62,15 @@ impl Usage {
 pub(crate) fn measure(path: &Path) -> anyhow::Result<Usage> {
     refuse_if_open_elsewhere(path)?;
     let never: StopWhen = Arc::new(|| false);
-    let db = match quietly(|| verify_pages(path, never, View::Stopped)) {
-        Ok(Ok(Some(db))) => db,
-        Ok(Ok(None)) => anyhow::bail!("the check of {} kept no database", path.display()),
+    let checked = match quietly(|| verify_pages(path, never, View::Stopped)) {
+        Ok(Ok(checked)) => checked,
         Ok(Err(Failed::Damaged(why) | Failed::Incomplete(why))) | Err(why) => {
             anyhow::bail!("{} cannot be measured: {why}", path.display())
         }
     };
+    let db = checked.db();
     let meta = std::fs::metadata(path)?;
-    of(&db, meta.len(), meta.blocks() * 512)
+    of(db, meta.len(), meta.blocks() * 512)
 }
 
 /// The tables of `db` and redb's page counts, with the file's sizes as given.

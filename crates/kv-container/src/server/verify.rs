@@ -32,6 +32,9 @@ pub(crate) const STOPPED: &str = "integrity check stopped";
 /// tree order, so a small cache does; it bounds the check's memory whatever the file's size.
 const CHECK_CACHE_BYTES: usize = 32 << 20;
 
+/// Records read between two looks at the stop flag (pages read ask it each time).
+const STOP_EVERY: u64 = 4096;
+
 /// The outcome of [`verify_pages`] that is not a pass.
 #[derive(Debug)]
 pub(crate) enum Failed {
@@ -52,9 +55,34 @@ pub(crate) enum View<'a> {
     Running(&'a [u8]),
 }
 
+/// The checking database after a pass, kept to read the records of the commit it checked
+/// through its own small cache (a running store's cache keeps the pages requests use).
+pub(crate) struct Checked {
+    db: Option<Database>,
+    /// A running store's: set before the database closes (see `verify_pages`).
+    closed: Option<Arc<AtomicBool>>,
+}
+
+impl Checked {
+    pub(crate) fn db(&self) -> &Database {
+        self.db.as_ref().expect("held until dropped")
+    }
+}
+
+impl Drop for Checked {
+    fn drop(&mut self) {
+        if let Some(closed) = &self.closed {
+            // Closing writes redb's free-page state, which reads pages the running store may
+            // since have reused: the file is not read any more, so the close does nothing.
+            closed.store(true, Ordering::SeqCst);
+        }
+        drop(self.db.take());
+    }
+}
+
 /// Runs redb's integrity check of every page reachable from the newest commit of `path`;
-/// the checking database is handed back for a stopped file (to read its records through).
-pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>) -> Result<Option<Database>, Failed> {
+/// the checking database is handed back to read that commit's records through.
+pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>) -> Result<Checked, Failed> {
     let file = File::open(path).map_err(|e| Failed::Incomplete(format!("cannot read {}: {e}", path.display())))?;
     let closed = Arc::new(AtomicBool::new(false));
     let overlay = Overlay { file, writes: Mutex::default(), len: Mutex::default(), stop, closed: closed.clone() };
@@ -75,14 +103,7 @@ pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>) -> Resul
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut db = builder.create_with_backend(overlay)?;
         let clean = db.check_integrity()?;
-        if live {
-            // Closing writes redb's free-page state, which reads pages the running store may
-            // since have reused: the file is not read any more, so the close does nothing.
-            closed.store(true, Ordering::SeqCst);
-            drop(db);
-            return Ok::<_, redb::DatabaseError>((None, clean));
-        }
-        Ok((Some(db), clean))
+        Ok::<_, redb::DatabaseError>((Checked { db: Some(db), closed: live.then_some(closed) }, clean))
     }));
     match outcome {
         Err(p) => {
@@ -109,29 +130,35 @@ pub(crate) fn check(path: &Path) -> Result<u64, String> {
     let never: StopWhen = Arc::new(|| false);
     // redb's recovery of an unclean file (a power loss mid-commit goes back to the commit
     // before) is what a start does too: not damage here.
-    let db = quietly(|| verify_pages(path, never, View::Stopped))?.map_err(|f| match f {
+    let why = |f| match f {
         Failed::Damaged(why) | Failed::Incomplete(why) => why,
-    })?;
-    let db = db.ok_or("the check kept no database")?;
-    quietly(|| scan(&db))?
+    };
+    let checked = quietly(|| verify_pages(path, never.clone(), View::Stopped))?.map_err(why)?;
+    quietly(|| read_records(checked.db(), &never))?.map_err(why)
 }
 
-/// Reads every record once, so damage a checksum cannot see (a foreign layout) is found.
-fn scan(db: &Database) -> Result<u64, String> {
-    let bad = |e: &dyn std::fmt::Display| format!("reading it failed: {e}");
-    let txn = db.begin_read().map_err(|e| bad(&e))?;
-    let mut records = 0;
-    match txn.open_table(DATA) {
-        Ok(table) => {
-            for entry in table.iter().map_err(|e| bad(&e))? {
-                let (key, value) = entry.map_err(|e| bad(&e))?;
-                StoredValue::decode(value.value())
-                    .map_err(|e| format!("the record under key {:?} is damaged: {e}", key.value()))?;
-                records += 1;
-            }
+/// Reads every record of the checked commit once, checking its own checksum, so damage a
+/// page checksum cannot see (a foreign layout) is found; how many there are.
+pub(crate) fn read_records(db: &Database, stop: &StopWhen) -> Result<u64, Failed> {
+    let failed = |e: &dyn std::fmt::Display| match e.to_string() {
+        s if s.contains(STOPPED) => Failed::Incomplete(STOPPED.into()),
+        s => Failed::Damaged(format!("reading a record failed: {s}")),
+    };
+    let txn = db.begin_read().map_err(|e| failed(&e))?;
+    let table = match txn.open_table(DATA) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(failed(&e)),
+    };
+    let mut records = 0u64;
+    for entry in table.iter().map_err(|e| failed(&e))? {
+        let (key, value) = entry.map_err(|e| failed(&e))?;
+        StoredValue::decode(value.value())
+            .map_err(|e| Failed::Damaged(format!("the record under key {:?} is damaged: {e}", key.value())))?;
+        records += 1;
+        if records.is_multiple_of(STOP_EVERY) && stop() {
+            return Err(Failed::Incomplete(STOPPED.into()));
         }
-        Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(bad(&e)),
     }
     Ok(records)
 }
