@@ -18,6 +18,8 @@ mod report;
 mod results;
 mod scale;
 mod scale_load;
+mod scale_redis;
+mod scale_table;
 mod stages;
 mod started;
 mod suite;
@@ -61,11 +63,13 @@ struct Args {
     /// callgrind; left out by --quick unless named), plugin, raw, kv, cluster (plugin and raw
     /// rows on a Redis Cluster the bench starts; with the plugin and/or raw sections), postgres
     /// (the same on a PostgreSQL server the bench starts), burst (10,000 sessions at once),
-    /// scale (the KV container filled to --scale-records; left out by --quick unless named).
+    /// scale (the KV container filled to --scale-records, and Redis beside it when --backends
+    /// names redis; left out by --quick unless named).
     /// Default: all.
     #[arg(long, value_delimiter = ',')]
     sections: Option<Vec<String>>,
-    /// Backends for the plugin and raw sections: kv, redis.
+    /// Backends for the plugin, raw and scale sections: kv, redis (the scale section always
+    /// fills the KV container).
     #[arg(long, value_delimiter = ',', default_value = "kv,redis")]
     backends: Vec<String>,
     /// Run the plugin under this command (space-separated), e.g. for callgrind:
@@ -178,7 +182,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let targets = report::targets(&results);
     println!("{}", report::table(&results, &targets));
     if let Some(scale) = &results.scale {
-        println!("{}", scale::table(scale));
+        println!("{}", scale_table::table(scale));
     }
     let load_after = load1();
     let all_runs = results.plugin.iter().chain(&results.raw).chain(&results.kv);

@@ -128,8 +128,21 @@ pub(crate) fn start_kv_with(
 /// waits until it answers PING.
 pub(crate) fn start_redis(bin: &str, dir: &Path) -> anyhow::Result<Proc> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    start_redis_on(bin, dir, port, &["--save", "", "--appendonly", "no"], Duration::from_secs(10))
+}
+
+/// Starts redis-server on `port` with `config` (persistence settings), and waits up to
+/// `wait` until it answers PING (it answers `-LOADING` while it reads its data back).
+pub(crate) fn start_redis_on(
+    bin: &str,
+    dir: &Path,
+    port: u16,
+    config: &[&str],
+    wait: Duration,
+) -> anyhow::Result<Proc> {
     let child = Command::new(bin)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(config)
         .arg("--dir")
         .arg(dir)
         .stdin(Stdio::null())
@@ -138,7 +151,7 @@ pub(crate) fn start_redis(bin: &str, dir: &Path) -> anyhow::Result<Proc> {
         .spawn()
         .with_context(|| format!("starting {bin} (apt-get install redis-server)"))?;
     let proc = Proc { child, addr: SocketAddr::from(([127, 0, 0, 1], port)) };
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + wait;
     while !pings(proc.addr) {
         if Instant::now() > deadline {
             bail!("redis-server did not answer on port {port}");

@@ -16,10 +16,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::measure::kib_to_mb;
 use super::procs::{start_kv_with, vm_kib, Proc};
 use super::scale_load::{delete_tenth, fill, paced_claims, quantile_ms, FILL_CONNECTIONS};
+use super::scale_redis::{self, RedisScale};
 use super::wire::Http;
 
 /// New claims per second while latency is measured (the issue's load).
-const CLAIM_RATE: f64 = 500.0;
+pub(crate) const CLAIM_RATE: f64 = 500.0;
 /// How long the integrity check that follows a restart may take before the row goes on.
 const CHECK_WAIT: Duration = Duration::from_secs(1800);
 
@@ -30,6 +31,8 @@ pub(crate) struct ScaleConfig {
     pub cache_mb: u64,
     /// Seconds of claims at [`CLAIM_RATE`] per measurement.
     pub claim_secs: f64,
+    /// The redis-server binary, when Redis is measured beside the container at each size.
+    pub redis: Option<String>,
 }
 
 /// New-claim latency at [`CLAIM_RATE`].
@@ -84,6 +87,7 @@ pub(crate) struct Scale {
     pub cache_mb: u64,
     pub empty_claims: Claims,
     pub rows: Vec<ScaleRow>,
+    pub redis: Option<RedisScale>,
 }
 
 /// Fills one store through every size in `cfg.sizes` (ascending), measuring at each.
@@ -122,10 +126,11 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         let at_size = claims(server.addr, &format!("claims-{size}-"), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
-        let (backup_s, backup_bytes) = backup(server.addr).await?;
-        // A connection of its own: `http` sat idle through the claims and the backup, longer
-        // than the container's idle timeout (30 s) at 10 M records, and was closed.
+        // A connection of its own: `http` sat idle through the claims, longer than the
+        // container's idle timeout (30 s) at 10 M records, and was closed.
         let integrity_check_s = integrity(&mut Http::connect(server.addr).await?).await?;
+        // Once the check has passed: beside it, both read the whole file from the same disk.
+        let (backup_s, backup_bytes) = backup(server.addr).await?;
         let claims_after_check = claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
@@ -176,7 +181,11 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         server = start(cfg, &data, &log)?;
     }
     drop(server);
-    Ok(Scale { cache_mb: cfg.cache_mb, empty_claims: empty, rows })
+    let redis = match &cfg.redis {
+        Some(bin) => Some(scale_redis::run(bin, &cfg.sizes, cfg.claim_secs, dir).await?),
+        None => None,
+    };
+    Ok(Scale { cache_mb: cfg.cache_mb, empty_claims: empty, rows, redis })
 }
 
 /// The file's length and the bytes it holds on disk (its blocks; less than the length where
@@ -251,64 +260,4 @@ fn kv(exe: &Path, command: &str, data: &Path) -> anyhow::Result<String> {
     let out = Command::new(exe).args(["kv", command, "--data"]).arg(data).env("STATEFUL_TOOL_LOG", "warn").output()?;
     ensure!(out.status.success(), "kv {command} failed: {}", String::from_utf8_lossy(&out.stderr));
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The section's table (Markdown).
-pub(crate) fn table(s: &Scale) -> String {
-    let mut out = format!(
-        "\nKV container at size (--cache-mb {}; new claims at {CLAIM_RATE:.0}/s on the empty store: p50 {:.2} ms, p99 {:.2} ms)\n\n",
-        s.cache_mb, s.empty_claims.p50_ms, s.empty_claims.p99_ms
-    );
-    out.push_str(
-        "| records | data file: length (on disk) | bytes/record: length (on disk; record) | restart → /healthz | RSS steady / peak / settled (private) | status counts (age) | first /metrics | backup | new claim p50 / p99 (after the check) | integrity check | after −10 %: length (on disk) → kv compact | bytes/record after compact: length (on disk) |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for r in &s.rows {
-        let live = r.records - r.deleted;
-        out.push_str(&format!(
-            "| {} | {:.0} ({:.0}) MB | {} ({}; {}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s | {:.2} / {:.2} ms ({:.2} / {:.2}) | {:.1} s | {:.0} ({:.0}) → {:.0} ({:.0}) MB in {:.1} s | {} ({}) |\n",
-            r.records,
-            r.file_bytes as f64 / 1e6,
-            r.file_disk_bytes as f64 / 1e6,
-            r.file_bytes / r.records.max(1),
-            r.file_disk_bytes / r.records.max(1),
-            r.record_bytes,
-            r.restart_to_healthz_s,
-            r.rss_steady_mb,
-            r.rss_peak_mb,
-            r.rss_settled_mb,
-            r.rss_settled_anon_mb,
-            r.status_ms,
-            r.status_age_s,
-            r.first_metrics_ms,
-            r.backup_s,
-            r.backup_mb / r.backup_s.max(1e-9),
-            r.claims.p50_ms,
-            r.claims.p99_ms,
-            r.claims_after_check.p50_ms,
-            r.claims_after_check.p99_ms,
-            r.integrity_check_s,
-            r.before_compact_file_bytes as f64 / 1e6,
-            r.before_compact_disk_bytes as f64 / 1e6,
-            r.compacted_file_bytes as f64 / 1e6,
-            r.compacted_disk_bytes as f64 / 1e6,
-            r.compact_s,
-            r.compacted_file_bytes / live.max(1),
-            r.compacted_disk_bytes / live.max(1),
-        ));
-    }
-    for r in &s.rows {
-        // The issue's target: disk ≤ 2× the records' bytes after a purge and compaction;
-        // judged on the blocks the file holds, with its length beside it.
-        let live = (r.records - r.deleted).max(1);
-        let (on_disk, length, target) =
-            (r.compacted_disk_bytes / live, r.compacted_file_bytes / live, 2 * r.record_bytes);
-        let verdict = if on_disk <= target { "met" } else { "not met" };
-        out.push_str(&format!(
-            "\nDisk after −10 % and kv compact at {} records: {on_disk} B/record on disk ({length} of file length) against ≤ 2 × {} = {target}: {verdict}.",
-            r.records, r.record_bytes
-        ));
-    }
-    out.push('\n');
-    out
 }
