@@ -177,7 +177,7 @@ pub(crate) async fn paced_claims(addr: SocketAddr, prefix: &str, rate: f64, secs
 }
 
 /// Unix time in ms: the records' times, and their leases, are the store's present.
-fn wall_ms() -> i64 {
+pub(crate) fn wall_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::measure::{kib_to_mb, micros_since};
 use super::procs::{start_redis_on, vm_kib, Proc};
 use super::scale::{Claims, CLAIM_RATE};
-use super::scale_load::{event_id, quantile_ms, record, FILL_CONNECTIONS};
+use super::scale_load::{event_id, quantile_ms, record, wall_ms, FILL_CONNECTIONS};
 use super::workload::TTL_MS;
 
 /// Persistence as docs/guarantees.md assumes it; no RDB snapshots on a schedule.
@@ -206,11 +206,6 @@ fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
         total += entry?.metadata()?.len();
     }
     Ok(total)
-}
-
-fn wall_ms() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The Redis table (Markdown).
