@@ -15,12 +15,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::measure::kib_to_mb;
 use super::procs::{start_kv_with, vm_kib, Proc};
-use super::scale_load::{delete_tenth, fill, paced_claims, quantile_ms, FILL_CONNECTIONS};
+use super::scale_load::{delete_tenth, fill, paced_claims, Claims, CLAIM_RATE, FILL_CONNECTIONS};
 use super::scale_redis::{self, RedisScale};
 use super::wire::Http;
 
-/// New claims per second while latency is measured (the load).
-pub(crate) const CLAIM_RATE: f64 = 500.0;
 /// How long the integrity check that follows a restart may take before the row goes on.
 const CHECK_WAIT: Duration = Duration::from_secs(1800);
 
@@ -33,13 +31,6 @@ pub(crate) struct ScaleConfig {
     pub claim_secs: f64,
     /// The redis-server binary, when Redis is measured beside the container at each size.
     pub redis: Option<String>,
-}
-
-/// New-claim latency at [`CLAIM_RATE`].
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct Claims {
-    pub p50_ms: f64,
-    pub p99_ms: f64,
 }
 
 /// One size.
@@ -96,7 +87,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
     let log = dir.join("scale-kv.log");
     std::fs::create_dir_all(&data)?;
     let mut server = start(cfg, &data, &log)?;
-    let empty = claims(server.addr, "empty-", cfg.claim_secs).await?;
+    let empty = paced_claims(server.addr, "empty-", cfg.claim_secs).await?;
     // The claims are records too: ids `empty-…` and `claims-<size>-…` beside the fill's.
     let (mut filled, mut live, mut rows) = (0u64, (CLAIM_RATE * cfg.claim_secs) as u64, Vec::new());
     // Each size deletes a tenth of the records filled since the size before.
@@ -123,7 +114,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         let now: serde_json::Value = serde_json::from_slice(&now).context("/ui/api/now is not JSON")?;
         let age_ms =
             now["now_ms"].as_u64().unwrap_or(0).saturating_sub(now["census"]["as_of_ms"].as_u64().unwrap_or(0));
-        let at_size = claims(server.addr, &format!("claims-{size}-"), cfg.claim_secs).await?;
+        let at_size = paced_claims(server.addr, &format!("claims-{size}-"), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         // A connection of its own: `http` sat idle through the claims, longer than the
@@ -131,7 +122,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         let integrity_check_s = integrity(&mut Http::connect(server.addr).await?).await?;
         // Once the check has passed: beside it, both read the whole file from the same disk.
         let (backup_s, backup_bytes) = backup(server.addr).await?;
-        let claims_after_check = claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
+        let claims_after_check = paced_claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         let rss_settled_anon_mb = kib_to_mb(vm_kib(server.pid(), "RssAnon"));
@@ -198,11 +189,6 @@ fn sizes(file: &Path) -> anyhow::Result<(u64, u64)> {
 
 fn start(cfg: &ScaleConfig, data: &Path, log: &Path) -> anyhow::Result<Proc> {
     start_kv_with(&cfg.exe, data, "immediate", &["--cache-mb".into(), cfg.cache_mb.to_string()], log)
-}
-
-async fn claims(addr: SocketAddr, prefix: &str, secs: f64) -> anyhow::Result<Claims> {
-    let mut lat = paced_claims(addr, prefix, CLAIM_RATE, secs).await?;
-    Ok(Claims { p50_ms: quantile_ms(&mut lat, 0.50), p99_ms: quantile_ms(&mut lat, 0.99) })
 }
 
 /// One `GET`: its time in ms and its body (it must answer 200).

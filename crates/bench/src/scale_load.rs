@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use event_store::key::storage_key;
 use event_store::record::{fingerprint, format_time, new_claim_id, Record, Status};
+use serde::Serialize;
+use tokio::task::JoinSet;
 
 use super::measure::micros_since;
 use super::wire::Http;
@@ -143,22 +145,70 @@ pub(crate) async fn delete_tenth(
     Ok(deleted)
 }
 
-/// New claims at `rate` per second for `secs` (open loop: each is sent at its time, whatever
-/// the answers before it), spread over enough connections that a slow answer does not delay
-/// the next send; the latencies in µs, one per claim.
-pub(crate) async fn paced_claims(addr: SocketAddr, prefix: &str, rate: f64, secs: f64) -> anyhow::Result<Vec<u32>> {
-    let count = (rate * secs).round().max(1.0) as u64;
-    let conns = 32u64;
-    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+/// New claims per second while latency is measured (the load).
+pub(crate) const CLAIM_RATE: f64 = 500.0;
+/// Connections the paced claims are spread over, so a slow answer does not delay the next send.
+const CLAIM_CONNECTIONS: u64 = 32;
+
+/// New-claim latency at [`CLAIM_RATE`].
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Claims {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// When paced claims are sent (open loop: each at its time, whatever the answers before it):
+/// claim `i` at `i / CLAIM_RATE` after the start, on connection `i % CLAIM_CONNECTIONS`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pace {
+    count: u64,
+    start: tokio::time::Instant,
+}
+
+impl Pace {
+    /// [`CLAIM_RATE`] claims a second for `secs`, starting shortly after now.
+    pub(crate) fn new(secs: f64) -> Pace {
+        let count = (CLAIM_RATE * secs).round().max(1.0) as u64;
+        Pace { count, start: tokio::time::Instant::now() + Duration::from_millis(50) }
+    }
+
+    /// The connections, one worker each.
+    pub(crate) fn connections(&self) -> std::ops::Range<u64> {
+        0..CLAIM_CONNECTIONS
+    }
+
+    /// The claims connection `w` sends.
+    pub(crate) fn claims_of(&self, w: u64) -> impl Iterator<Item = u64> {
+        (w..self.count).step_by(CLAIM_CONNECTIONS as usize)
+    }
+
+    /// Waits until claim `i` is due.
+    pub(crate) async fn until(&self, i: u64) {
+        tokio::time::sleep_until(self.start + Duration::from_secs_f64(i as f64 / CLAIM_RATE)).await;
+    }
+
+    /// Every connection's latencies (µs, one per claim) as p50 and p99.
+    pub(crate) async fn gather(&self, mut workers: JoinSet<anyhow::Result<Vec<u32>>>) -> anyhow::Result<Claims> {
+        let mut all = Vec::with_capacity(self.count as usize);
+        while let Some(done) = workers.join_next().await {
+            all.extend(done.context("a claim worker panicked")??);
+        }
+        Ok(Claims { p50_ms: quantile_ms(&mut all, 0.50), p99_ms: quantile_ms(&mut all, 0.99) })
+    }
+}
+
+/// New claims (`If-None-Match: *`, each must be created) paced as [`Pace`] says for `secs`.
+pub(crate) async fn paced_claims(addr: SocketAddr, prefix: &str, secs: f64) -> anyhow::Result<Claims> {
+    let pace = Pace::new(secs);
     let now_ms = wall_ms();
-    let mut workers = tokio::task::JoinSet::new();
-    for w in 0..conns {
+    let mut workers = JoinSet::new();
+    for w in pace.connections() {
         let mut http = Http::connect(addr).await?;
         let prefix = prefix.to_owned();
         workers.spawn(async move {
             let mut lat = Vec::new();
-            for i in (w..count).step_by(conns as usize) {
-                tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+            for i in pace.claims_of(w) {
+                pace.until(i).await;
                 let id = event_id(&prefix, i);
                 let (key, value) = (storage_key(None, &id), record(&id, i, now_ms));
                 let t = Instant::now();
@@ -169,11 +219,7 @@ pub(crate) async fn paced_claims(addr: SocketAddr, prefix: &str, rate: f64, secs
             Ok::<_, anyhow::Error>(lat)
         });
     }
-    let mut all = Vec::with_capacity(count as usize);
-    while let Some(done) = workers.join_next().await {
-        all.extend(done.context("a claim worker panicked")??);
-    }
-    Ok(all)
+    pace.gather(workers).await
 }
 
 /// Unix time in ms: the records' times, and their leases, are the store's present.

@@ -14,8 +14,7 @@ use serde::Serialize;
 
 use super::measure::{kib_to_mb, micros_since};
 use super::procs::{start_redis_on, vm_kib, Proc};
-use super::scale::{Claims, CLAIM_RATE};
-use super::scale_load::{event_id, quantile_ms, record, wall_ms, FILL_CONNECTIONS};
+use super::scale_load::{event_id, record, wall_ms, Claims, Pace, CLAIM_RATE, FILL_CONNECTIONS};
 use super::workload::TTL_MS;
 
 /// Persistence as docs/guarantees.md assumes it; no RDB snapshots on a schedule.
@@ -138,19 +137,17 @@ async fn fill(server: &Proc, from: u64, to: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// New claims at [`CLAIM_RATE`] for `secs`, open loop, over 32 connections.
+/// New claims (each must find no record) paced as [`Pace`] says for `secs`.
 async fn claims(server: &Proc, prefix: &str, secs: f64) -> anyhow::Result<Claims> {
-    let count = (CLAIM_RATE * secs).round().max(1.0) as u64;
-    let conns = 32u64;
-    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let pace = Pace::new(secs);
     let now_ms = wall_ms();
     let mut workers = tokio::task::JoinSet::new();
-    for w in 0..conns {
+    for w in pace.connections() {
         let (mut conn, prefix) = (connect(server).await?, prefix.to_owned());
         workers.spawn(async move {
             let mut lat = Vec::new();
-            for i in (w..count).step_by(conns as usize) {
-                tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / CLAIM_RATE)).await;
+            for i in pace.claims_of(w) {
+                pace.until(i).await;
                 let id = event_id(&prefix, i);
                 let t = Instant::now();
                 let (previous,): (Option<String>,) = claim(&id, i, now_ms).query_async(&mut conn).await?;
@@ -160,11 +157,7 @@ async fn claims(server: &Proc, prefix: &str, secs: f64) -> anyhow::Result<Claims
             Ok::<_, anyhow::Error>(lat)
         });
     }
-    let mut all = Vec::with_capacity(count as usize);
-    while let Some(done) = workers.join_next().await {
-        all.extend(done.context("a claim worker panicked")??);
-    }
-    Ok(Claims { p50_ms: quantile_ms(&mut all, 0.50), p99_ms: quantile_ms(&mut all, 0.99) })
+    pace.gather(workers).await
 }
 
 /// `BGSAVE` until `INFO persistence` says it is done: its seconds and the RDB file's MB.

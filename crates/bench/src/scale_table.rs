@@ -1,7 +1,8 @@
 //! The scale section's tables (Markdown): the KV container's row per size, its disk verdict,
 //! and Redis's rows beside it.
 
-use super::scale::{Scale, CLAIM_RATE};
+use super::scale::Scale;
+use super::scale_load::CLAIM_RATE;
 use super::scale_redis;
 
 /// The section's table (Markdown).
