@@ -113,6 +113,17 @@ async fn all_keys(http: &reqwest::Client, url: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_under_concurrent_claims_restores_every_acknowledged_key() {
+    backup_under_concurrent_claims("jsonl").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_backup_under_concurrent_claims_restores_every_acknowledged_key() {
+    backup_under_concurrent_claims("image").await;
+}
+
+/// Claims go on while `kv backup --format <format>` runs; what it wrote restores every
+/// claim acknowledged before it began, each whole, and a damaged copy restores nothing.
+async fn backup_under_concurrent_claims(format: &str) {
     let data = tempfile::tempdir().unwrap();
     let mut kv = KvServer::start(data.path(), &["--token", TOKEN]);
     let http = reqwest::Client::new();
@@ -159,8 +170,19 @@ async fn backup_under_concurrent_claims_restores_every_acknowledged_key() {
     let before = acked.lock().unwrap().clone();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("kv.backup");
-    let (code, out, err) =
-        run(&["kv", "backup", "--url", &kv.url(), "--token", TOKEN, "--out", file.to_str().unwrap()]).await;
+    let (code, out, err) = run(&[
+        "kv",
+        "backup",
+        "--url",
+        &kv.url(),
+        "--token",
+        TOKEN,
+        "--format",
+        format,
+        "--out",
+        file.to_str().unwrap(),
+    ])
+    .await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("backup written"), "{out}");
     wait_for(before.len() + 100).await;
@@ -169,15 +191,16 @@ async fn backup_under_concurrent_claims_restores_every_acknowledged_key() {
         w.await.unwrap();
     }
 
-    // A damaged copy is refused before anything is written.
-    let text = std::fs::read_to_string(&file).unwrap();
-    let cut = dir.path().join("cut.backup");
-    std::fs::write(&cut, &text[..text.trim_end().rfind('\n').unwrap() + 1]).unwrap();
-    let refused = dir.path().join("refused");
-    let (code, _, err) = run(&["kv", "restore", cut.to_str().unwrap(), "--data", refused.to_str().unwrap()]).await;
-    assert_ne!(code, 0);
-    assert!(err.contains("truncated"), "{err}");
-    assert!(!refused.join("kv.redb").exists());
+    // A damaged copy is refused, and nothing is left in the data directory.
+    for (name, damaged, why) in damaged_copies(&std::fs::read(&file).unwrap(), format) {
+        let copy = dir.path().join(name);
+        std::fs::write(&copy, damaged).unwrap();
+        let refused = dir.path().join(format!("refused-{name}"));
+        let (code, _, err) = run(&["kv", "restore", copy.to_str().unwrap(), "--data", refused.to_str().unwrap()]).await;
+        assert_ne!(code, 0, "{name} was restored");
+        assert!(err.contains(why), "{name}: {err}");
+        assert!(!refused.join("kv.redb").exists() && !refused.join("kv.redb.partial").exists(), "{name}");
+    }
 
     let fresh = dir.path().join("restored");
     let (code, out, err) = run(&["kv", "restore", file.to_str().unwrap(), "--data", fresh.to_str().unwrap()]).await;
@@ -200,14 +223,59 @@ async fn backup_under_concurrent_claims_restores_every_acknowledged_key() {
     }
     assert!(keys.len() >= before.len() && keys.len() < attempted.len(), "{} restored", keys.len());
 
-    // Offline: the stopped server's directory gives the same data.
+    // Offline: the stopped server's directory gives the same data, in either format.
     kv.terminate();
+    drop(restored);
     let offline = dir.path().join("offline.backup");
-    let (code, out, err) =
-        run(&["kv", "backup", "--data", &data.path().display().to_string(), "--out", offline.to_str().unwrap()]).await;
+    let (code, out, err) = run(&[
+        "kv",
+        "backup",
+        "--data",
+        &data.path().display().to_string(),
+        "--format",
+        format,
+        "--out",
+        offline.to_str().unwrap(),
+    ])
+    .await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("({} keys,", attempted.len())), "every acknowledged claim: {out}");
-    check_lines(&offline);
+    if format == "jsonl" {
+        check_lines(&offline);
+        return;
+    }
+    // An image restores exactly the records the stopped store holds.
+    let again = dir.path().join("again");
+    let (code, _, err) = run(&["kv", "restore", offline.to_str().unwrap(), "--data", again.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(record_lines(data.path(), dir.path()).await, record_lines(&again, dir.path()).await);
+}
+
+/// Copies of a backup that a restore must refuse, with what it says: cut short, one byte
+/// changed inside.
+fn damaged_copies(bytes: &[u8], format: &str) -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let cut = match format {
+        // Without its trailer line.
+        "jsonl" => bytes[..bytes[..bytes.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1].to_vec(),
+        _ => bytes[..bytes.len() * 2 / 3].to_vec(),
+    };
+    // One letter of a value's padding, near the middle: the lines stay valid JSON, the
+    // image's pages stay where they were.
+    let mut flipped = bytes.to_vec();
+    let at = bytes.len() / 2 + bytes[bytes.len() / 2..].windows(8).position(|w| w == b"xxxxxxxx").unwrap();
+    flipped[at] = b'y';
+    vec![("cut", cut, "truncated"), ("flipped", flipped, "checksum does not match")]
+}
+
+/// The record lines of an offline JSON-lines backup of the store in `data` (its header, which
+/// carries the time it was taken, left out).
+async fn record_lines(data: &Path, scratch: &Path) -> Vec<String> {
+    let out = scratch.join("lines.backup");
+    let _ = std::fs::remove_file(&out);
+    let (code, _, err) =
+        run(&["kv", "backup", "--data", &data.display().to_string(), "--out", out.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{err}");
+    std::fs::read_to_string(&out).unwrap().lines().skip(1).map(str::to_owned).collect()
 }
 
 /// Each record line of a backup file is JSON with the documented fields.

@@ -7,7 +7,7 @@ use anyhow::{bail, ensure, Context};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::server::{read_snapshot, sync_parent, Summary};
+use crate::server::{read_snapshot, sync_parent, BackupFormat, ImageReader, Summary};
 use event_store::kv_tls::TlsParams;
 use event_store::url::redact;
 
@@ -192,14 +192,19 @@ fn glob_escape(s: &str) -> String {
 
 /// `kv backup --url`: streams `GET /backup` into `<out>.partial`, checks the whole file
 /// (trailer, checksum), then renames it to `out`.
-pub(crate) async fn download_backup(url: &str, token: Option<&str>, out: &Path) -> anyhow::Result<Summary> {
+pub(crate) async fn download_backup(
+    url: &str,
+    token: Option<&str>,
+    out: &Path,
+    format: BackupFormat,
+) -> anyhow::Result<Summary> {
     ensure!(
         url.starts_with("http://") || url.starts_with("https://"),
         "online backups need the KV container's http(s):// URL"
     );
     // No overall timeout: a large store takes as long as it takes to stream.
     let (base, http) = kv_http(url, reqwest::Client::builder().connect_timeout(TIMEOUT))?;
-    let mut req = http.get(format!("{base}/backup"));
+    let mut req = http.get(format!("{base}/backup")).query(&[("format", format.name())]);
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
@@ -209,12 +214,24 @@ pub(crate) async fn download_backup(url: &str, token: Option<&str>, out: &Path) 
     let tmp = out.with_file_name(name);
     let result = async {
         let mut file = tokio::fs::File::create(&tmp).await.with_context(|| format!("creating {}", tmp.display()))?;
+        // An image is checked as it arrives (it may be as large as the data file); JSON
+        // lines are read back once written.
+        let mut image = (format == BackupFormat::Image).then(ImageReader::default);
         while let Some(chunk) = resp.chunk().await.context("the backup stream broke off")? {
+            if let Some(image) = &mut image {
+                image.push(&chunk, &mut |_| Ok(()))?;
+            }
             file.write_all(&chunk).await?;
         }
         file.sync_all().await?;
         drop(file);
-        let summary = read_snapshot(&tmp, |_, _| Ok(()))?;
+        let summary = match image {
+            Some(image) => {
+                let header = image.finish()?;
+                Summary { records: header.records, last_rev: header.last_rev }
+            }
+            None => read_snapshot(&tmp, |_, _| Ok(()))?,
+        };
         tokio::fs::rename(&tmp, out).await?;
         // The rename is durable only once the directory is.
         sync_parent(out)?;

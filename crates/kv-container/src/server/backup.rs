@@ -6,10 +6,13 @@
 //! key (`key`, `rev`, `modified_ms`, `expires_ms`, `value` as the stored JSON text), and a
 //! trailer with the record count and the SHA-256 of the record lines, so a truncated or
 //! edited file is refused before anything is restored. TTLs are absolute expiry times.
+//! The other format, the data file copied in page order, is `image`'s; `kv restore` takes
+//! either.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context};
 use redb::{Database, Durability, ReadableTable};
@@ -17,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::engine::DB_FILE;
+use super::image;
 use super::open::{sync_dir, sync_parent};
+use super::pin::{pin, First};
 use super::record::{system_now_ms, StoredValue};
 use super::tables::{DATA, EXPIRY, META, REV_KEY};
 
@@ -96,15 +101,42 @@ fn write_line(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     out.write_all(b"\n")
 }
 
+/// What `kv backup` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum BackupFormat {
+    /// One JSON line per live record, in key order (portable, readable, the records only).
+    #[default]
+    Jsonl,
+    /// The data file in page order under one held commit (sequential reads: for large stores).
+    Image,
+}
+
+impl BackupFormat {
+    /// Its name in `GET /backup?format=`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            BackupFormat::Jsonl => "jsonl",
+            BackupFormat::Image => "image",
+        }
+    }
+}
+
 /// Offline backup of a stopped server's data directory into `out` (written via a temporary
 /// file and renamed, so `out` is never a partial snapshot).
-pub(crate) fn backup_dir(dir: &Path, out: &Path) -> anyhow::Result<Summary> {
+pub(crate) fn backup_dir(dir: &Path, out: &Path, format: BackupFormat) -> anyhow::Result<Summary> {
     let path = dir.join(DB_FILE);
     ensure!(path.exists(), "{} does not exist", path.display());
     let db = Database::open(&path).with_context(|| {
         format!("opening {} (a running server holds it: use --url for an online backup)", path.display())
     })?;
-    write_atomically(out, |f| write_snapshot(&db, f))
+    match format {
+        BackupFormat::Jsonl => write_atomically(out, |f| write_snapshot(&db, f)),
+        BackupFormat::Image => {
+            // Nothing else writes to a stopped store: no gate to hold.
+            let pinned = pin(Arc::new(db), &path, First::Durable).map_err(anyhow::Error::msg)?;
+            write_atomically(out, |f| image::write_image(&pinned, &path, system_now_ms(), &|| true, f))
+        }
+    }
 }
 
 /// Creates `path` through `<path>.partial`: fsync'd, then renamed.
@@ -178,38 +210,23 @@ pub(crate) fn read_snapshot(
     bail!("the backup is truncated (no trailer after {records} records)")
 }
 
-/// Restores `file` into the empty data directory `dir`. The file is checked completely
-/// first; the database is built as `kv.redb.partial` and renamed into place when committed.
+/// Restores `file` (either format) into the empty data directory `dir`. The file is checked
+/// completely first; the database is built as `kv.redb.partial` and renamed into place once
+/// it is whole.
 pub(crate) fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
     let target = dir.join(DB_FILE);
     ensure!(!target.exists(), "{} already exists: restore into an empty data directory", target.display());
-    read_snapshot(file, |_, _| Ok(()))?;
+    let image = format_of(file)? == image::FORMAT;
+    if !image {
+        read_snapshot(file, |_, _| Ok(()))?;
+    }
     if !dir.exists() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         sync_parent(dir)?;
     }
     let tmp = partial(&target);
     let _ = std::fs::remove_file(&tmp);
-    let built = (|| -> anyhow::Result<Summary> {
-        let db = Database::create(&tmp)?;
-        let mut txn = db.begin_write()?;
-        txn.set_durability(Durability::Immediate);
-        let summary = {
-            let (mut data, mut expiry) = (txn.open_table(DATA)?, txn.open_table(EXPIRY)?);
-            let summary = read_snapshot(file, |key, rec| {
-                data.insert(key, StoredValue::encode(&rec.value, rec.rev, rec.modified_ms, rec.expires_ms).as_slice())?;
-                if rec.expires_ms != 0 {
-                    expiry.insert((rec.expires_ms, key), ())?;
-                }
-                Ok(())
-            })?;
-            // Revisions keep growing from where the backed-up server was: ETags never repeat.
-            txn.open_table(META)?.insert(REV_KEY, summary.last_rev)?;
-            summary
-        };
-        txn.commit()?;
-        Ok(summary)
-    })();
+    let built = if image { image::restore(file, &tmp) } else { restore_lines(file, &tmp) };
     match built {
         Ok(summary) => {
             std::fs::rename(&tmp, &target)?;
@@ -223,20 +240,56 @@ pub(crate) fn restore(file: &Path, dir: &Path) -> anyhow::Result<Summary> {
     }
 }
 
-/// `GET /backup`: the snapshot streamed as it is read. A failure mid-way aborts the body,
-/// so the client sees no trailer and refuses the file.
+/// The `format` of a backup's header line.
+fn format_of(file: &Path) -> anyhow::Result<String> {
+    #[derive(Deserialize)]
+    struct Format {
+        format: String,
+    }
+    let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let mut first = Vec::new();
+    BufReader::new(f).take(4096).read_until(b'\n', &mut first)?;
+    ensure!(!first.is_empty(), "the backup is empty");
+    let header: Format = serde_json::from_slice(&first).context("not a stateful-tool KV backup (bad header)")?;
+    Ok(header.format)
+}
+
+/// Builds the data file `tmp` from the JSON lines of `file`.
+fn restore_lines(file: &Path, tmp: &Path) -> anyhow::Result<Summary> {
+    let db = Database::create(tmp)?;
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    let summary = {
+        let (mut data, mut expiry) = (txn.open_table(DATA)?, txn.open_table(EXPIRY)?);
+        let summary = read_snapshot(file, |key, rec| {
+            data.insert(key, StoredValue::encode(&rec.value, rec.rev, rec.modified_ms, rec.expires_ms).as_slice())?;
+            if rec.expires_ms != 0 {
+                expiry.insert((rec.expires_ms, key), ())?;
+            }
+            Ok(())
+        })?;
+        // Revisions keep growing from where the backed-up server was: ETags never repeat.
+        txn.open_table(META)?.insert(REV_KEY, summary.last_rev)?;
+        summary
+    };
+    txn.commit()?;
+    Ok(summary)
+}
+
+/// `GET /backup`: a snapshot streamed as `write` produces it (on a blocking thread). A
+/// failure mid-way aborts the body, so the client sees no trailer and refuses the file.
 /// `metrics` learns the snapshot's time once the whole stream was handed over (the
 /// `kv_last_backup_timestamp_seconds` that backup-age alerts watch).
 pub(crate) fn stream(
-    db: std::sync::Arc<Database>,
+    taken_ms: u64,
     metrics: std::sync::Arc<super::metrics::Metrics>,
+    write: impl FnOnce(&mut dyn Write) -> anyhow::Result<Summary> + Send + 'static,
 ) -> axum::body::Body {
     type Chunk = Result<bytes::Bytes, std::io::Error>;
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(8);
-    let taken_ms = system_now_ms();
     tokio::task::spawn_blocking(move || {
         let mut w = BufWriter::with_capacity(64 * 1024, ChannelWriter(tx.clone()));
-        match write_snapshot(&db, &mut w) {
+        match write(&mut w) {
             Ok(s) => {
                 tracing::info!("kv: backup streamed: {} records, revision {}", s.records, s.last_rev);
                 metrics.ops.backup_taken(taken_ms);

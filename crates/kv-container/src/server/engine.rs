@@ -23,6 +23,7 @@ use super::health::Health;
 use super::integrity::{CheckJob, Integrity, Verdict};
 use super::metrics::Metrics;
 use super::open::DbSlot;
+use super::pin::Held;
 use super::record::{ServerClock, StoredValue};
 use super::tables::DATA;
 use super::writer::{BatchHook, Job, Writer, IDLE};
@@ -195,6 +196,16 @@ impl Engine {
             return Err(EngineError::Storage(why));
         }
         self.slot.get().ok_or(EngineError::Unavailable)
+    }
+
+    /// Holds the newest commit for an image backup (see `pin`), taken between two commits.
+    pub(super) async fn hold(&self) -> Result<Held, EngineError> {
+        self.db()?;
+        let slot = self.slot.clone();
+        tokio::task::spawn_blocking(move || Held::take(&slot))
+            .await
+            .map_err(|_| EngineError::Storage("holding a commit for the backup failed".into()))?
+            .map_err(EngineError::Storage)
     }
 
     /// False once the writer thread has stopped; health checks report it.

@@ -19,7 +19,7 @@ use super::record::{system_now_ms, StoredValue};
 use super::request::{self, MAX_VALUE_LEN};
 use super::state::{health_problem, AppState, Shared};
 use super::tokens::Scope;
-use super::{backup, claims, listing, metrics, ui};
+use super::{backup, claims, image, listing, metrics, ui, yielding};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static(kv_wire::TIME_MS);
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static(kv_wire::MODIFIED_MS);
@@ -82,9 +82,41 @@ async fn list_keys(
     Ok(Json(listing::list(&app.engine, query).await?).into_response())
 }
 
-async fn backup_snapshot(State(app): Shared) -> Result<Response, ApiError> {
-    let mut resp = backup::stream(app.engine.db()?, app.engine.metrics().clone()).into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+/// `GET /backup?format=jsonl|image` (`jsonl` when absent).
+#[derive(serde::Deserialize)]
+struct BackupQuery {
+    format: Option<String>,
+}
+
+async fn backup_snapshot(
+    State(app): Shared,
+    query: Result<axum::extract::Query<BackupQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let query = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?.0;
+    let (taken_ms, metrics) = (system_now_ms(), app.engine.metrics().clone());
+    let (body, content_type) = match query.format.as_deref() {
+        None | Some("jsonl") => {
+            let db = app.engine.db()?;
+            (
+                backup::stream(taken_ms, metrics, move |w| backup::write_snapshot(&db, &mut &mut *w)),
+                "application/x-ndjson",
+            )
+        }
+        Some("image") => {
+            let held = app.engine.hold().await?;
+            let write = move |w: &mut dyn std::io::Write| {
+                // Its reads yield the disk to commits (on a pool thread: only while it runs).
+                let _idle = yielding::IdleIo::enter();
+                image::write_image(&held.pinned, &held.path, taken_ms, &|| held.still(), &mut &mut *w)
+            };
+            (backup::stream(taken_ms, metrics, write), "application/octet-stream")
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request("bad_query", format!("format {other:?}: use jsonl or image")));
+        }
+    };
+    let mut resp = body.into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(resp)
 }
 

@@ -17,9 +17,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::health::Health;
-use super::open::{header_page, Damaged, DbSlot};
+use super::open::{Damaged, DbSlot};
+use super::pin::{pin, First, Pinned};
 use super::record::system_now_ms;
 use super::verify::{self, Failed};
+use super::yielding;
 
 /// What the last check found; `/healthz` shows it as `integrity`.
 #[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
@@ -94,18 +96,14 @@ pub(crate) struct CheckJob {
 }
 
 /// The snapshot a check reads, taken when it is asked for, on the caller's thread and
-/// between two commits (so the first check's is taken before the first write): the
-/// database handle, a read transaction held to the end (it keeps every page the check reads
-/// from being reused, see `verify`), the reopen count then, and the file's header as of the
-/// read transaction. The first check of a file closed cleanly uses the header the file had
-/// before it was opened: it then also compares the free-page state stored at the clean
-/// close with the pages in use, as the check of a stopped file does.
+/// between two commits (so the first check's is taken before the first write): the commit
+/// held to the end (see `pin`), and the reopen count then. The first check of a file closed
+/// cleanly uses the header the file had before it was opened: it then also compares the
+/// free-page state stored at the clean close with the pages in use, as the check of a
+/// stopped file does.
 struct Snapshot {
-    db: Arc<redb::Database>,
-    txn: redb::ReadTransaction,
-    savepoint: redb::Savepoint,
+    pinned: Pinned,
     generation: u64,
-    header: Vec<u8>,
 }
 
 impl Integrity {
@@ -134,19 +132,11 @@ impl Integrity {
         let generation = job.slot.generation();
         let taken = job.slot.get().ok_or_else(|| "the store is being reopened".to_owned()).and_then(|db| {
             let _between = job.slot.commit_gate();
-            // While a savepoint exists redb frees even its own bookkeeping pages (the system
-            // and free-page trees, which a check reads too) only once no reader needs them;
-            // without one it reuses them at the next commit.
-            let write = db.begin_write().map_err(|e| e.to_string())?;
-            let savepoint = write.ephemeral_savepoint().map_err(|e| e.to_string())?;
-            write.abort().map_err(|e| e.to_string())?;
-            let txn = db.begin_read().map_err(|e| e.to_string())?;
-            let at_start = self.header_at_start.lock().unwrap_or_else(|p| p.into_inner()).take();
-            let header = match at_start {
-                Some(page) => page,
-                None => header_page(job.slot.path()).map_err(|e| format!("cannot read the file's header: {e}"))?,
-            };
-            Ok(Snapshot { db, txn, savepoint, generation, header })
+            let mut pinned = pin(db, job.slot.path(), First::AsIs)?;
+            if let Some(page) = self.header_at_start.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                pinned.header = page;
+            }
+            Ok(Snapshot { pinned, generation })
         });
         let snapshot = match taken {
             Ok(s) => s,
@@ -180,7 +170,7 @@ impl Integrity {
     }
 
     fn run(&self, job: CheckJob, snapshot: Snapshot, started_ms: u64) {
-        lower_priority();
+        yielding::lower_cpu();
         let started = Instant::now();
         tracing::info!("kv: integrity check of every page and record started");
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.check(&job.slot, snapshot)))
@@ -222,23 +212,11 @@ impl Integrity {
         let (stop, counter, generation) = (self.stop.clone(), slot.generation_counter(), snap.generation);
         let stop_when: verify::StopWhen =
             Arc::new(move || stop.load(Ordering::SeqCst) || counter.load(Ordering::SeqCst) != generation);
-        let Snapshot { db, txn, savepoint, header, .. } = snap;
         // The records are read through the checking database: the serving one's cache keeps
-        // the pages requests use. Its pages stay this commit's while `txn` and `savepoint` live.
-        let checked = verify::verify_pages(slot.path(), stop_when.clone(), verify::View::Running(&header))?;
+        // the pages requests use. Its pages stay this commit's while `pinned` lives.
+        let checked = verify::verify_pages(slot.path(), stop_when.clone(), verify::View::Running(&snap.pinned.header))?;
         let records = verify::read_records(checked.db(), &stop_when);
-        drop((checked, savepoint, txn, db));
+        drop((checked, snap));
         records
-    }
-}
-
-/// The check yields the cores to requests: it runs at a lower scheduling priority (Linux
-/// sets `nice` per thread).
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: plain system calls on this thread's own id; a failure only leaves the priority as it was.
-        let tid = unsafe { libc::gettid() };
-        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
     }
 }

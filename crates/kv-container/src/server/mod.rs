@@ -34,6 +34,9 @@ mod error;
 mod gather;
 mod health;
 mod http;
+mod image;
+#[cfg(test)]
+mod image_tests;
 mod inspect;
 mod integrity;
 mod limits;
@@ -41,6 +44,7 @@ mod listing;
 mod metrics;
 mod open;
 mod ops_metrics;
+mod pin;
 mod rates;
 mod record;
 mod request;
@@ -54,6 +58,7 @@ mod ui;
 mod usage;
 mod verify;
 mod writer;
+mod yielding;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -64,10 +69,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use app::Container;
-pub(crate) use backup::{backup_dir, read_snapshot, restore, Summary};
+pub(crate) use backup::{backup_dir, read_snapshot, restore, BackupFormat, Summary};
 pub(crate) use compact::run as compact;
 pub(crate) use compact::CompactArgs;
 pub(crate) use engine::{DurabilityMode, DB_FILE};
+pub(crate) use image::ImageReader;
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;
 pub use record::ServerClock;

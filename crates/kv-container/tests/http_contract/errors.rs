@@ -33,6 +33,7 @@ async fn bad_keys_bodies_and_routes_are_named() {
         (Method::PUT, "/state/k?x=1", "1", StatusCode::BAD_REQUEST, "bad_key"),
         (Method::GET, "/nowhere", "", StatusCode::NOT_FOUND, "not_found"),
         (Method::PATCH, "/state/k", "1", StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        (Method::GET, "/backup?format=tar", "", StatusCode::BAD_REQUEST, "bad_query"),
     ];
     for (method, path, body, status, code) in cases {
         let reply = kv.send(method.clone(), path, &[], body).await;
