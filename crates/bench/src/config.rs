@@ -29,6 +29,9 @@ pub(crate) struct Config {
     pub scale_records: Vec<u64>,
     pub scale_cache_mb: u64,
     pub scale_claim_secs: f64,
+    /// `--backends` names postgres: the scale section fills a PostgreSQL too (the plugin and
+    /// raw rows on PostgreSQL are the `postgres` section's).
+    pub scale_postgres: bool,
 }
 
 impl Config {

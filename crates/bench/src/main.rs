@@ -18,6 +18,7 @@ mod report;
 mod results;
 mod scale;
 mod scale_load;
+mod scale_postgres;
 mod scale_redis;
 mod scale_table;
 mod stages;
@@ -63,13 +64,14 @@ struct Args {
     /// callgrind; left out by --quick unless named), plugin, raw, kv, cluster (plugin and raw
     /// rows on a Redis Cluster the bench starts; with the plugin and/or raw sections), postgres
     /// (the same on a PostgreSQL server the bench starts), burst (10,000 sessions at once),
-    /// scale (the KV container filled to --scale-records, and Redis beside it when --backends
-    /// names redis; left out by --quick unless named).
+    /// scale (the KV container filled to --scale-records, and Redis and/or PostgreSQL beside
+    /// it when --backends names them; left out by --quick unless named).
     /// Default: all.
     #[arg(long, value_delimiter = ',')]
     sections: Option<Vec<String>>,
-    /// Backends for the plugin, raw and scale sections: kv, redis (the scale section always
-    /// fills the KV container).
+    /// Backends for the plugin, raw and scale sections: kv, redis, postgres. postgres is for
+    /// the scale section only (the plugin and raw rows on PostgreSQL are the postgres
+    /// section's); the scale section always fills the KV container.
     #[arg(long, value_delimiter = ',', default_value = "kv,redis")]
     backends: Vec<String>,
     /// Run the plugin under this command (space-separated), e.g. for callgrind:
@@ -114,15 +116,16 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         None => std::env::current_exe()?.with_file_name("stateful-tool"),
     };
     anyhow::ensure!(plugin.is_file(), "no plugin binary at {} (build it, or pass --plugin)", plugin.display());
-    let backends = args
-        .backends
-        .iter()
-        .map(|b| match b.as_str() {
-            "kv" => Ok(Store::Kv),
-            "redis" => Ok(Store::Redis),
-            other => anyhow::bail!("unknown backend {other:?} (kv, redis)"),
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let (mut backends, mut scale_postgres) = (Vec::new(), false);
+    for b in &args.backends {
+        match b.as_str() {
+            "kv" => backends.push(Store::Kv),
+            "redis" => backends.push(Store::Redis),
+            // The scale section's only: the plugin and raw sections keep to kv and redis.
+            "postgres" => scale_postgres = true,
+            other => anyhow::bail!("unknown backend {other:?} (kv, redis, postgres)"),
+        }
+    }
     let n = args.n.unwrap_or(if args.quick { 200 } else { 20_000 }).max(1);
     Ok(Config {
         plugin,
@@ -154,6 +157,7 @@ fn config(args: &Args) -> anyhow::Result<Config> {
         },
         scale_cache_mb: args.scale_cache_mb,
         scale_claim_secs: if args.quick { 1.0 } else { 10.0 },
+        scale_postgres,
     })
 }
 

@@ -19,17 +19,24 @@ use event_store::HostClock;
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
-use super::procs::{cpu_ticks, TempDir};
+use super::procs::{cpu_ticks, pss_kib, TempDir};
 use super::results::{Results, Row};
 use super::started::{plugin_rows, with_store_cpu, StartedStore};
 use super::workload::{event_ids, keys, record_value, TTL_MS};
 
 const STORE: &str = "postgres";
 
+/// The schema the plugin keeps its tables in when `kv_url` names none (event-store's
+/// `url::DEFAULT_SCHEMA`, which it does not export).
+pub(crate) const SCHEMA: &str = "stateful_tool";
+
 /// The postmaster, killed (with its backends, which exit when it dies) on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     port: u16,
+    /// The binaries' directory (`postgres`, `pg_dump`) and the cluster's data directory.
+    bin: PathBuf,
+    data: PathBuf,
 }
 
 impl Drop for Server {
@@ -40,8 +47,8 @@ impl Drop for Server {
 }
 
 impl Server {
-    /// CPU of the postmaster and every process it started (the backends), in ticks.
-    fn cpu_ticks(&self) -> u64 {
+    /// The postmaster and every process it started (the backends, the checkpointer, …).
+    fn pids(&self) -> Vec<u32> {
         let pid = self.child.id();
         let children = std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| {
             let p: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
@@ -49,7 +56,60 @@ impl Server {
             let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
             (ppid == pid).then_some(p)
         });
-        cpu_ticks(pid) + children.map(cpu_ticks).sum::<u64>()
+        std::iter::once(pid).chain(children).collect()
+    }
+
+    /// CPU of the postmaster and every process it started (the backends), in ticks.
+    fn cpu_ticks(&self) -> u64 {
+        self.pids().into_iter().map(cpu_ticks).sum()
+    }
+
+    /// Memory of the whole server in KiB: the sum of its processes' proportional sets, which
+    /// counts the shared buffers once however many backends map them.
+    pub(crate) fn pss_kib(&self) -> u64 {
+        self.pids().into_iter().map(pss_kib).sum()
+    }
+
+    /// The bench's role on the `postgres` database, without TLS (the server offers none).
+    pub(crate) fn url(&self) -> String {
+        format!("postgres://bench@127.0.0.1:{}/postgres?sslmode=disable", self.port)
+    }
+
+    pub(crate) fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    pub(crate) fn data(&self) -> &Path {
+        &self.data
+    }
+
+    /// A clean stop: SIGINT is PostgreSQL's fast shutdown (`pg_ctl stop -m fast`): clients
+    /// are disconnected and a shutdown checkpoint is written, so the next start replays no
+    /// WAL. SIGKILL after `within`.
+    pub(crate) fn stop(&mut self, within: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        // SAFETY: kill(2) on our own child's pid, which is not reaped before this returns.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("postgres did not stop within {within:?} of SIGINT (killed)");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts the server again on the same data directory and port, after [`Server::stop`];
+    /// returns once the port accepts connections (queries may still be refused while it
+    /// starts up).
+    pub(crate) fn restart(&mut self) -> anyhow::Result<()> {
+        self.child = launch(&self.bin, &self.data, self.port)?;
+        wait_for_port(self.port)
     }
 }
 
@@ -78,7 +138,7 @@ fn bin_dir() -> Option<PathBuf> {
 
 /// initdb in `dir` and start the server (trust on loopback; fsync on, synchronous_commit on:
 /// what a default installation acknowledges). None when PostgreSQL is not installed.
-fn start(dir: &Path) -> anyhow::Result<Option<Server>> {
+pub(crate) fn start(dir: &Path) -> anyhow::Result<Option<Server>> {
     let Some(bin) = bin_dir() else {
         eprintln!("  postgres: /usr/lib/postgresql/<version>/bin is missing; the PostgreSQL rows are skipped");
         return Ok(None);
@@ -88,9 +148,10 @@ fn start(dir: &Path) -> anyhow::Result<Option<Server>> {
     if unsafe { libc::geteuid() } == 0 {
         Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir).status().context("chown")?;
     }
+    let data = data.join("data");
     let out = as_postgres(&bin.join("initdb"))
         .arg("-D")
-        .arg(data.join("data"))
+        .arg(&data)
         .args(["-U", "bench", "--auth=trust", "--no-sync", "--no-locale", "-E", "UTF8"])
         .output()
         .context("running initdb")?;
@@ -98,16 +159,25 @@ fn start(dir: &Path) -> anyhow::Result<Option<Server>> {
         bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = as_postgres(&bin.join("postgres"))
+    let server = Server { child: launch(&bin, &data, port)?, port, bin, data };
+    wait_for_port(port)?;
+    Ok(Some(server))
+}
+
+/// The postmaster on `data`, listening on loopback `port` only.
+fn launch(bin: &Path, data: &Path, port: u16) -> anyhow::Result<Child> {
+    as_postgres(&bin.join("postgres"))
         .arg("-D")
-        .arg(data.join("data"))
+        .arg(data)
         .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .context("starting postgres")?;
-    let server = Server { child, port };
+        .context("starting postgres")
+}
+
+fn wait_for_port(port: u16) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {
@@ -115,7 +185,7 @@ fn start(dir: &Path) -> anyhow::Result<Option<Server>> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(Some(server))
+    Ok(())
 }
 
 /// The PostgreSQL rows at every concurrency of `cfg`: raw claims/duplicates/reads, then the
@@ -127,7 +197,7 @@ pub(crate) async fn run(
     progress: &impl Fn(&str, &Row),
 ) -> anyhow::Result<()> {
     let Some(server) = start(tmp.path())? else { return Ok(()) };
-    let url = format!("postgres://bench@127.0.0.1:{}/postgres?sslmode=disable", server.port);
+    let url = server.url();
     // Retried while the server finishes starting; this also creates our tables.
     let deadline = Instant::now() + Duration::from_secs(30);
     while let Err(e) = PostgresStore::connect(&url, 0, HostClock::system(), Duration::from_secs(5)).await {
@@ -136,7 +206,7 @@ pub(crate) async fn run(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let sql = Arc::new(Sql::new("stateful_tool"));
+    let sql = Arc::new(Sql::new(SCHEMA));
     let mut run_id = 0u32;
     for &c in &cfg.concurrency {
         if cfg.wants("raw") {

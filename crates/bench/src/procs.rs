@@ -205,6 +205,19 @@ pub(crate) fn vm_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The proportional set of a process (`Pss:` of /proc/<pid>/smaps_rollup) in KiB: its private
+/// pages and its share of each shared one, so a sum over processes that share memory (the
+/// shared buffers of PostgreSQL's backends) counts that memory once. 0 when unreadable.
+pub(crate) fn pss_kib(pid: u32) -> u64 {
+    kib_line(&std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default(), "Pss:")
+}
+
+/// The value of the line starting with `name` (colon included, so `Pss:` is not `Pss_Anon:`)
+/// in a /proc `name:   1234 kB` listing.
+fn kib_line(text: &str, name: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
 /// The 1-minute load average.
 pub(crate) fn load1() -> f64 {
     let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -227,4 +240,17 @@ pub(crate) fn machine(redis_bin: &str) -> serde_json::Value {
             .and_then(|m| m.lines().next()?.split_whitespace().nth(1)?.parse::<u64>().ok()),
         "redis": redis.unwrap_or_default().trim(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kib_lines_are_read_by_their_whole_name() {
+        let rollup = "Rss:                2048 kB\nPss:                1234 kB\nPss_Anon:            512 kB\n";
+        assert_eq!(kib_line(rollup, "Pss:"), 1234);
+        assert_eq!(kib_line(rollup, "Pss_Anon:"), 512);
+        assert_eq!(kib_line(rollup, "Pss_File:"), 0);
+    }
 }

@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::measure::kib_to_mb;
 use super::procs::{start_kv_with, vm_kib, Proc};
 use super::scale_load::{delete_tenth, fill, paced_claims, Claims, CLAIM_RATE, FILL_CONNECTIONS};
+use super::scale_postgres::{self, PostgresScale};
 use super::scale_redis::{self, RedisScale};
 use super::wire::Http;
 
@@ -31,6 +32,8 @@ pub(crate) struct ScaleConfig {
     pub claim_secs: f64,
     /// The redis-server binary, when Redis is measured beside the container at each size.
     pub redis: Option<String>,
+    /// Whether a PostgreSQL (the bench's own) is measured beside it too.
+    pub postgres: bool,
 }
 
 /// One size.
@@ -79,6 +82,8 @@ pub(crate) struct Scale {
     pub empty_claims: Claims,
     pub rows: Vec<ScaleRow>,
     pub redis: Option<RedisScale>,
+    /// None when not asked for, or PostgreSQL is not installed.
+    pub postgres: Option<PostgresScale>,
 }
 
 /// Fills one store through every size in `cfg.sizes` (ascending), measuring at each.
@@ -176,7 +181,8 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         Some(bin) => Some(scale_redis::run(bin, &cfg.sizes, cfg.claim_secs, dir).await?),
         None => None,
     };
-    Ok(Scale { cache_mb: cfg.cache_mb, empty_claims: empty, rows, redis })
+    let postgres = if cfg.postgres { scale_postgres::run(&cfg.sizes, cfg.claim_secs, dir).await? } else { None };
+    Ok(Scale { cache_mb: cfg.cache_mb, empty_claims: empty, rows, redis, postgres })
 }
 
 /// The file's length and the bytes it holds on disk (its blocks; less than the length where

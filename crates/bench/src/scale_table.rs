@@ -1,8 +1,9 @@
 //! The scale section's tables (Markdown): the KV container's row per size, its disk verdict,
-//! and Redis's rows beside it.
+//! and Redis's and PostgreSQL's rows beside it.
 
 use super::scale::Scale;
 use super::scale_load::CLAIM_RATE;
+use super::scale_postgres::PostgresScale;
 use super::scale_redis;
 
 /// The section's table (Markdown).
@@ -64,6 +65,42 @@ pub(crate) fn table(s: &Scale) -> String {
     out.push('\n');
     if let Some(redis) = &s.redis {
         out.push_str(&scale_redis::table(redis));
+    }
+    if let Some(postgres) = &s.postgres {
+        out.push_str(&postgres_table(postgres));
+    }
+    out
+}
+
+/// The PostgreSQL table (Markdown).
+fn postgres_table(s: &PostgresScale) -> String {
+    let mut out = format!(
+        "\nPostgreSQL at size (version {}, shared_buffers {}, fsync and synchronous_commit on; new claims through the plugin's claim statement at {CLAIM_RATE:.0}/s on the empty store: p50 {:.2} ms, p99 {:.2} ms)\n\n\
+         | records | fill | table incl. indexes (per row) | data directory (WAL) | memory (PSS, all processes) | restart → SELECT 1 | new claim p50 / p99 | pg_dump -Fc (file) |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        s.version.split_whitespace().next().unwrap_or("?"),
+        s.shared_buffers,
+        s.empty_claims.p50_ms,
+        s.empty_claims.p99_ms
+    );
+    for r in &s.rows {
+        let dump = match (r.dump_s, r.dump_mb) {
+            (Some(secs), Some(mb)) => format!("{secs:.1} s ({mb:.0} MB)"),
+            _ => "no pg_dump".into(),
+        };
+        out.push_str(&format!(
+            "| {} | {:.0}/s | {:.0} MB ({} B) | {:.0} MB ({:.0} MB) | {:.0} MB | {:.2} s | {:.2} / {:.2} ms | {dump} |\n",
+            r.records,
+            r.fill_per_s,
+            r.table_mb,
+            (r.table_mb * 1e6 / r.rows.max(1) as f64) as u64,
+            r.data_dir_mb,
+            r.wal_mb,
+            r.pss_mb,
+            r.restart_to_select_s,
+            r.claims.p50_ms,
+            r.claims.p99_ms,
+        ));
     }
     out
 }

@@ -102,6 +102,7 @@ pub(crate) async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Ro
             cache_mb: cfg.scale_cache_mb,
             claim_secs: cfg.scale_claim_secs,
             redis: cfg.backends.contains(&Store::Redis).then(|| cfg.redis.clone()),
+            postgres: cfg.scale_postgres,
         };
         let scale = super::scale::run(&scale_cfg, tmp.path(), |r| {
             eprintln!(
