@@ -63,7 +63,7 @@ bench:
 	./scripts/ensure-redis.sh
 	./scripts/ensure-postgres.sh
 	$(CARGO) build --release --locked --workspace --bins
-	target/release/stateful-tool-bench --scale-records $(SCALE_RECORDS)
+	target/release/stateful-tool-bench --scale-records $(SCALE_RECORDS) --backends kv,redis,postgres
 
 debug:
 	@test -f .env || { echo "copy .env.example to .env and set REMOTE_INSTALL_KEY (Dify -> Plugins -> Debug)"; exit 1; }

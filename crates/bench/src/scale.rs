@@ -61,6 +61,9 @@ pub(crate) struct ScaleRow {
     pub rss_settled_anon_mb: f64,
     pub backup_s: f64,
     pub backup_mb: f64,
+    /// The same as an image (`?format=image`: the data file in page order).
+    pub image_backup_s: f64,
+    pub image_backup_mb: f64,
     /// The background check of every page after the restart.
     pub integrity_check_s: f64,
     pub rss_peak_mb: f64,
@@ -126,7 +129,8 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         // container's idle timeout (30 s) at 10 M records, and was closed.
         let integrity_check_s = integrity(&mut Http::connect(server.addr).await?).await?;
         // Once the check has passed: beside it, both read the whole file from the same disk.
-        let (backup_s, backup_bytes) = backup(server.addr).await?;
+        let (backup_s, backup_bytes) = backup(server.addr, "/backup").await?;
+        let (image_backup_s, image_backup_bytes) = backup(server.addr, "/backup?format=image").await?;
         let claims_after_check = paced_claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
@@ -162,6 +166,8 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
             rss_settled_anon_mb,
             backup_s,
             backup_mb: backup_bytes as f64 / 1e6,
+            image_backup_s,
+            image_backup_mb: image_backup_bytes as f64 / 1e6,
             integrity_check_s,
             rss_peak_mb,
             deleted,
@@ -205,11 +211,11 @@ async fn timed(http: &mut Http, path: &str) -> anyhow::Result<(f64, Vec<u8>)> {
     Ok((t.elapsed().as_secs_f64() * 1000.0, body))
 }
 
-/// `GET /backup` read to its end: seconds and bytes; the snapshot must end with its trailer.
-async fn backup(addr: SocketAddr) -> anyhow::Result<(f64, u64)> {
+/// `GET <path>` (a backup) read to its end: seconds and bytes; it must end with its trailer.
+async fn backup(addr: SocketAddr, path: &str) -> anyhow::Result<(f64, u64)> {
     let t = Instant::now();
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(b"GET /backup HTTP/1.1\r\nhost: kv\r\nconnection: close\r\n\r\n").await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: kv\r\nconnection: close\r\n\r\n").as_bytes()).await?;
     let (mut bytes, mut buf, mut tail) = (0u64, vec![0u8; 1 << 20], Vec::new());
     loop {
         let n = s.read(&mut buf).await?;

@@ -13,13 +13,13 @@ pub(crate) fn table(s: &Scale) -> String {
         s.cache_mb, s.empty_claims.p50_ms, s.empty_claims.p99_ms
     );
     out.push_str(
-        "| records | data file: length (on disk) | bytes/record: length (on disk; record) | restart → /healthz | RSS steady / peak / settled (private) | status counts (age) | first /metrics | backup | new claim p50 / p99 (after the check) | integrity check | after −10 %: length (on disk) → kv compact | bytes/record after compact: length (on disk) |\n\
+        "| records | data file: length (on disk) | bytes/record: length (on disk; record) | restart → /healthz | RSS steady / peak / settled (private) | status counts (age) | first /metrics | backup: lines / image | new claim p50 / p99 (after the check) | integrity check | after −10 %: length (on disk) → kv compact | bytes/record after compact: length (on disk) |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in &s.rows {
         let live = r.records - r.deleted;
         out.push_str(&format!(
-            "| {} | {:.0} ({:.0}) MB | {} ({}; {}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s | {:.2} / {:.2} ms ({:.2} / {:.2}) | {:.1} s | {:.0} ({:.0}) → {:.0} ({:.0}) MB in {:.1} s | {} ({}) |\n",
+            "| {} | {:.0} ({:.0}) MB | {} ({}; {}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s / {:.1} s, {:.0} MB/s | {:.2} / {:.2} ms ({:.2} / {:.2}) | {:.1} s | {:.0} ({:.0}) → {:.0} ({:.0}) MB in {:.1} s | {} ({}) |\n",
             r.records,
             r.file_bytes as f64 / 1e6,
             r.file_disk_bytes as f64 / 1e6,
@@ -36,6 +36,8 @@ pub(crate) fn table(s: &Scale) -> String {
             r.first_metrics_ms,
             r.backup_s,
             r.backup_mb / r.backup_s.max(1e-9),
+            r.image_backup_s,
+            r.image_backup_mb / r.image_backup_s.max(1e-9),
             r.claims.p50_ms,
             r.claims.p99_ms,
             r.claims_after_check.p50_ms,
