@@ -19,7 +19,7 @@ use super::record::{system_now_ms, StoredValue};
 use super::request::{self, MAX_VALUE_LEN};
 use super::state::{health_problem, AppState, Shared};
 use super::tokens::Scope;
-use super::{backup, claims, image, listing, metrics, ui, yielding};
+use super::{backup, claims, image, listing, metrics, ui};
 
 const KV_TIME_MS: HeaderName = HeaderName::from_static(kv_wire::TIME_MS);
 const KV_MODIFIED_MS: HeaderName = HeaderName::from_static(kv_wire::MODIFIED_MS);
@@ -105,8 +105,6 @@ async fn backup_snapshot(
         Some("image") => {
             let held = app.engine.hold().await?;
             let write = move |w: &mut dyn std::io::Write| {
-                // Its reads yield the disk to commits (on a pool thread: only while it runs).
-                let _idle = yielding::IdleIo::enter();
                 image::write_image(&held.pinned, &held.path, taken_ms, &|| held.still(), &mut &mut *w)
             };
             (backup::stream(taken_ms, metrics, write), "application/octet-stream")

@@ -58,7 +58,6 @@ mod ui;
 mod usage;
 mod verify;
 mod writer;
-mod yielding;
 
 use std::io::Write;
 use std::net::SocketAddr;
