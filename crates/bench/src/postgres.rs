@@ -19,7 +19,7 @@ use event_store::HostClock;
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
-use super::procs::{cpu_ticks, pss_kib, TempDir};
+use super::procs::{cpu_ticks, pss_kib, signal_and_wait, TempDir};
 use super::results::{Results, Row};
 use super::started::{plugin_rows, with_store_cpu, StartedStore};
 use super::workload::{event_ids, keys, record_value, TTL_MS};
@@ -87,21 +87,7 @@ impl Server {
     /// are disconnected and a shutdown checkpoint is written, so the next start replays no
     /// WAL. SIGKILL after `within`.
     pub(crate) fn stop(&mut self, within: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        // SAFETY: kill(2) on our own child's pid, which is not reaped before this returns.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
-        }
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("postgres did not stop within {within:?} of SIGINT (killed)");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        signal_and_wait(&mut self.child, libc::SIGINT, within)
     }
 
     /// Starts the server again on the same data directory and port, after [`Server::stop`];

@@ -50,21 +50,30 @@ impl Proc {
     /// SIGTERM, then waits for the exit (a clean stop: the store closes its file); SIGKILL
     /// after `within`.
     pub(crate) fn terminate(&mut self, within: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        // SAFETY: kill(2) on our own child's pid, which is not reaped before this returns.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        signal_and_wait(&mut self.child, libc::SIGTERM, within)
+    }
+}
+
+/// Sends `signal` to `child`, then waits for its exit; SIGKILL after `within`.
+pub(crate) fn signal_and_wait(
+    child: &mut Child,
+    signal: libc::c_int,
+    within: Duration,
+) -> anyhow::Result<std::process::ExitStatus> {
+    // SAFETY: kill(2) on our own child's pid, which is not reaped before this returns.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, signal);
+    }
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
         }
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("pid {} did not stop within {within:?} of SIGTERM (killed)", self.child.id());
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("pid {} did not stop within {within:?} of signal {signal} (killed)", child.id());
         }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

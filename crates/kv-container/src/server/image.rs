@@ -232,7 +232,7 @@ fn take_line(line: &mut Vec<u8>, bytes: &[u8]) -> anyhow::Result<(usize, bool)> 
         None => (bytes.len(), false),
     };
     line.extend_from_slice(&bytes[..taken - usize::from(ended)]);
-    ensure!(line.len() <= MAX_LINE, "not a stateful-tool KV backup (no header line)");
+    ensure!(line.len() <= MAX_LINE, "not a stateful-tool KV image (a line longer than any header or trailer)");
     Ok((taken, ended))
 }
 
