@@ -221,9 +221,10 @@ impl Integrity {
 }
 
 /// The check yields the cores to requests: its thread runs in `SCHED_IDLE` (a weight of 3
-/// against a request thread's 1024, so a waking request preempts it at once; `nice` 10
-/// left new claims right after a restart at 1 M records p99 2.1–6.0 ms against 1.1 ms, see
-/// performance.md), else at `nice` 10. Under full load it still progresses, slowly.
+/// against a request thread's 1024, so a waking request preempts it at once; on one 1 M
+/// store restarted twice, new claims beside the check p99 2.1 ms at `nice` 10 against
+/// 1.1 ms in `SCHED_IDLE`, see performance.md), else at `nice` 10. Under full load it still
+/// progresses, slowly.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
