@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::counts::Counter;
 use super::engine::DB_FILE;
-use super::image;
+use super::image::{self, Summary};
 use super::open::{sync_dir, sync_parent};
 use super::pin::{pin, First};
 use super::record::{system_now_ms, StoredValue};
@@ -52,13 +52,6 @@ struct Trailer {
     end: bool,
     records: u64,
     sha256: String,
-}
-
-/// What a snapshot or restore covered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Summary {
-    pub(crate) records: u64,
-    pub(crate) last_rev: u64,
 }
 
 /// Writes a snapshot of `db` (one read transaction) to `out`; keys already expired are left out.

@@ -21,7 +21,6 @@ use redb::{Database, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::backup::Summary;
 use super::open::{header_page, quietly};
 use super::pin::Pinned;
 use super::tables::{DATA, META, REV_KEY};
@@ -33,6 +32,14 @@ const VERSION: u32 = 1;
 const CHUNK: usize = 1 << 20;
 /// A header line is a few hundred bytes; anything longer is not one.
 const MAX_LINE: usize = 4096;
+
+/// What a backup or restore covered, in either format (the JSON lines' `backup` uses it
+/// too; it lives here so this format needs nothing from the module above it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Summary {
+    pub(crate) records: u64,
+    pub(crate) last_rev: u64,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Header {

@@ -68,11 +68,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use app::Container;
-pub(crate) use backup::{backup_dir, read_snapshot, restore, BackupFormat, Summary};
+pub(crate) use backup::{backup_dir, read_snapshot, restore, BackupFormat};
 pub(crate) use compact::run as compact;
 pub(crate) use compact::CompactArgs;
 pub(crate) use engine::{DurabilityMode, DB_FILE};
-pub(crate) use image::ImageReader;
+pub(crate) use image::{ImageReader, Summary};
 pub use inspect::{inventory, Inventory};
 pub(crate) use open::sync_parent;
 pub use record::ServerClock;
