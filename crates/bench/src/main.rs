@@ -20,6 +20,7 @@ mod scale;
 mod scale_load;
 mod scale_postgres;
 mod scale_redis;
+mod scale_rows;
 mod scale_table;
 mod stages;
 mod started;

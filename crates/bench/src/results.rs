@@ -6,7 +6,7 @@ use super::burst::Burst;
 use super::instructions::Count;
 use super::measure::Measure;
 use super::plugin::Footprint;
-use super::scale::Scale;
+use super::scale_rows::Scale;
 use super::stages::Stages;
 
 /// One line of a result table.

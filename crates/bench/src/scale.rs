@@ -10,14 +10,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
-use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::measure::kib_to_mb;
 use super::procs::{start_kv_with, vm_kib, Proc};
-use super::scale_load::{delete_tenth, fill, paced_claims, Claims, CLAIM_RATE, FILL_CONNECTIONS};
-use super::scale_postgres::{self, PostgresScale};
-use super::scale_redis::{self, RedisScale};
+use super::scale_load::{delete_tenth, fill, paced_claims, CLAIM_RATE, FILL_CONNECTIONS};
+use super::scale_postgres;
+use super::scale_redis;
+use super::scale_rows::{Scale, ScaleRow};
 use super::wire::Http;
 
 /// How long the integrity check that follows a restart may take before the row goes on.
@@ -34,59 +34,6 @@ pub(crate) struct ScaleConfig {
     pub redis: Option<String>,
     /// Whether a PostgreSQL (the bench's own) is measured beside it too.
     pub postgres: bool,
-}
-
-/// One size.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct ScaleRow {
-    pub records: u64,
-    /// Keys and values as written, per record.
-    pub record_bytes: u64,
-    pub fill_per_s: f64,
-    pub file_bytes: u64,
-    /// What the file holds on disk (`st_blocks` × 512, as `du` counts it).
-    pub file_disk_bytes: u64,
-    pub restart_to_healthz_s: f64,
-    pub first_metrics_ms: f64,
-    /// `/ui/api/now` right after the restart, and how old its counts were.
-    pub status_ms: f64,
-    pub status_age_s: f64,
-    pub claims: Claims,
-    /// The same once the integrity check has passed (the page cache warmer, no check reading).
-    pub claims_after_check: Claims,
-    pub rss_steady_mb: f64,
-    /// After the check, the backup and the second claims: all of it, and its private part
-    /// (`RssAnon`: the page cache and heap, without the mapped binary).
-    pub rss_settled_mb: f64,
-    pub rss_settled_anon_mb: f64,
-    pub backup_s: f64,
-    pub backup_mb: f64,
-    /// The same as an image (`?format=image`: the data file in page order).
-    pub image_backup_s: f64,
-    pub image_backup_mb: f64,
-    /// The background check of every page after the restart.
-    pub integrity_check_s: f64,
-    pub rss_peak_mb: f64,
-    pub deleted: u64,
-    /// The file as `kv compact` found it (after the row's claims and deletes), and after it.
-    pub before_compact_file_bytes: u64,
-    pub before_compact_disk_bytes: u64,
-    pub compact_s: f64,
-    pub compacted_file_bytes: u64,
-    pub compacted_disk_bytes: u64,
-    /// `kv usage` of the compacted store: where its bytes go, table by table.
-    pub usage_after_compact: String,
-}
-
-/// The section's result.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Scale {
-    pub cache_mb: u64,
-    pub empty_claims: Claims,
-    pub rows: Vec<ScaleRow>,
-    pub redis: Option<RedisScale>,
-    /// None when not asked for, or PostgreSQL is not installed.
-    pub postgres: Option<PostgresScale>,
 }
 
 /// Fills one store through every size in `cfg.sizes` (ascending), measuring at each.

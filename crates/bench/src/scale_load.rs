@@ -155,6 +155,8 @@ const CLAIM_CONNECTIONS: u64 = 32;
 pub(crate) struct Claims {
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// The slowest: a stall (a commit that waited) shows here first.
+    pub max_ms: f64,
 }
 
 /// When paced claims are sent (open loop: each at its time, whatever the answers before it):
@@ -193,7 +195,11 @@ impl Pace {
         while let Some(done) = workers.join_next().await {
             all.extend(done.context("a claim worker panicked")??);
         }
-        Ok(Claims { p50_ms: quantile_ms(&mut all, 0.50), p99_ms: quantile_ms(&mut all, 0.99) })
+        Ok(Claims {
+            p50_ms: quantile_ms(&mut all, 0.50),
+            p99_ms: quantile_ms(&mut all, 0.99),
+            max_ms: quantile_ms(&mut all, 1.0),
+        })
     }
 }
 

@@ -19,13 +19,13 @@ use event_store::postgres::sql::Sql;
 use event_store::postgres::PostgresStore;
 use event_store::record::Record;
 use event_store::HostClock;
-use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio_postgres::{Client, NoTls};
 
 use super::measure::{kib_to_mb, micros_since};
 use super::postgres::{self, Server, SCHEMA};
 use super::scale_load::{event_id, record, wall_ms, Claims, Pace};
+use super::scale_rows::{PostgresRow, PostgresScale};
 use super::workload::TTL_MS;
 
 /// Connections the fill keeps busy. Each is a backend process: beyond a few per core they
@@ -36,38 +36,6 @@ const FILL_BATCH: u64 = 500;
 /// How long a clean stop (its shutdown checkpoint) or a start may take.
 const STOP_WAIT: Duration = Duration::from_secs(600);
 const START_WAIT: Duration = Duration::from_secs(600);
-
-/// One size.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct PostgresRow {
-    pub records: u64,
-    /// Rows in the table when it was measured: the records and the claims measured before.
-    pub rows: u64,
-    pub fill_per_s: f64,
-    /// `pg_total_relation_size` of the events table: heap, TOAST, the key and expiry indexes.
-    pub table_mb: f64,
-    /// The data directory after the clean stop, and its WAL (`pg_wal`) alone.
-    pub data_dir_mb: f64,
-    pub wal_mb: f64,
-    /// The server's processes after the fill: the sum of their proportional sets (the shared
-    /// buffers counted once).
-    pub pss_mb: f64,
-    pub restart_to_select_s: f64,
-    pub claims: Claims,
-    /// `pg_dump -Fc` of the database and the file it wrote; None without pg_dump.
-    pub dump_s: Option<f64>,
-    pub dump_mb: Option<f64>,
-}
-
-/// The PostgreSQL rows, the server they ran on, and the empty store's claims.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct PostgresScale {
-    pub version: String,
-    /// The server's cache: most of its memory, whatever the table's size.
-    pub shared_buffers: String,
-    pub empty_claims: Claims,
-    pub rows: Vec<PostgresRow>,
-}
 
 /// Fills one PostgreSQL through every size in `sizes` (ascending), measuring at each; None
 /// when PostgreSQL is not installed.

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use event_store::key::storage_key;
-use serde::Serialize;
 
 use super::measure::{kib_to_mb, micros_since};
 use super::procs::{start_redis_on, vm_kib, Proc};
 use super::scale_load::{event_id, record, wall_ms, Claims, Pace, CLAIM_RATE, FILL_CONNECTIONS};
+use super::scale_rows::{RedisRow, RedisScale};
 use super::workload::TTL_MS;
 
 /// Persistence as docs/guarantees.md assumes it; no RDB snapshots on a schedule.
@@ -23,30 +23,6 @@ const CONFIG: [&str; 6] = ["--appendonly", "yes", "--appendfsync", "always", "--
 const FILL_PIPELINE: u64 = 64;
 /// How long a restart may read its data back.
 const LOAD_WAIT: Duration = Duration::from_secs(1800);
-
-/// One size.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RedisRow {
-    pub records: u64,
-    pub fill_per_s: f64,
-    /// `INFO memory` `used_memory`, and the process's resident set, after the fill.
-    pub used_memory_mb: f64,
-    pub rss_mb: f64,
-    /// The append-only files on disk.
-    pub aof_mb: f64,
-    pub restart_to_ping_s: f64,
-    pub claims: Claims,
-    /// `BGSAVE` to its end, and the RDB file it wrote.
-    pub bgsave_s: f64,
-    pub rdb_mb: f64,
-}
-
-/// The Redis rows and the empty store's claims.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RedisScale {
-    pub empty_claims: Claims,
-    pub rows: Vec<RedisRow>,
-}
 
 /// Fills one Redis through every size in `sizes` (ascending), measuring at each.
 pub(crate) async fn run(bin: &str, sizes: &[u64], claim_secs: f64, dir: &Path) -> anyhow::Result<RedisScale> {
