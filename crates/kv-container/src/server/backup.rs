@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use super::counts::Counter;
 use super::engine::DB_FILE;
 use super::image::{self, Summary};
+use super::ladder::Ladder;
 use super::open::{sync_dir, sync_parent};
 use super::pin::{pin, First};
 use super::record::{system_now_ms, StoredValue};
@@ -54,8 +55,12 @@ struct Trailer {
     sha256: String,
 }
 
-/// Writes a snapshot of `db` (one read transaction) to `out`; keys already expired are left out.
-pub(crate) fn write_snapshot(db: &Database, out: &mut impl Write) -> anyhow::Result<Summary> {
+/// Records between two calls of a snapshot's `keep_up` (see `ladder`).
+const KEEP_UP_EVERY: u64 = 1024;
+
+/// Writes a snapshot of `db` (one read transaction) to `out`; keys already expired are left
+/// out. `keep_up` is called every [`KEEP_UP_EVERY`] records (a serving store's ladder).
+pub(crate) fn write_snapshot(db: &Database, out: &mut impl Write, keep_up: &dyn Fn()) -> anyhow::Result<Summary> {
     let txn = db.begin_read()?;
     let last_rev = txn.open_table(META)?.get(REV_KEY)?.map_or(0, |g| g.value());
     let taken_ms = system_now_ms();
@@ -83,6 +88,9 @@ pub(crate) fn write_snapshot(db: &Database, out: &mut impl Write) -> anyhow::Res
         hash.update(b"\n");
         write_line(out, &bytes)?;
         records += 1;
+        if records.is_multiple_of(KEEP_UP_EVERY) {
+            keep_up();
+        }
     }
     let trailer = Trailer { end: true, records, sha256: hex::encode(hash.finalize()) };
     write_line(out, &serde_json::to_vec(&trailer)?)?;
@@ -124,7 +132,7 @@ pub(crate) fn backup_dir(dir: &Path, out: &Path, format: BackupFormat) -> anyhow
         format!("opening {} (a running server holds it: use --url for an online backup)", path.display())
     })?;
     match format {
-        BackupFormat::Jsonl => write_atomically(out, |f| write_snapshot(&db, f)),
+        BackupFormat::Jsonl => write_atomically(out, |f| write_snapshot(&db, f, &|| ())),
         BackupFormat::Image => {
             // Nothing else writes to a stopped store: no gate to hold.
             let pinned = pin(Arc::new(db), &path, First::Durable).map_err(anyhow::Error::msg)?;
@@ -278,25 +286,32 @@ fn restore_lines(file: &Path, tmp: &Path) -> anyhow::Result<Summary> {
 /// `GET /backup`: a snapshot streamed as `write` produces it (on a blocking thread). A
 /// failure mid-way aborts the body, so the client sees no trailer and refuses the file.
 /// `metrics` learns the snapshot's time once the whole stream was handed over (the
-/// `kv_last_backup_timestamp_seconds` that backup-age alerts watch).
+/// `kv_last_backup_timestamp_seconds` that backup-age alerts watch). The read's rungs (see
+/// `ladder`) are let go of once the body has ended, so the client does not wait for them.
 pub(crate) fn stream(
     taken_ms: u64,
     metrics: std::sync::Arc<super::metrics::Metrics>,
-    write: impl FnOnce(&mut dyn Write) -> anyhow::Result<Summary> + Send + 'static,
+    write: impl FnOnce(&mut dyn Write) -> anyhow::Result<(Summary, Ladder)> + Send + 'static,
 ) -> axum::body::Body {
     type Chunk = Result<bytes::Bytes, std::io::Error>;
     let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(8);
     tokio::task::spawn_blocking(move || {
         let mut w = BufWriter::with_capacity(64 * 1024, ChannelWriter(tx.clone()));
-        match write(&mut w) {
-            Ok(s) => {
+        let rungs = match write(&mut w) {
+            Ok((s, ladder)) => {
                 tracing::info!("kv: backup streamed: {} records, revision {}", s.records, s.last_rev);
                 metrics.ops.backup_taken(taken_ms);
+                Some(ladder)
             }
             Err(e) => {
                 tracing::warn!("kv: backup stream ended early: {e:#}");
                 let _ = tx.blocking_send(Err(std::io::Error::other("backup failed")));
+                None
             }
+        };
+        drop((w, tx));
+        if let Some(ladder) = rungs {
+            ladder.descend(&|| false);
         }
     });
     let chunks = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });

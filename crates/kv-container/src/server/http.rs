@@ -15,6 +15,7 @@ use super::auth::{self, Auth};
 use super::batch::{Precondition, WriteOp, WriteOutcome, Written};
 use super::engine::EngineError;
 use super::error::ApiError;
+use super::ladder::Ladder;
 use super::record::{system_now_ms, StoredValue};
 use super::request::{self, MAX_VALUE_LEN};
 use super::state::{health_problem, AppState, Shared};
@@ -97,15 +98,18 @@ async fn backup_snapshot(
     let (body, content_type) = match query.format.as_deref() {
         None | Some("jsonl") => {
             let db = app.engine.db()?;
-            (
-                backup::stream(taken_ms, metrics, move |w| backup::write_snapshot(&db, &mut &mut *w)),
-                "application/x-ndjson",
-            )
+            let ladder = Ladder::new(db.clone());
+            let write = move |w: &mut dyn std::io::Write| {
+                let summary = backup::write_snapshot(&db, &mut &mut *w, &|| ladder.keep_up())?;
+                Ok((summary, ladder))
+            };
+            (backup::stream(taken_ms, metrics, write), "application/x-ndjson")
         }
         Some("image") => {
             let held = app.engine.hold().await?;
             let write = move |w: &mut dyn std::io::Write| {
-                image::write_image(&held.pinned, &held.path, taken_ms, &|| held.still(), &mut &mut *w)
+                let summary = image::write_image(&held.pinned, &held.path, taken_ms, &|| held.still(), &mut &mut *w)?;
+                Ok((summary, held.let_go()))
             };
             (backup::stream(taken_ms, metrics, write), "application/octet-stream")
         }

@@ -97,6 +97,7 @@ pub(crate) fn write_image(
         hash.update(&*chunk);
         out.write_all(chunk)?;
         at += n as u64;
+        p.ladder.keep_up();
     }
     ensure!(still(), "the store was reopened during the backup (after a failed write); take it again");
     let trailer = Trailer { end: true, data, sha256: hex::encode(hash.finalize()) };

@@ -209,13 +209,20 @@ impl Integrity {
     /// Pages first (redb's checksums), then every record of the same snapshot.
     fn check(&self, slot: &DbSlot, snap: Snapshot) -> Result<u64, Failed> {
         let (stop, counter, generation) = (self.stop.clone(), slot.generation_counter(), snap.generation);
-        let stop_when: verify::StopWhen =
+        let ended: verify::StopWhen =
             Arc::new(move || stop.load(Ordering::SeqCst) || counter.load(Ordering::SeqCst) != generation);
+        // Asked before every page read: also when the ladder takes its rungs.
+        let (ladder, asked) = (snap.pinned.ladder.clone(), ended.clone());
+        let stop_when: verify::StopWhen = Arc::new(move || {
+            ladder.keep_up();
+            asked()
+        });
         // The records are read through the checking database: the serving one's cache keeps
         // the pages requests use. Its pages stay this commit's while `pinned` lives.
         let checked = verify::verify_pages(slot.path(), stop_when.clone(), verify::View::Running(&snap.pinned.header))?;
         let records = verify::read_records(checked.db(), &stop_when);
-        drop((checked, snap));
+        drop((checked, stop_when));
+        snap.pinned.let_go().descend(&*ended);
         records
     }
 }

@@ -39,6 +39,7 @@ mod image;
 mod image_tests;
 mod inspect;
 mod integrity;
+mod ladder;
 mod limits;
 mod listing;
 mod metrics;

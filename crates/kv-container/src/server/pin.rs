@@ -6,6 +6,7 @@
 //! page of that commit: not its records, and, because a savepoint exists, not its own system
 //! and free-page trees either. Every page the header leads to therefore stays as it was in
 //! the file, whatever the writer commits meanwhile; only pages free in that commit change.
+//! Its [`Ladder`] lets the pages the writer replaced meanwhile go a slice at a time.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,9 +14,10 @@ use std::sync::Arc;
 
 use redb::{Database, Durability, ReadTransaction, Savepoint};
 
+use super::ladder::Ladder;
 use super::open::{header_page, DbSlot};
 
-/// A held commit: its pages stay in the file until this is dropped.
+/// A held commit: its pages stay in the file until this is dropped (or [`Pinned::let_go`]).
 /// Fields drop in order: the transaction and the savepoint before the database.
 pub(crate) struct Pinned {
     pub(crate) txn: ReadTransaction,
@@ -25,7 +27,19 @@ pub(crate) struct Pinned {
     pub(crate) header: Vec<u8>,
     /// The file's length as of the held commit: its pages all lie below it.
     pub(crate) len: u64,
+    /// The reader calls [`Ladder::keep_up`] as it goes.
+    pub(crate) ladder: Ladder,
     _db: Arc<Database>,
+}
+
+impl Pinned {
+    /// Lets go of the held commit; the rungs taken meanwhile are the caller's to let go of.
+    pub(crate) fn let_go(self) -> Ladder {
+        let Pinned { txn, _savepoint, ladder, .. } = self;
+        drop(txn);
+        drop(_savepoint);
+        ladder
+    }
 }
 
 /// Whether [`pin`] first makes the newest commit durable.
@@ -54,7 +68,7 @@ pub(crate) fn pin(db: Arc<Database>, path: &Path, first: First) -> Result<Pinned
     let txn = db.begin_read().map_err(|x| e(&x))?;
     let header = header_page(path).map_err(|x| format!("cannot read the file's header: {x}"))?;
     let len = std::fs::metadata(path).map_err(|x| format!("cannot read {}: {x}", path.display()))?.len();
-    Ok(Pinned { txn, _savepoint: savepoint, header, len, _db: db })
+    Ok(Pinned { txn, _savepoint: savepoint, header, len, ladder: Ladder::new(db.clone()), _db: db })
 }
 
 /// A serving store's newest commit, held (an online image backup reads the file under it).
@@ -74,6 +88,11 @@ impl Held {
         let _between = slot.commit_gate();
         let pinned = pin(db, slot.path(), First::Durable)?;
         Ok(Held { pinned, path: slot.path().to_owned(), generation, counter: slot.generation_counter() })
+    }
+
+    /// Lets go of the held commit (see [`Pinned::let_go`]).
+    pub(crate) fn let_go(self) -> Ladder {
+        self.pinned.let_go()
     }
 
     /// Whether the commit is still held: a reopen of the store (after a failed write) opens
