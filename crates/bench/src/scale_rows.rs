@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::scale_load::Claims;
 
-/// One size.
+/// The KV container at one size.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ScaleRow {
     pub records: u64,
@@ -48,7 +48,7 @@ pub(crate) struct ScaleRow {
     pub usage_after_compact: String,
 }
 
-/// The section's result.
+/// The section's result: the KV container's rows, and Redis's and PostgreSQL's beside them.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Scale {
     pub cache_mb: u64,
@@ -59,7 +59,7 @@ pub(crate) struct Scale {
     pub postgres: Option<PostgresScale>,
 }
 
-/// One size.
+/// Redis at one size.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RedisRow {
     pub records: u64,
@@ -83,7 +83,7 @@ pub(crate) struct RedisScale {
     pub rows: Vec<RedisRow>,
 }
 
-/// One size.
+/// PostgreSQL at one size.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct PostgresRow {
     pub records: u64,
