@@ -29,6 +29,7 @@ mod held_requests;
 
 // The KV container on its own: protocol, auth, limits, TTL, durability, hostile clients.
 mod kv_auth;
+mod kv_check;
 mod kv_compact;
 mod kv_concurrency;
 mod kv_connections;

@@ -37,6 +37,9 @@ pub enum KvCommand {
     Usage(server::CheckArgs),
     /// Make a running KV container re-read its --tokens-file (as SIGHUP does).
     Reload(ReloadArgs),
+    /// The background integrity check of a running `kv serve`, which starts it.
+    #[command(hide = true)]
+    CheckPinned(server::CheckPinnedArgs),
 }
 
 /// Runs one `kv` subcommand.
@@ -51,6 +54,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<ExitCode> {
         KvCommand::Compact(args) => server::compact(&args),
         KvCommand::Usage(args) => server::usage(&args.data),
         KvCommand::Reload(args) => reload(args),
+        KvCommand::CheckPinned(args) => server::check_pinned(&args),
     }
 }
 

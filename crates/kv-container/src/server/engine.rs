@@ -19,8 +19,9 @@ use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{WriteOp, WriteOutcome};
+use super::check_process::CheckProgram;
 use super::health::Health;
-use super::integrity::{CheckJob, Integrity, Verdict};
+use super::integrity::{CheckJob, CheckRunner, Integrity, Verdict};
 use super::metrics::Metrics;
 use super::open::DbSlot;
 use super::pin::Held;
@@ -73,7 +74,19 @@ impl Engine {
         clock: ServerClock,
         cache_bytes: usize,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
-        Self::start(dir, durability, clock, cache_bytes, None)
+        Self::start(dir, durability, clock, cache_bytes, None, CheckRunner::Thread)
+    }
+
+    /// [`Engine::open_cached`] for `kv serve`: the integrity check runs in a process of
+    /// `check`.
+    pub(crate) fn open_serving(
+        dir: &Path,
+        durability: DurabilityMode,
+        clock: ServerClock,
+        cache_bytes: usize,
+        check: CheckProgram,
+    ) -> anyhow::Result<(Engine, WriterHandle)> {
+        Self::start(dir, durability, clock, cache_bytes, None, CheckRunner::Process(check))
     }
 
     /// [`Engine::open_cached`] with a [`BatchHook`] the writer consults around each batch
@@ -84,6 +97,7 @@ impl Engine {
         clock: ServerClock,
         cache_bytes: usize,
         hook: Option<Box<dyn BatchHook>>,
+        check: CheckRunner,
     ) -> anyhow::Result<(Engine, WriterHandle)> {
         let (db, checked) = super::open::open(dir, cache_bytes)?;
         if !checked.created {
@@ -108,7 +122,7 @@ impl Engine {
             hook,
         };
         let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || writer.run())?;
-        let integrity = Arc::new(Integrity::new(checked.clean_header));
+        let integrity = Arc::new(Integrity::new(checked.clean_header, check));
         let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since, integrity: integrity.clone() };
         Ok((engine, WriterHandle(thread, integrity)))
     }

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use super::batch::{Precondition, WriteOp, WriteOutcome, Written};
 use super::engine::{DurabilityMode, Engine, EngineError, WriterHandle};
 use super::inspect::inventory;
+use super::integrity::CheckRunner;
 use super::open::DEFAULT_CACHE_MB;
 use super::record::ServerClock;
 use super::writer::BatchHook;
@@ -31,7 +32,7 @@ fn open_with(
     clock: ServerClock,
     hook: Option<Box<dyn BatchHook>>,
 ) -> (Engine, WriterHandle) {
-    Engine::start(dir, mode, clock, DEFAULT_CACHE_MB << 20, hook).expect("engine opens")
+    Engine::start(dir, mode, clock, DEFAULT_CACHE_MB << 20, hook, CheckRunner::Thread).expect("engine opens")
 }
 
 /// Holds the writer before its first batch until the gate is opened, so a test can fill the

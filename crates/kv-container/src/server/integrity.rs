@@ -9,6 +9,7 @@
 //! Power loss needs no check: redb's own recovery of an unclean file stays on the start
 //! path, and a commit is checksummed; the check is for damage done to the file since.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -16,6 +17,7 @@ use std::time::Instant;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::check_process::{self, CheckProgram};
 use super::health::Health;
 use super::open::{Damaged, DbSlot};
 use super::pin::{pin, First, Pinned};
@@ -76,9 +78,20 @@ impl IntegrityMetrics {
     }
 }
 
+/// Where the check reads.
+#[derive(Default)]
+pub(crate) enum CheckRunner {
+    /// In a thread of the server: a container served in-process ([`crate::Container`]).
+    #[default]
+    Thread,
+    /// In a process of its own (`kv serve`; why: see `check_process`).
+    Process(CheckProgram),
+}
+
 /// The check's state and its thread; one check at a time.
 #[derive(Default)]
 pub(crate) struct Integrity {
+    runner: CheckRunner,
     /// The first page of the data file at start, until the first check takes it.
     header_at_start: Mutex<Option<Vec<u8>>>,
     verdict: Mutex<Option<Verdict>>,
@@ -106,8 +119,8 @@ struct Snapshot {
 }
 
 impl Integrity {
-    pub(crate) fn new(header_at_start: Option<Vec<u8>>) -> Integrity {
-        Integrity { header_at_start: Mutex::new(header_at_start), ..Integrity::default() }
+    pub(crate) fn new(header_at_start: Option<Vec<u8>>, runner: CheckRunner) -> Integrity {
+        Integrity { runner, header_at_start: Mutex::new(header_at_start), ..Integrity::default() }
     }
 
     pub(crate) fn verdict(&self) -> Verdict {
@@ -169,7 +182,9 @@ impl Integrity {
     }
 
     fn run(&self, job: CheckJob, snapshot: Snapshot, started_ms: u64) {
-        lower_priority();
+        if matches!(self.runner, CheckRunner::Thread) {
+            lower_priority();
+        }
         let started = Instant::now();
         tracing::info!("kv: integrity check of every page and record started");
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.check(&job.slot, snapshot)))
@@ -211,28 +226,37 @@ impl Integrity {
         let (stop, counter, generation) = (self.stop.clone(), slot.generation_counter(), snap.generation);
         let ended: verify::StopWhen =
             Arc::new(move || stop.load(Ordering::SeqCst) || counter.load(Ordering::SeqCst) != generation);
-        // Asked before every page read: also when the ladder takes its rungs.
-        let (ladder, asked) = (snap.pinned.ladder.clone(), ended.clone());
-        let stop_when: verify::StopWhen = Arc::new(move || {
-            ladder.keep_up();
-            asked()
-        });
-        // The records are read through the checking database: the serving one's cache keeps
-        // the pages requests use. Its pages stay this commit's while `pinned` lives.
-        let checked = verify::verify_pages(slot.path(), stop_when.clone(), verify::View::Running(&snap.pinned.header))?;
-        let records = verify::read_records(checked.db(), &stop_when);
-        drop((checked, stop_when));
+        let records = match &self.runner {
+            CheckRunner::Process(program) => {
+                check_process::check(program, slot.path(), &snap.pinned.header, &snap.pinned.ladder, &ended)
+            }
+            CheckRunner::Thread => in_thread(slot.path(), &snap.pinned, &ended),
+        };
         snap.pinned.let_go().descend(&*ended);
         records
     }
 }
 
-/// The check yields the cores to requests: its thread runs in `SCHED_IDLE` (a weight of 3
-/// against a request thread's 1024, so a waking request preempts it at once; on one 1 M
-/// store restarted twice, new claims beside the check p99 2.1 ms at `nice` 10 against
-/// 1.1 ms in `SCHED_IDLE`, see performance.md), else at `nice` 10. Under full load it still
-/// progresses, slowly.
-fn lower_priority() {
+/// The check in this thread, asking `ended` before every page read.
+fn in_thread(path: &Path, pinned: &Pinned, ended: &verify::StopWhen) -> Result<u64, Failed> {
+    // Asked before every page read: also when the ladder takes its rungs.
+    let (ladder, asked) = (pinned.ladder.clone(), ended.clone());
+    let stop_when: verify::StopWhen = Arc::new(move || {
+        ladder.keep_up();
+        asked()
+    });
+    // The records are read through the checking database: the serving one's cache keeps
+    // the pages requests use. Its pages stay this commit's while `pinned` lives.
+    let checked = verify::verify_pages(path, stop_when.clone(), verify::View::Running(&pinned.header))?;
+    verify::read_records(checked.db(), &stop_when)
+}
+
+/// The check yields the cores to requests: its thread (in `kv serve`, its process's only
+/// one) runs in `SCHED_IDLE` (a weight of 3 against a request thread's 1024, so a waking
+/// request preempts it at once; on one 1 M store restarted twice, new claims beside the
+/// check p99 2.1 ms at `nice` 10 against 1.1 ms in `SCHED_IDLE`, see performance.md), else
+/// at `nice` 10. Under full load it still progresses, slowly.
+pub(crate) fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
         let param = libc::sched_param { sched_priority: 0 };

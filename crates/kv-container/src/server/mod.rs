@@ -20,6 +20,7 @@ mod auth;
 mod backup;
 mod batch;
 mod census;
+mod check_process;
 mod claims;
 mod compact;
 mod compact_plan;
@@ -70,6 +71,8 @@ use anyhow::Context;
 
 pub use app::Container;
 pub(crate) use backup::{backup_dir, read_snapshot, restore, BackupFormat};
+pub(crate) use check_process::check_pinned;
+pub(crate) use check_process::CheckPinnedArgs;
 pub(crate) use compact::run as compact;
 pub(crate) use compact::CompactArgs;
 pub(crate) use engine::{DurabilityMode, DB_FILE};
@@ -194,11 +197,13 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         format!("cannot listen on {listen} (another `kv serve` on this port? choose another --listen)")
     })?;
     listener.set_nonblocking(true)?;
-    let (engine, writer) = engine::Engine::open_cached(
+    let check = check_process::CheckProgram::of_this_process()?;
+    let (engine, writer) = engine::Engine::open_serving(
         &args.data,
         args.durability,
         record::ServerClock::system(),
         (args.cache_mb as usize) << 20,
+        check,
     )?;
     // Serving starts now; the check of every page and record runs beside it.
     engine.check_in_background();
@@ -243,6 +248,8 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 /// 244 MB of pages and the other 246 MB of free memory (RSS 485 MiB, 252 after a trim).
 /// One arena reuses what an eviction freed for the next page, so RSS stays the cache plus a
 /// constant; the per-thread caches in front of it keep small allocations off its lock.
+/// Page-sized ones take it: the integrity check, which reads every page, runs in a process
+/// of its own for that reason (see `check_process`).
 fn cap_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only tunes the allocator; called before the runtime starts its threads.
