@@ -159,6 +159,12 @@ pub(crate) struct Claims {
     pub max_ms: f64,
 }
 
+impl std::fmt::Display for Claims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "p50 / p99 / max {:.2} / {:.2} / {:.1} ms", self.p50_ms, self.p99_ms, self.max_ms)
+    }
+}
+
 /// When paced claims are sent (open loop: each at its time, whatever the answers before it):
 /// claim `i` at `i / CLAIM_RATE` after the start, on connection `i % CLAIM_CONNECTIONS`.
 #[derive(Debug, Clone, Copy)]
