@@ -204,6 +204,44 @@ pub(crate) fn machine_busy_ticks() -> u64 {
     [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum()
 }
 
+/// The most a process and its children (the KV container and its integrity check's
+/// process) held together, their `VmRSS` summed at the same instant every 100 ms while this
+/// lives.
+pub(crate) struct FamilyRss {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl FamilyRss {
+    pub(crate) fn start(pid: u32) -> FamilyRss {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut most = 0;
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let children: u64 = children(pid).into_iter().map(|c| vm_kib(c, "VmRSS")).sum();
+                most = most.max(vm_kib(pid, "VmRSS") + children);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            most
+        });
+        FamilyRss { stop, thread }
+    }
+
+    /// Stops sampling; the most, in KiB.
+    pub(crate) fn most_kib(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().unwrap_or(0)
+    }
+}
+
+/// The children of every thread of `pid` (a child is listed under the thread that started it).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let lists = tasks.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok());
+    lists.flat_map(|l| l.split_whitespace().filter_map(|c| c.parse().ok()).collect::<Vec<u32>>()).collect()
+}
+
 /// A `VmXxx:` line of /proc/<pid>/status, in KiB.
 pub(crate) fn vm_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

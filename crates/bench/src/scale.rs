@@ -13,7 +13,7 @@ use anyhow::{ensure, Context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::measure::kib_to_mb;
-use super::procs::{start_kv_with, vm_kib, Proc};
+use super::procs::{start_kv_with, vm_kib, FamilyRss, Proc};
 use super::scale_load::{delete_tenth, fill, paced_claims, CLAIM_RATE, FILL_CONNECTIONS};
 use super::scale_postgres;
 use super::scale_redis;
@@ -59,6 +59,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
 
         let started = Instant::now();
         server = start(cfg, &data, &log)?;
+        let family = FamilyRss::start(server.pid());
         let mut http = Http::connect(server.addr).await?;
         while http.get_path("/healthz").await?.0 != 200 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -75,6 +76,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         // A connection of its own: `http` sat idle through the claims, longer than the
         // container's idle timeout (30 s) at 10 M records, and was closed.
         let integrity_check_s = integrity(&mut Http::connect(server.addr).await?).await?;
+        let rss_with_check_mb = kib_to_mb(family.most_kib());
         // Once the check has passed: beside it, both read the whole file from the same disk.
         let (backup_s, backup_bytes) = backup(server.addr, "/backup").await?;
         let (image_backup_s, image_backup_bytes) = backup(server.addr, "/backup?format=image").await?;
@@ -87,7 +89,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         // is printed first.
         eprintln!(
             "  scale: {live} records: restart {restart_to_healthz_s:.2} s, RSS {rss_steady_mb:.0} / {rss_peak_mb:.0} / \
-             {rss_settled_mb:.0} MB, counts {status_ms:.1} ms ({:.1} s old), first /metrics {first_metrics_ms:.1} ms, \
+             {rss_settled_mb:.0} MB ({rss_with_check_mb:.0} MB with the check's process), counts {status_ms:.1} ms ({:.1} s old), first /metrics {first_metrics_ms:.1} ms, \
              backup {backup_s:.1} s ({:.0} MB/s) / image {image_backup_s:.1} s ({:.0} MB/s), new claims \
              {at_size} (after the check {claims_after_check}; empty store {empty}), check {integrity_check_s:.1} s",
             age_ms as f64 / 1000.0,
@@ -128,6 +130,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
             image_backup_mb: image_backup_bytes as f64 / 1e6,
             integrity_check_s,
             rss_peak_mb,
+            rss_with_check_mb,
             deleted,
             before_compact_file_bytes,
             before_compact_disk_bytes,

@@ -37,6 +37,9 @@ pub(crate) struct ScaleRow {
     /// The background check of every page after the restart.
     pub integrity_check_s: f64,
     pub rss_peak_mb: f64,
+    /// The container and its integrity check's process together, from the restart until the
+    /// check passed: the most, summed at the same instant (sampled every 100 ms).
+    pub rss_with_check_mb: f64,
     pub deleted: u64,
     /// The file as `kv compact` found it (after the row's claims and deletes), and after it.
     pub before_compact_file_bytes: u64,

@@ -12,13 +12,13 @@ pub(crate) fn table(s: &Scale) -> String {
         s.cache_mb, s.empty_claims.p50_ms, s.empty_claims.p99_ms, s.empty_claims.max_ms
     );
     out.push_str(
-        "| records | data file: length (on disk) | bytes/record: length (on disk; record) | restart → /healthz | RSS steady / peak / settled (private) | status counts (age) | first /metrics | backup: lines / image | new claim p50 / p99 / max (after the check) | integrity check | after −10 %: length (on disk) → kv compact | bytes/record after compact: length (on disk) |\n\
+        "| records | data file: length (on disk) | bytes/record: length (on disk; record) | restart → /healthz | RSS steady / peak / settled (private); with the check's process | status counts (age) | first /metrics | backup: lines / image | new claim p50 / p99 / max (after the check) | integrity check | after −10 %: length (on disk) → kv compact | bytes/record after compact: length (on disk) |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in &s.rows {
         let live = r.records - r.deleted;
         out.push_str(&format!(
-            "| {} | {:.0} ({:.0}) MB | {} ({}; {}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}) MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s / {:.1} s, {:.0} MB/s | {:.2} / {:.2} / {:.1} ms ({:.2} / {:.2} / {:.1}) | {:.1} s | {:.0} ({:.0}) → {:.0} ({:.0}) MB in {:.1} s | {} ({}) |\n",
+            "| {} | {:.0} ({:.0}) MB | {} ({}; {}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}); {:.0} MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s / {:.1} s, {:.0} MB/s | {:.2} / {:.2} / {:.1} ms ({:.2} / {:.2} / {:.1}) | {:.1} s | {:.0} ({:.0}) → {:.0} ({:.0}) MB in {:.1} s | {} ({}) |\n",
             r.records,
             r.file_bytes as f64 / 1e6,
             r.file_disk_bytes as f64 / 1e6,
@@ -30,6 +30,7 @@ pub(crate) fn table(s: &Scale) -> String {
             r.rss_peak_mb,
             r.rss_settled_mb,
             r.rss_settled_anon_mb,
+            r.rss_with_check_mb,
             r.status_ms,
             r.status_age_s,
             r.first_metrics_ms,
