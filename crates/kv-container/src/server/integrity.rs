@@ -17,7 +17,7 @@ use std::time::Instant;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::check_process::{self, CheckProgram};
+use super::check_process::{self, lower_priority, CheckProgram};
 use super::health::Health;
 use super::open::{Damaged, DbSlot};
 use super::pin::{pin, First, Pinned};
@@ -249,23 +249,4 @@ fn in_thread(path: &Path, pinned: &Pinned, ended: &verify::StopWhen) -> Result<u
     // the pages requests use. Its pages stay this commit's while `pinned` lives.
     let checked = verify::verify_pages(path, stop_when.clone(), verify::View::Running(&pinned.header))?;
     verify::read_records(checked.db(), &stop_when)
-}
-
-/// The check yields the cores to requests: its thread (in `kv serve`, its process's only
-/// one) runs in `SCHED_IDLE` (a weight of 3 against a request thread's 1024, so a waking
-/// request preempts it at once; on one 1 M store restarted twice, new claims beside the
-/// check p99 2.1 ms at `nice` 10 against 1.1 ms in `SCHED_IDLE`, see performance.md), else
-/// at `nice` 10. Under full load it still progresses, slowly.
-pub(crate) fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: plain system calls on this thread (pid 0 and its own id); a failure only
-        // leaves the priority as it was.
-        let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
-        if !idle {
-            let tid = unsafe { libc::gettid() };
-            let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
-        }
-    }
 }
