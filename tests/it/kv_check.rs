@@ -54,6 +54,22 @@ async fn gone_within(pid: u32, limit: Duration) -> bool {
     true
 }
 
+/// `ioprio_get`'s class of the idle I/O class (libc has the call, not its constants).
+const IOPRIO_CLASS_IDLE: i64 = 3;
+
+/// The I/O class of `pid` (`ioprio_get(IOPRIO_WHO_PROCESS, pid) >> IOPRIO_CLASS_SHIFT`).
+fn io_class(pid: u32) -> i64 {
+    // SAFETY: a query of another process's I/O priority; it writes nothing.
+    let prio = unsafe { libc::syscall(libc::SYS_ioprio_get, 1 as libc::c_long, pid as libc::c_long) };
+    assert!(prio >= 0, "ioprio_get({pid}) failed");
+    prio >> 13
+}
+
+fn sched_policy(pid: u32) -> i32 {
+    // SAFETY: a query of another process's scheduling policy.
+    unsafe { libc::sched_getscheduler(pid as libc::pid_t) }
+}
+
 /// A check process held still by the test; killed on drop, so a failing test leaves no
 /// stopped process behind.
 struct Held(u32);
@@ -116,6 +132,9 @@ async fn the_check_process_lets_the_store_serve_and_ends_with_the_server() {
     fill(&http, &server.url()).await;
     let held = catch_a_running_check(&http, &server, &log).await;
     assert_ne!(held.0, server.pid(), "the check runs in a process of its own");
+    // It yields the cores and the disk: SCHED_IDLE, and the idle I/O class.
+    assert_eq!(sched_policy(held.0), libc::SCHED_IDLE, "the check process's scheduling policy");
+    assert_eq!(io_class(held.0), IOPRIO_CLASS_IDLE, "the check process's I/O class");
     // The store serves while its check process reads (here: is held still).
     let (code, text) = status(http.put(format!("{}/state/during", server.url())).body("{}")).await;
     assert_eq!(code, 201, "{text}");
@@ -127,9 +146,21 @@ async fn the_check_process_lets_the_store_serve_and_ends_with_the_server() {
     assert!(!alive(held.0), "the check process outlived a clean stop");
 
     // Killed outright, the server takes no step: the check process ends by itself.
+    // (With a limit on the check's reads from the disk, which the process is given.)
     let log = tmp.path().join("kv2.log");
-    let mut server = KvServer::start_logged(&data, &[], &[("STATEFUL_TOOL_LOG", "info")], &log);
+    let limit = ["--check-disk-reads", "7"];
+    let mut server = KvServer::start_logged(&data, &limit, &[("STATEFUL_TOOL_LOG", "info")], &log);
     let held = catch_a_running_check(&http, &server, &log).await;
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", held.0)).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&cmdline)
+            .split('\0')
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w == ["--disk-reads", "7"]),
+        "the check process was not given the limit: {}",
+        String::from_utf8_lossy(&cmdline)
+    );
     server.kill9();
     assert!(gone_within(held.0, Duration::from_secs(10)).await, "the check process outlived a killed server");
 }

@@ -22,7 +22,7 @@ use super::counts::{self, Counter};
 use super::open::{quietly, refuse_if_open_elsewhere, sync_dir, Damaged, DB_FILE};
 use super::record::{system_now_ms, StoredValue};
 use super::tables::{DATA, EXPIRY, META};
-use super::verify::{verify_pages, Failed, StopWhen, View};
+use super::verify::{verify_pages, Failed, Reads, StopWhen, View};
 
 /// The copy being written, beside the data file.
 pub(crate) const COMPACT_FILE: &str = "kv.redb.compact";
@@ -108,7 +108,7 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
     }
     let (before, before_on_disk) = (std::fs::metadata(&path)?.len(), on_disk(&path)?);
     let never: StopWhen = Arc::new(|| false);
-    let checked = match quietly(|| verify_pages(&path, never, View::Stopped)) {
+    let checked = match quietly(|| verify_pages(&path, never, View::Stopped, Reads::Ahead)) {
         Ok(Ok(checked)) => checked,
         Ok(Err(Failed::Damaged(why) | Failed::Incomplete(why))) | Err(why) => {
             let dir = dir.display().to_string();

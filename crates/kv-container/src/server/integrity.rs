@@ -246,7 +246,9 @@ fn in_thread(path: &Path, pinned: &Pinned, ended: &verify::StopWhen) -> Result<u
         asked()
     });
     // The records are read through the checking database: the serving one's cache keeps
-    // the pages requests use. Its pages stay this commit's while `pinned` lives.
-    let checked = verify::verify_pages(path, stop_when.clone(), verify::View::Running(&pinned.header))?;
+    // the pages requests use. Its pages stay this commit's while `pinned` lives. No pace:
+    // this runner is an in-process container's (`kv serve` checks in a process, paced).
+    let reads = verify::Reads::Asked { disk_per_s: 0 };
+    let checked = verify::verify_pages(path, stop_when.clone(), verify::View::Running(&pinned.header), reads)?;
     verify::read_records(checked.db(), &stop_when)
 }

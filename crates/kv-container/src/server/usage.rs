@@ -17,7 +17,7 @@ use redb::{Database, ReadableTableMetadata, TableDefinition, TableHandle};
 use super::counts::{COUNTS, LISTED};
 use super::open::{quietly, refuse_if_open_elsewhere, DB_FILE};
 use super::tables::{DATA, EXPIRY, META};
-use super::verify::{verify_pages, Failed, StopWhen, View};
+use super::verify::{verify_pages, Failed, Reads, StopWhen, View};
 
 /// One table's share of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +62,7 @@ impl Usage {
 pub(crate) fn measure(path: &Path) -> anyhow::Result<Usage> {
     refuse_if_open_elsewhere(path)?;
     let never: StopWhen = Arc::new(|| false);
-    let checked = match quietly(|| verify_pages(path, never, View::Stopped)) {
+    let checked = match quietly(|| verify_pages(path, never, View::Stopped, Reads::Ahead)) {
         Ok(Ok(checked)) => checked,
         Ok(Err(Failed::Damaged(why) | Failed::Incomplete(why))) | Err(why) => {
             anyhow::bail!("{} cannot be measured: {why}", path.display())
