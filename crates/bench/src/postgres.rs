@@ -19,7 +19,7 @@ use event_store::HostClock;
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
-use super::procs::{cpu_ticks, pss_kib, signal_and_wait, TempDir};
+use super::procs::{children, cpu_ticks, pss_kib, signal_and_wait, TempDir};
 use super::results::{Results, Row};
 use super::started::{plugin_rows, with_store_cpu, StartedStore};
 use super::workload::{event_ids, keys, record_value, TTL_MS};
@@ -50,13 +50,7 @@ impl Server {
     /// The postmaster and every process it started (the backends, the checkpointer, …).
     fn pids(&self) -> Vec<u32> {
         let pid = self.child.id();
-        let children = std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| {
-            let p: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-            let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
-            (ppid == pid).then_some(p)
-        });
-        std::iter::once(pid).chain(children).collect()
+        std::iter::once(pid).chain(children(pid)).collect()
     }
 
     /// CPU of the postmaster and every process it started (the backends), in ticks.

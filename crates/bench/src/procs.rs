@@ -235,11 +235,17 @@ impl FamilyRss {
     }
 }
 
-/// The children of every thread of `pid` (a child is listed under the thread that started it).
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
-    let lists = tasks.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok());
-    lists.flat_map(|l| l.split_whitespace().filter_map(|c| c.parse().ok()).collect::<Vec<u32>>()).collect()
+/// The processes whose parent is `pid` (started by any of its threads).
+pub(crate) fn children(pid: u32) -> Vec<u32> {
+    let procs = std::fs::read_dir("/proc").into_iter().flatten();
+    procs
+        .filter_map(|e| {
+            let p: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == pid).then_some(p)
+        })
+        .collect()
 }
 
 /// A `VmXxx:` line of /proc/<pid>/status, in KiB.
