@@ -69,9 +69,12 @@ async fn failover_with_min_replicas_loses_no_accepted_claim() {
     let down = Instant::now();
     s.master.kill9();
     // Sentinel promotes the replica; the old master returns and is turned into its replica.
+    // It comes back empty (no persistence), so it is started again only once every Sentinel
+    // has settled on the new master: a supervisor restarting it earlier invites a failback to
+    // an empty master, which no client can survive (see `all_name_master`).
     let deadline = Instant::now() + Duration::from_secs(60);
-    while s.master_port() != Some(s.replica.port) {
-        assert!(Instant::now() < deadline, "Sentinel did not promote the replica");
+    while !s.all_name_master(s.replica.port) {
+        assert!(Instant::now() < deadline, "the Sentinels did not all settle on the promoted replica");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     s.master.relaunch();

@@ -253,12 +253,27 @@ impl RedisSentinel {
         self.sentinels.iter().map(|(p, _)| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
     }
 
-    /// The master's port as the first Sentinel reports it.
-    pub(crate) fn master_port(&self) -> Option<u16> {
-        let mut c = self.sentinel_access.client(self.sentinels[0].0).get_connection().ok()?;
-        let addr: Option<(String, u16)> =
-            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME).query(&mut c).ok()?;
-        addr.map(|a| a.1)
+    /// True once every Sentinel names `port` as the master and none is still failing over.
+    /// One Sentinel's answer is not enough: the failover's leader names the promoted replica
+    /// while it still reconfigures, and a Sentinel that has not yet taken the new
+    /// configuration still names the old master. An old master without persistence that comes
+    /// back before the group agrees can be chosen again, and the promoted replica then resyncs
+    /// from it, empty, dropping writes it acknowledged (Redis's documented hazard of masters
+    /// without persistence that restart on their own).
+    pub(crate) fn all_name_master(&self, port: u16) -> bool {
+        self.sentinels.iter().all(|(sentinel, _)| {
+            let addr: Option<(String, u16)> = self
+                .sentinel_access
+                .client(*sentinel)
+                .get_connection()
+                .and_then(|mut c| {
+                    redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME).query(&mut c)
+                })
+                .ok()
+                .flatten();
+            let flags = self.sentinel_master(*sentinel).get("flags").cloned().unwrap_or_default();
+            addr.map(|a| a.1) == Some(port) && flags == "master"
+        })
     }
 
     fn sentinel_master(&self, port: u16) -> std::collections::HashMap<String, String> {
