@@ -266,9 +266,7 @@ impl RedisSentinel {
                 .sentinel_access
                 .client(*sentinel)
                 .get_connection()
-                .and_then(|mut c| {
-                    redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME).query(&mut c)
-                })
+                .and_then(|mut c| redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER_NAME).query(&mut c))
                 .ok()
                 .flatten();
             let flags = self.sentinel_master(*sentinel).get("flags").cloned().unwrap_or_default();
