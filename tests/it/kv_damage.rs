@@ -5,7 +5,7 @@
 use std::io::{Seek, SeekFrom, Write};
 use std::time::Duration;
 
-use crate::support::kv::KvServer;
+use crate::support::kv::{etag_rev, KvServer};
 
 /// redb's first page holds the file header and commit slots; every B-tree page comes after.
 const HEADER_PAGE: u64 = 4096;
@@ -95,6 +95,7 @@ async fn a_damaged_value_that_still_parses_is_refused_while_serving_and_at_start
     let log = tmp.path().join("kv.log");
     let mut server = KvServer::start_logged(&data, &["--cache-mb", "0"], &[], &log);
     let http = reqwest::Client::new();
+    // Values this short are stored as sent (not compressed), so the damage can keep them JSON.
     const MARKER: &str = "amount-0001234500-EUR";
     for key in ["before", "victim", "after"] {
         let body = format!("{{\"key\":\"{key}\",\"note\":\"{MARKER}\"}}");
@@ -178,11 +179,16 @@ async fn the_background_check_reports_a_page_damaged_while_the_container_serves(
     let server = KvServer::start_logged(&data, &[], &[("STATEFUL_TOOL_LOG", "info")], &log);
     let http = reqwest::Client::new();
     const MARKER: &str = "integrity-marker";
+    let mut victim_rev = None;
     for i in 0..200 {
         let body = format!("{{\"n\":{i},\"note\":\"{MARKER}-{i:03}\",\"pad\":\"{}\"}}", "x".repeat(400));
-        let (code, text) = status(http.put(format!("{}/state/k{i}", server.url())).body(body)).await;
-        assert_eq!(code, 201, "{text}");
+        let resp = http.put(format!("{}/state/k{i}", server.url())).body(body).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 201);
+        if i == 123 {
+            victim_rev = etag_rev(resp.headers());
+        }
     }
+    let victim_rev = victim_rev.expect("an ETag on create");
     // The check at start found an intact store (it began before these writes, on an empty one).
     let (code, body) = check_ended(&http, &server.url()).await;
     assert_eq!((code, body["integrity"]["state"].as_str()), (200, Some("passed")), "{body}");
@@ -196,13 +202,19 @@ async fn the_background_check_reports_a_page_damaged_while_the_container_serves(
     );
 
     // One byte of one record changes in every copy the file holds, under the running server.
+    // Its value is long and repetitive, so it is stored compressed: not as text, but found by
+    // its header (format tag 3, then its revision, the ETag), and changed inside the
+    // compressed bytes, past the 37 bytes of header, checksum and length.
     let file = data.join("kv.redb");
     let mut bytes = std::fs::read(&file).unwrap();
-    let needle = format!("{MARKER}-123");
+    let needle: Vec<u8> = [&[3u8][..], &victim_rev.to_le_bytes()].concat();
     let mut changed = 0;
-    while let Some(at) = find(&bytes, needle.as_bytes()) {
-        bytes[at] = b'J';
+    let mut from = 0;
+    while let Some(found) = find(&bytes[from..], &needle) {
+        let at = from + found + 37 + 4;
+        bytes[at] = !bytes[at];
         changed += 1;
+        from = at;
     }
     assert!(changed >= 1, "the record is in the file");
     std::fs::write(&file, &bytes).unwrap();

@@ -259,11 +259,15 @@ fn damaged_copies(bytes: &[u8], format: &str) -> Vec<(&'static str, Vec<u8>, &'s
         "jsonl" => bytes[..bytes[..bytes.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1].to_vec(),
         _ => bytes[..bytes.len() * 2 / 3].to_vec(),
     };
-    // One letter of a value's padding, near the middle: the lines stay valid JSON, the
-    // image's pages stay where they were.
+    // One letter of a value's padding, near the middle: the lines stay valid JSON. The
+    // image holds the values compressed, so there it is one byte of the copied file, near
+    // the middle: its pages stay where they were.
     let mut flipped = bytes.to_vec();
-    let at = bytes.len() / 2 + bytes[bytes.len() / 2..].windows(8).position(|w| w == b"xxxxxxxx").unwrap();
-    flipped[at] = b'y';
+    let at = match format {
+        "jsonl" => bytes.len() / 2 + bytes[bytes.len() / 2..].windows(8).position(|w| w == b"xxxxxxxx").unwrap(),
+        _ => bytes.len() / 2,
+    };
+    flipped[at] = if flipped[at] == b'y' { b'z' } else { b'y' };
     vec![("cut", cut, "truncated"), ("flipped", flipped, "checksum does not match")]
 }
 

@@ -1,10 +1,9 @@
 //! Applies one batch of writes inside a single redb write transaction (the group commit body).
 
-use bytes::Bytes;
 use redb::{Database, Durability, ReadableTable, Table};
 
 use super::counts::Counter;
-use super::record::{CorruptRecord, StoredValue};
+use super::record::{CorruptRecord, StoredValue, Value};
 use super::tables::{DATA, EXPIRY, META, REV_KEY};
 
 /// What a write is conditional on.
@@ -25,7 +24,7 @@ pub(crate) enum Precondition {
 pub(crate) enum WriteOp {
     Put {
         key: String,
-        value: Bytes,
+        value: Value,
         pre: Precondition,
         ttl_ms: Option<u64>,
         /// `KV-Deadline-Ms`: refused unless applied at a store time up to this.
@@ -166,7 +165,7 @@ impl Tables<'_> {
     fn put(
         &mut self,
         key: &str,
-        value: &Bytes,
+        value: &Value,
         pre: Precondition,
         ttl_ms: Option<u64>,
     ) -> Result<WriteOutcome, BatchError> {
@@ -187,9 +186,9 @@ impl Tables<'_> {
             modified_ms: self.now,
             expires_ms: ttl_ms.map_or(0, |ttl| self.now.saturating_add(ttl)),
         };
-        let blob = StoredValue::encode(value, written.rev, written.modified_ms, written.expires_ms);
+        let blob = value.encode(written.rev, written.modified_ms, written.expires_ms);
         self.data.insert(key, blob.as_slice())?;
-        self.counter.added(key, value, written.modified_ms)?;
+        self.counter.added(key, &value.sent, written.modified_ms)?;
         if written.expires_ms != 0 {
             self.expiry.insert((written.expires_ms, key), ())?;
         }

@@ -28,8 +28,13 @@ fn event(status: &str, lease: Option<u64>) -> String {
 }
 
 async fn put(engine: &Engine, key: &str, value: String, ttl_ms: Option<u64>) {
-    let op =
-        WriteOp::Put { key: key.into(), value: Bytes::from(value), pre: Precondition::None, ttl_ms, until_ms: None };
+    let op = WriteOp::Put {
+        key: key.into(),
+        value: Bytes::from(value).into(),
+        pre: Precondition::None,
+        ttl_ms,
+        until_ms: None,
+    };
     engine.write(op).await.expect("written");
 }
 

@@ -19,7 +19,13 @@ use super::writer::BatchHook;
 type Answered = Result<WriteOutcome, EngineError>;
 
 fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
-    WriteOp::Put { key: key.to_owned(), value: Bytes::copy_from_slice(value.as_bytes()), pre, ttl_ms, until_ms: None }
+    WriteOp::Put {
+        key: key.to_owned(),
+        value: Bytes::copy_from_slice(value.as_bytes()).into(),
+        pre,
+        ttl_ms,
+        until_ms: None,
+    }
 }
 
 fn open(dir: &Path, clock: ServerClock) -> (Engine, WriterHandle) {
@@ -297,7 +303,7 @@ async fn deadlines_are_judged_at_the_batch_and_reads_never_claim_a_batch_in_prog
     let (e, writer) = open(dir.path(), clock);
     let by = |until_ms| WriteOp::Put {
         key: "k".into(),
-        value: Bytes::from_static(b"1"),
+        value: Bytes::from_static(b"1").into(),
         pre: Precondition::IfAbsent,
         ttl_ms: None,
         until_ms: Some(until_ms),

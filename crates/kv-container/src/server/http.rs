@@ -233,7 +233,7 @@ async fn write_value(app: &AppState, req: Request, pre: Precondition) -> Result<
     let until_ms = request::deadline(req.headers())?;
     let value = read_body(req).await?;
     request::validate_json(&value)?;
-    let op = WriteOp::Put { key, value: value.clone(), pre, ttl_ms, until_ms };
+    let op = WriteOp::Put { key, value: value.clone().into(), pre, ttl_ms, until_ms };
     let outcome = app.engine.write(op).await?;
     if let Some(claim) = claims::classify(pre, &value, &outcome, system_now_ms()) {
         app.engine.metrics().ops.claim(claim);

@@ -51,6 +51,7 @@ mod pin;
 mod rates;
 mod record;
 mod request;
+mod squeeze;
 mod state;
 mod tables;
 mod tls;
