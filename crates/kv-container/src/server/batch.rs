@@ -41,6 +41,14 @@ pub(crate) enum WriteOp {
     },
 }
 
+#[cfg(test)]
+impl WriteOp {
+    /// A put with no deadline, as the unit tests write one.
+    pub(crate) fn put(key: &str, value: impl Into<bytes::Bytes>, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
+        WriteOp::Put { key: key.to_owned(), value: value.into().into(), pre, ttl_ms, until_ms: None }
+    }
+}
+
 /// Metadata of a value that was just written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Written {

@@ -4,7 +4,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use serde_json::json;
 
 use super::*;
@@ -27,14 +26,7 @@ fn event(id: &str, status: &str, lease: Option<u64>, result: Option<&str>) -> St
 }
 
 async fn put(engine: &Engine, key: &str, value: String, ttl_ms: Option<u64>) {
-    let op = WriteOp::Put {
-        key: key.into(),
-        value: Bytes::from(value).into(),
-        pre: Precondition::None,
-        ttl_ms,
-        until_ms: None,
-    };
-    engine.write(op).await.expect("written");
+    engine.write(WriteOp::put(key, value, Precondition::None, ttl_ms)).await.expect("written");
 }
 
 fn open(dir: &std::path::Path) -> (Engine, WriterHandle, Arc<std::sync::atomic::AtomicU64>) {

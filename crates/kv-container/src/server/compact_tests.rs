@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bytes::Bytes;
 use redb::{ReadableTable, TableHandle};
 use serde_json::json;
 
@@ -63,23 +62,9 @@ pub(crate) async fn thinned_store(dir: &Path, n: u64) {
     let write = |op| engine.write(op);
     for i in 0..n {
         let ttl_ms = if i % 5 == 0 { None } else { Some(365 * DAY_MS + i) };
-        let op = WriteOp::Put {
-            key: format!("evt_{i:06}"),
-            value: Bytes::from(event(i)).into(),
-            pre: Precondition::None,
-            ttl_ms,
-            until_ms: None,
-        };
-        write(op).await.unwrap();
+        write(WriteOp::put(&format!("evt_{i:06}"), event(i), Precondition::None, ttl_ms)).await.unwrap();
     }
-    let gone = WriteOp::Put {
-        key: "evt_gone".into(),
-        value: Bytes::from(event(1)).into(),
-        pre: Precondition::None,
-        ttl_ms: Some(1000),
-        until_ms: None,
-    };
-    write(gone).await.unwrap();
+    write(WriteOp::put("evt_gone", event(1), Precondition::None, Some(1000))).await.unwrap();
     for i in (0..n).filter(|i| i % 2 == 1) {
         write(WriteOp::Delete { key: format!("evt_{i:06}"), pre: Precondition::None, until_ms: None }).await.unwrap();
     }
@@ -133,14 +118,7 @@ async fn every_live_record_survives_the_file_shrinks_and_the_counts_stay_exact()
     let (engine, writer) =
         Engine::open_cached(dir.path(), DurabilityMode::Immediate, clock, DEFAULT_CACHE_MB << 20).unwrap();
     assert_eq!(engine.get("evt_000000".into()).await.unwrap().unwrap(), before["evt_000000"]);
-    let op = WriteOp::Put {
-        key: "new".into(),
-        value: Bytes::from("1").into(),
-        pre: Precondition::None,
-        ttl_ms: None,
-        until_ms: None,
-    };
-    match engine.write(op).await.unwrap() {
+    match engine.write(WriteOp::put("new", "1", Precondition::None, None)).await.unwrap() {
         crate::server::batch::WriteOutcome::Created(w) => assert_eq!(w.rev, last_rev + 1),
         other => panic!("{other:?}"),
     }
@@ -170,14 +148,7 @@ async fn a_store_in_use_is_refused_and_left_alone() {
     let (clock, _) = ServerClock::manual(T0);
     let (engine, writer) =
         Engine::open_cached(dir.path(), DurabilityMode::Immediate, clock, DEFAULT_CACHE_MB << 20).unwrap();
-    let op = WriteOp::Put {
-        key: "k".into(),
-        value: Bytes::from("1").into(),
-        pre: Precondition::None,
-        ttl_ms: None,
-        until_ms: None,
-    };
-    engine.write(op).await.unwrap();
+    engine.write(WriteOp::put("k", "1", Precondition::None, None)).await.unwrap();
     let file = dir.path().join(DB_FILE);
     let size = std::fs::metadata(&file).unwrap().len();
     let err = compact(dir.path(), T0).unwrap_err().to_string();

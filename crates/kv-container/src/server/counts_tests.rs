@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
 use redb::ReadableTable;
 use serde_json::json;
 
@@ -28,14 +27,7 @@ fn event(status: &str, lease: Option<u64>) -> String {
 }
 
 async fn put(engine: &Engine, key: &str, value: String, ttl_ms: Option<u64>) {
-    let op = WriteOp::Put {
-        key: key.into(),
-        value: Bytes::from(value).into(),
-        pre: Precondition::None,
-        ttl_ms,
-        until_ms: None,
-    };
-    engine.write(op).await.expect("written");
+    engine.write(WriteOp::put(key, value, Precondition::None, ttl_ms)).await.expect("written");
 }
 
 async fn delete(engine: &Engine, key: &str) {

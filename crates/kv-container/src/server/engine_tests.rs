@@ -19,13 +19,7 @@ use super::writer::BatchHook;
 type Answered = Result<WriteOutcome, EngineError>;
 
 fn put(key: &str, value: &str, pre: Precondition, ttl_ms: Option<u64>) -> WriteOp {
-    WriteOp::Put {
-        key: key.to_owned(),
-        value: Bytes::copy_from_slice(value.as_bytes()).into(),
-        pre,
-        ttl_ms,
-        until_ms: None,
-    }
+    WriteOp::put(key, value.to_owned(), pre, ttl_ms)
 }
 
 fn open(dir: &Path, clock: ServerClock) -> (Engine, WriterHandle) {
