@@ -34,8 +34,9 @@ pub(crate) struct ScaleRow {
     /// The same as an image (`?format=image`: the data file in page order).
     pub image_backup_s: f64,
     pub image_backup_mb: f64,
-    /// The background check of every page after the restart.
-    pub integrity_check_s: f64,
+    /// The background check of every page after the restart; `None`: still running when the
+    /// bench stopped waiting for it.
+    pub integrity_check_s: Option<f64>,
     pub rss_peak_mb: f64,
     /// The container and its integrity check's process together, from the restart until the
     /// check passed: the most, summed at the same instant (sampled every 100 ms).

@@ -18,7 +18,7 @@ pub(crate) fn table(s: &Scale) -> String {
     for r in &s.rows {
         let live = r.records - r.deleted;
         out.push_str(&format!(
-            "| {} | {:.0} ({:.0}) MB | {} ({}; {}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}); {:.0} MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s / {:.1} s, {:.0} MB/s | {:.2} / {:.2} / {:.1} ms ({:.2} / {:.2} / {:.1}) | {:.1} s | {:.0} ({:.0}) → {:.0} ({:.0}) MB in {:.1} s | {} ({}) |\n",
+            "| {} | {:.0} ({:.0}) MB | {} ({}; {}) | {:.2} s | {:.0} / {:.0} / {:.0} ({:.0}); {:.0} MB | {:.1} ms ({:.1} s) | {:.1} ms | {:.1} s, {:.0} MB/s / {:.1} s, {:.0} MB/s | {:.2} / {:.2} / {:.1} ms ({:.2} / {:.2} / {:.1}) | {} | {:.0} ({:.0}) → {:.0} ({:.0}) MB in {:.1} s | {} ({}) |\n",
             r.records,
             r.file_bytes as f64 / 1e6,
             r.file_disk_bytes as f64 / 1e6,
@@ -44,7 +44,7 @@ pub(crate) fn table(s: &Scale) -> String {
             r.claims_after_check.p50_ms,
             r.claims_after_check.p99_ms,
             r.claims_after_check.max_ms,
-            r.integrity_check_s,
+            r.integrity_check_s.map_or("still running (the row went on beside it)".to_owned(), |s| format!("{s:.1} s")),
             r.before_compact_file_bytes as f64 / 1e6,
             r.before_compact_disk_bytes as f64 / 1e6,
             r.compacted_file_bytes as f64 / 1e6,
