@@ -204,14 +204,15 @@ async fn the_background_check_reports_a_page_damaged_while_the_container_serves(
     // One byte of one record changes in every copy the file holds, under the running server.
     // Its value is long and repetitive, so it is stored compressed: not as text, but found by
     // its header (format tag 3, then its revision, the ETag), and changed inside the
-    // compressed bytes, past the 37 bytes of header, checksum and length.
+    // compressed bytes: the ninth of them, past the record's 33 bytes of header (25),
+    // checksum (4) and length (4).
     let file = data.join("kv.redb");
     let mut bytes = std::fs::read(&file).unwrap();
     let needle: Vec<u8> = [&[3u8][..], &victim_rev.to_le_bytes()].concat();
     let mut changed = 0;
     let mut from = 0;
     while let Some(found) = find(&bytes[from..], &needle) {
-        let at = from + found + 37 + 4;
+        let at = from + found + 33 + 8;
         bytes[at] = !bytes[at];
         changed += 1;
         from = at;

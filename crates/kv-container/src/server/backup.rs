@@ -25,7 +25,7 @@ use super::image::{self, Summary};
 use super::ladder::Ladder;
 use super::open::{sync_dir, sync_parent};
 use super::pin::{pin, First};
-use super::record::{system_now_ms, StoredValue};
+use super::record::{system_now_ms, StoredValue, Value};
 use super::tables::{DATA, EXPIRY, META, REV_KEY};
 
 const FORMAT: &str = "stateful-tool-kv-backup";
@@ -267,7 +267,9 @@ fn restore_lines(file: &Path, tmp: &Path) -> anyhow::Result<Summary> {
         // then has nothing to build (a scan of every record, minutes at ten million).
         let mut counter = Counter::open(&txn)?;
         let summary = read_snapshot(file, |key, rec| {
-            data.insert(key, StoredValue::encode(&rec.value, rec.rev, rec.modified_ms, rec.expires_ms).as_slice())?;
+            // The backup's value as it is (a reference, not a copy), compressed like a PUT's.
+            let stored = Value::from(rec.value.clone()).encode(rec.rev, rec.modified_ms, rec.expires_ms);
+            data.insert(key, stored.as_slice())?;
             if rec.expires_ms != 0 {
                 expiry.insert((rec.expires_ms, key), ())?;
             }

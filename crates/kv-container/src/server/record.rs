@@ -98,8 +98,9 @@ impl Value {
 }
 
 impl StoredValue {
-    /// Serialises metadata and value into one blob, so a read needs a single B-tree lookup
-    /// (see [`Value`]; the write path makes the `Value` ahead).
+    /// Serialises metadata and value into one blob, so a read needs a single B-tree lookup.
+    /// The tests' shorthand: the write path and the restore make a [`Value`] and encode that.
+    #[cfg(test)]
     pub(crate) fn encode(value: &[u8], rev: u64, modified_ms: u64, expires_ms: u64) -> Vec<u8> {
         Value::from(Bytes::copy_from_slice(value)).encode(rev, modified_ms, expires_ms)
     }
