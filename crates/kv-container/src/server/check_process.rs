@@ -10,31 +10,45 @@
 //! storage engine's reading stays out of the server.
 //!
 //! The server holds the commit (see `pin`) and takes the ladder's rungs while the process
-//! reads; the process gets the file's path and that commit's header (on stdin), and answers
-//! one JSON line on stdout. Stopping the check (shutdown, a reopen) kills the process.
+//! reads; the process gets the file's path and, on stdin, that commit's header (its length,
+//! 4 bytes little-endian, then the bytes), then one byte each time the store turns quiet or
+//! busy (see `traffic`: the disk reads are paced only while it serves), and answers one JSON
+//! line on stdout. Stopping the check (shutdown, a reopen) kills the process.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use super::disk_pace::DiskPace;
 use super::ladder::Ladder;
 use super::open::quietly;
+use super::traffic::{QuietWatch, Traffic};
 use super::verify::{self, Failed, StopWhen, STOPPED};
 
-/// How often the server looks whether the check ended, is to stop, or needs a rung.
+/// How often the server looks whether the check ended, is to stop, needs a rung, or is to
+/// change its pace.
 const POLL: Duration = Duration::from_millis(20);
+
+/// On the check's stdin after the header: the store turned quiet (read at once) or busy (read
+/// at the pace).
+const QUIET: u8 = b'q';
+const BUSY: u8 = b'b';
+
+/// The most header bytes the process takes (redb's header is one page).
+const MAX_HEADER: u32 = 1 << 20;
 
 /// `kv serve --check-disk-reads`'s default. At 10 M records on the development machine's
 /// disk, new claims right after a restart had p99 3.1–9.4 ms with the check paced at 1,000
 /// (six restarts), 3.7–82 ms unpaced (seven), 7.6–196 ms at 3,000 (four), and 2.7–5.6 ms with
 /// no check reading (three). The price: where the host's page cache does not hold the file
-/// the check takes longer (up to 70 min for 17 GB), and it holds its commit that long, so the
-/// file grows by what is written meanwhile.
+/// and requests keep coming, the check takes longer (up to 70 min for 17 GB), and it holds its
+/// commit that long, so the file grows by what is written meanwhile. A quiet store is checked
+/// unpaced.
 pub(crate) const DISK_READS_PER_S: u32 = 1000;
 
 /// How to start this program's `kv check-pinned`, read once when `kv serve` starts.
@@ -84,12 +98,14 @@ pub struct CheckPinnedArgs {
 }
 
 /// Server side: checks the commit whose first page is `header`, in a process of `program`,
-/// taking `ladder`'s rungs meanwhile; `ended` stops it.
+/// taking `ladder`'s rungs and telling it whether `traffic` is quiet meanwhile; `ended` stops
+/// it.
 pub(crate) fn check(
     program: &CheckProgram,
     file: &Path,
     header: &[u8],
     ladder: &Ladder,
+    traffic: &Traffic,
     ended: &StopWhen,
 ) -> Result<u64, Failed> {
     let mut command = Command::new(&program.exe);
@@ -99,7 +115,7 @@ pub(crate) fn check(
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     let mut child = command.spawn().map_err(|e| Failed::Incomplete(format!("cannot start the check process: {e}")))?;
     tracing::info!("kv: integrity check reading in process {} (kv check-pinned)", child.id());
-    let answer = watch(&mut child, header, ladder, ended);
+    let answer = watch(&mut child, header, ladder, traffic, ended);
     if answer.is_err() {
         let _ = child.kill();
     }
@@ -123,16 +139,30 @@ fn children_peak_rss_kib() -> u64 {
     }
 }
 
-fn watch(child: &mut Child, header: &[u8], ladder: &Ladder, ended: &StopWhen) -> Result<u64, Failed> {
+fn watch(
+    child: &mut Child,
+    header: &[u8],
+    ladder: &Ladder,
+    traffic: &Traffic,
+    ended: &StopWhen,
+) -> Result<u64, Failed> {
     let io = |e: std::io::Error| Failed::Incomplete(format!("the check process: {e}"));
     let mut stdin = child.stdin.take().ok_or_else(|| Failed::Incomplete("no stdin".into()))?;
-    stdin.write_all(header).map_err(io)?;
-    drop(stdin);
+    let len = u32::try_from(header.len()).ok().filter(|&n| n <= MAX_HEADER);
+    let len = len.ok_or_else(|| Failed::Incomplete(format!("a header of {} bytes", header.len())))?;
+    stdin.write_all(&len.to_le_bytes()).and_then(|()| stdin.write_all(header)).map_err(io)?;
+    let (mut quiet_watch, mut told_quiet) = (QuietWatch::new(traffic.seen(), Instant::now()), false);
     let status = loop {
         if ended() {
             return Err(Failed::Incomplete(STOPPED.into()));
         }
         ladder.keep_up();
+        let quiet = quiet_watch.quiet(traffic.seen(), Instant::now());
+        if quiet != told_quiet {
+            // A failed write means the process ended: `try_wait` below sees it.
+            let _ = stdin.write_all(&[if quiet { QUIET } else { BUSY }]);
+            told_quiet = quiet;
+        }
         match child.try_wait().map_err(io)? {
             Some(status) => break status,
             None => std::thread::sleep(POLL),
@@ -154,15 +184,20 @@ pub(crate) fn check_pinned(args: &CheckPinnedArgs) -> anyhow::Result<ExitCode> {
     follow_parent(args.parent);
     lower_priority();
     tracing::info!("kv: integrity check process {} reading {}", std::process::id(), args.file.display());
-    let mut header = Vec::new();
-    std::io::stdin().read_to_end(&mut header).context("reading the header from stdin")?;
+    let mut stdin = std::io::stdin();
+    let header = read_header(&mut stdin).context("reading the header from stdin")?;
+    let pace = DiskPace::per_second(args.disk_reads).map(Arc::new);
+    let told = pace.clone();
+    // Reads the server's quiet/busy bytes for as long as it sends them, paced or not: a pipe
+    // left to fill up would block the server's next write.
+    std::thread::spawn(move || follow_pace(stdin, told.as_deref()));
     let never: StopWhen = Arc::new(|| false);
     let checked = quietly(|| {
         let checked = verify::verify_pages(
             &args.file,
             never.clone(),
             verify::View::Running(&header),
-            verify::Reads::Asked { disk_per_s: args.disk_reads },
+            verify::Reads::Asked(pace),
         )?;
         verify::read_records(checked.db(), &never)
     });
@@ -173,6 +208,31 @@ pub(crate) fn check_pinned(args: &CheckPinnedArgs) -> anyhow::Result<ExitCode> {
     };
     println!("{}", serde_json::to_string(&answer)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The header the server sends first: its length (4 bytes, little-endian), then the bytes.
+fn read_header(from: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    from.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len);
+    if len > MAX_HEADER {
+        return Err(std::io::Error::other(format!("a header of {len} bytes")));
+    }
+    let mut header = vec![0u8; len as usize];
+    from.read_exact(&mut header)?;
+    Ok(header)
+}
+
+/// Sets `pace` quiet or busy as the server says, until its end of the pipe closes.
+fn follow_pace(mut from: impl Read, pace: Option<&DiskPace>) {
+    let mut said = [0u8; 64];
+    while let Ok(n @ 1..) = from.read(&mut said) {
+        // Only the last word counts.
+        let last = said[..n].iter().rev().find(|b| [QUIET, BUSY].contains(b));
+        if let (Some(&word), Some(pace)) = (last, pace) {
+            pace.set_quiet(word == QUIET);
+        }
+    }
 }
 
 /// Ends this process with the server's thread that started it (Linux), and at once if the
@@ -212,5 +272,55 @@ pub(crate) fn lower_priority() {
         const CLASS_IDLE: libc::c_long = 3 << 13;
         // SAFETY: as above; a failure leaves the class as it was.
         let _ = unsafe { libc::syscall(libc::SYS_ioprio_set, WHO_PROCESS, 0 as libc::c_long, CLASS_IDLE) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_then_the_pace_as_the_server_sends_them() {
+        let header = vec![0xA5u8; 4096];
+        let mut sent = (header.len() as u32).to_le_bytes().to_vec();
+        sent.extend_from_slice(&header);
+        sent.extend_from_slice(&[QUIET, BUSY, QUIET]);
+        let mut from = std::io::Cursor::new(sent);
+        assert_eq!(read_header(&mut from).unwrap(), header);
+        let pace = DiskPace::per_second(1).unwrap();
+        follow_pace(&mut from, Some(&pace));
+        // The last word counts.
+        assert!(pace.is_quiet());
+        let mut busy = std::io::Cursor::new(vec![BUSY]);
+        follow_pace(&mut busy, Some(&pace));
+        assert!(!pace.is_quiet());
+    }
+
+    #[test]
+    fn the_server_sends_the_header_then_quiet_once_no_request_came_for_a_second() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = Arc::new(redb::Database::create(tmp.path().join("db")).unwrap());
+        let got = tmp.path().join("stdin");
+        // A stand-in for `kv check-pinned`: keeps the header and the first pace byte, answers.
+        let script =
+            format!("head -c {} > '{}'; echo '{{\"verdict\":\"passed\",\"records\":3}}'", 4 + 512 + 1, got.display());
+        let mut child =
+            Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let (header, never): (Vec<u8>, StopWhen) = (vec![0x5Au8; 512], Arc::new(|| false));
+        let traffic = Traffic::default();
+        let records = watch(&mut child, &header, &Ladder::new(db), &traffic, &never).unwrap();
+        assert_eq!(records, 3);
+        let sent = std::fs::read(&got).unwrap();
+        assert_eq!(sent[..4], 512u32.to_le_bytes());
+        assert_eq!(sent[4..516], header[..]);
+        assert_eq!(sent[516..], [QUIET], "no request came: quiet, and nothing before it");
+    }
+
+    #[test]
+    fn a_header_longer_than_a_page_could_be_is_refused_before_it_is_allocated() {
+        let mut from = std::io::Cursor::new((MAX_HEADER + 1).to_le_bytes().to_vec());
+        assert!(read_header(&mut from).is_err());
+        let mut short = std::io::Cursor::new(vec![8, 0, 0, 0, 1, 2]);
+        assert!(read_header(&mut short).is_err(), "a header cut short");
     }
 }

@@ -1,6 +1,8 @@
 //! The background integrity check's reads of a serving store's file, paced: pages already in
 //! the host's page cache are read at once, and pages the disk must supply at most so many a
-//! second, so the writer's commits, which wait on the same disk, keep theirs.
+//! second, so the writer's commits, which wait on the same disk, keep theirs. While the store
+//! is quiet (no request for a second, see `traffic`) there are no commits to keep theirs,
+//! and every read goes at once.
 //!
 //! Why: at 10 M records part of a 17 GB file is not in the page cache, and the check reads
 //! every page. On the development machine's virtual disk, reads and writes slowed together
@@ -13,6 +15,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,12 +25,28 @@ pub(crate) struct DiskPace {
     step: Duration,
     /// When the next read from the disk may start.
     next: Mutex<Option<Instant>>,
+    /// Set while the store serves no requests: reads from the disk are not spaced.
+    quiet: AtomicBool,
 }
 
 impl DiskPace {
     /// `None` for 0: no limit.
     pub(crate) fn per_second(per_s: u32) -> Option<DiskPace> {
-        (per_s > 0).then(|| DiskPace { step: Duration::from_secs(1) / per_s, next: Mutex::new(None) })
+        (per_s > 0).then(|| DiskPace {
+            step: Duration::from_secs(1) / per_s,
+            next: Mutex::new(None),
+            quiet: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the store is quiet now (reads go at once) or serving (reads are spaced).
+    pub(crate) fn set_quiet(&self, quiet: bool) {
+        self.quiet.store(quiet, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.quiet.load(Ordering::Relaxed)
     }
 
     /// Reads `buf.len()` bytes at `offset`: from the page cache at once, else once the pace
@@ -36,11 +55,20 @@ impl DiskPace {
         if buf.is_empty() || cached_read(file, buf, offset) {
             return Ok(());
         }
-        let wait = wait_for(&mut self.next.lock().unwrap_or_else(|p| p.into_inner()), Instant::now(), self.step);
-        if !wait.is_zero() {
+        if let Some(wait) = self.turn(Instant::now()) {
             std::thread::sleep(wait);
         }
         file.read_exact_at(buf, offset)
+    }
+
+    /// A read from the disk's turn, asked for at `now`: how long it waits; `None` while the
+    /// store is quiet (it takes no turn, and the ones after it are not pushed back).
+    fn turn(&self, now: Instant) -> Option<Duration> {
+        if self.quiet.load(Ordering::Relaxed) {
+            return None;
+        }
+        let wait = wait_for(&mut self.next.lock().unwrap_or_else(|p| p.into_inner()), now, self.step);
+        (!wait.is_zero()).then_some(wait)
     }
 }
 
@@ -81,6 +109,20 @@ mod tests {
         // Past the end: the usual read's error, not a short buffer taken for data.
         assert!(pace.read_exact_at(&file, &mut buf, bytes.len() as u64 - 100).is_err());
         assert!(DiskPace::per_second(0).is_none());
+    }
+
+    #[test]
+    fn a_quiet_store_takes_no_turn_and_pushes_none_back() {
+        let pace = DiskPace::per_second(1).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(pace.turn(t0), None, "the first read goes at once");
+        assert_eq!(pace.turn(t0), Some(Duration::from_secs(1)), "the second waits a second");
+        pace.set_quiet(true);
+        assert_eq!(pace.turn(t0), None);
+        assert_eq!(pace.turn(t0), None);
+        pace.set_quiet(false);
+        // Serving again: the turn after the last spaced one, as if the quiet reads were not.
+        assert_eq!(pace.turn(t0), Some(Duration::from_secs(2)));
     }
 
     #[test]

@@ -163,8 +163,12 @@ impl Engine {
 
     /// Starts the check of every page and record in the background, unless one runs (`false`).
     pub(crate) fn check_in_background(&self) -> bool {
-        let job =
-            CheckJob { slot: self.slot.clone(), health: self.health.clone(), metrics: self.metrics.integrity.clone() };
+        let job = CheckJob {
+            slot: self.slot.clone(),
+            health: self.health.clone(),
+            metrics: self.metrics.integrity.clone(),
+            traffic: self.metrics.traffic.clone(),
+        };
         self.integrity.start(job)
     }
 

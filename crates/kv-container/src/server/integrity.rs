@@ -22,6 +22,7 @@ use super::health::Health;
 use super::open::{Damaged, DbSlot};
 use super::pin::{pin, First, Pinned};
 use super::record::system_now_ms;
+use super::traffic::Traffic;
 use super::verify::{self, Failed};
 
 /// What the last check found; `/healthz` shows it as `integrity`.
@@ -105,6 +106,8 @@ pub(crate) struct CheckJob {
     pub(crate) slot: Arc<DbSlot>,
     pub(crate) health: Arc<Health>,
     pub(crate) metrics: IntegrityMetrics,
+    /// Requests served, for the check's pace.
+    pub(crate) traffic: Arc<Traffic>,
 }
 
 /// The snapshot a check reads, taken when it is asked for, on the caller's thread and
@@ -187,10 +190,11 @@ impl Integrity {
         }
         let started = Instant::now();
         tracing::info!("kv: integrity check of every page and record started");
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.check(&job.slot, snapshot)))
-            .unwrap_or_else(|_| {
-                Err(Failed::Damaged("the storage engine failed reading a record (an internal assertion)".into()))
-            });
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.check(&job.slot, &job.traffic, snapshot)))
+                .unwrap_or_else(|_| {
+                    Err(Failed::Damaged("the storage engine failed reading a record (an internal assertion)".into()))
+                });
         let finished_ms = system_now_ms();
         job.metrics.running.set(0);
         let verdict = match result {
@@ -222,13 +226,14 @@ impl Integrity {
     }
 
     /// Pages first (redb's checksums), then every record of the same snapshot.
-    fn check(&self, slot: &DbSlot, snap: Snapshot) -> Result<u64, Failed> {
+    fn check(&self, slot: &DbSlot, traffic: &Traffic, snap: Snapshot) -> Result<u64, Failed> {
         let (stop, counter, generation) = (self.stop.clone(), slot.generation_counter(), snap.generation);
         let ended: verify::StopWhen =
             Arc::new(move || stop.load(Ordering::SeqCst) || counter.load(Ordering::SeqCst) != generation);
         let records = match &self.runner {
             CheckRunner::Process(program) => {
-                check_process::check(program, slot.path(), &snap.pinned.header, &snap.pinned.ladder, &ended)
+                let pinned = &snap.pinned;
+                check_process::check(program, slot.path(), &pinned.header, &pinned.ladder, traffic, &ended)
             }
             CheckRunner::Thread => in_thread(slot.path(), &snap.pinned, &ended),
         };
@@ -248,7 +253,7 @@ fn in_thread(path: &Path, pinned: &Pinned, ended: &verify::StopWhen) -> Result<u
     // The records are read through the checking database: the serving one's cache keeps
     // the pages requests use. Its pages stay this commit's while `pinned` lives. No pace:
     // this runner is an in-process container's (`kv serve` checks in a process, paced).
-    let reads = verify::Reads::Asked { disk_per_s: 0 };
+    let reads = verify::Reads::Asked(None);
     let checked = verify::verify_pages(path, stop_when.clone(), verify::View::Running(&pinned.header), reads)?;
     verify::read_records(checked.db(), &stop_when)
 }

@@ -21,6 +21,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::integrity::IntegrityMetrics;
 use super::ops_metrics::OpsMetrics;
+use super::traffic::Traffic;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -59,6 +60,8 @@ pub(crate) struct Metrics {
     pub(crate) ops: OpsMetrics,
     /// The background integrity check.
     pub(crate) integrity: IntegrityMetrics,
+    /// Requests that read or write the store, for the check's pace (not exported).
+    pub(crate) traffic: Arc<Traffic>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -117,6 +120,7 @@ impl Default for Metrics {
         let integrity = IntegrityMetrics::register(&mut registry);
         Metrics {
             integrity,
+            traffic: Arc::default(),
             auth_failures,
             registry,
             requests,
@@ -217,10 +221,23 @@ fn route_of(path: &str) -> &'static str {
     }
 }
 
+/// Whether a request on `route` reads or writes the store (see `traffic`): health probes,
+/// scrapes and the status page's polls answer from memory and do not hold the check back.
+fn uses_the_store(route: &str) -> bool {
+    !matches!(route, "/healthz" | "/metrics" | "/ui" | "/ui/api")
+}
+
 /// Middleware (outermost): counts and times every request, 401s and 404s included.
 pub(crate) async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
     let (route, method, start) = (route_of(req.uri().path()), req.method().clone(), Instant::now());
+    let store = uses_the_store(route);
+    if store {
+        metrics.traffic.saw();
+    }
     let resp = next.run(req).await;
+    if store {
+        metrics.traffic.saw();
+    }
     metrics.observe(route, &method, resp.status().as_u16(), start.elapsed());
     resp
 }
@@ -243,5 +260,10 @@ mod tests {
         assert_eq!(route_of("/x/../y"), "other");
         assert_eq!((route_of("/ui"), route_of("/ui/app.js"), route_of("/ui/api/now")), ("/ui", "/ui", "/ui/api"));
         assert_eq!(route_of("/uix"), "other");
+        let store: Vec<_> = ["/healthz", "/metrics", "/ui", "/ui/api/now", "/state/evt_a", "/state", "/backup", "/x"]
+            .into_iter()
+            .filter(|p| uses_the_store(route_of(p)))
+            .collect();
+        assert_eq!(store, ["/state/evt_a", "/state", "/backup", "/x"]);
     }
 }

@@ -57,6 +57,7 @@ mod tables;
 mod tls;
 mod tokens;
 mod tracked;
+mod traffic;
 mod ttl;
 mod ui;
 mod usage;
@@ -138,12 +139,13 @@ pub struct ServeArgs {
     /// outgrows it. Damage to the file under a cached page is seen once it is read again.
     #[arg(long, default_value_t = open::DEFAULT_CACHE_MB as u64, value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
     pub(crate) cache_mb: u64,
-    /// Pages a second the background integrity check may read from the disk (pages the
-    /// host's page cache holds are not counted); 0: no limit. The check shares the disk with
-    /// the writer's commits: on a cloud disk that throttles operations a second, what the
-    /// check reads a commit waits for. The limit makes the check longer where the host has
-    /// not cached the file (1,000 a second: up to 70 min for 17 GB), and the file grows by
-    /// what is written while it runs. 0 suits a local SSD.
+    /// Pages a second the background integrity check may read from the disk while the store
+    /// serves requests (pages the host's page cache holds are not counted; after a second
+    /// with no request, no limit); 0: no limit. The check shares the disk with the writer's
+    /// commits: on a cloud disk that throttles operations a second, what the check reads a
+    /// commit waits for. The limit makes the check longer where the host has not cached the
+    /// file and requests keep coming (1,000 a second: up to 70 min for 17 GB), and the file
+    /// grows by what is written while it runs. 0 suits a local SSD.
     #[arg(long, default_value_t = check_process::DISK_READS_PER_S)]
     pub(crate) check_disk_reads: u32,
     /// Serve `GET /metrics` without the token (for a scraper on a trusted network).

@@ -57,16 +57,15 @@ pub(crate) enum View<'a> {
 }
 
 /// How [`verify_pages`] reads the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reads {
     /// With the kernel's readahead: nothing else needs the disk (a stopped store, a copy).
     Ahead,
     /// Beside a serving store, whose commits wait on the same disk: only the pages redb asks
-    /// for (`POSIX_FADV_RANDOM`), and at most `disk_per_s` a second of those the page cache
-    /// does not hold (0: no limit; see `disk_pace`). The check reads in tree order, which
-    /// jumps about the file; with readahead each page read from the disk became several
-    /// requests queued at once (up to 29 in flight, 1–9 ms each at 10 M records).
-    Asked { disk_per_s: u32 },
+    /// for (`POSIX_FADV_RANDOM`), and those the page cache does not hold at the pace given
+    /// (`None`: no limit; see `disk_pace`). The check reads in tree order, which jumps about
+    /// the file; with readahead each page read from the disk became several requests queued
+    /// at once (up to 29 in flight, 1–9 ms each at 10 M records).
+    Asked(Option<Arc<DiskPace>>),
 }
 
 /// The checking database after a pass, kept to read the records of the commit it checked
@@ -100,9 +99,9 @@ pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>, reads: R
     let file = File::open(path).map_err(|e| Failed::Incomplete(format!("cannot read {}: {e}", path.display())))?;
     let pace = match reads {
         Reads::Ahead => None,
-        Reads::Asked { disk_per_s } => {
+        Reads::Asked(pace) => {
             advise_random(&file);
-            DiskPace::per_second(disk_per_s)
+            pace
         }
     };
     let closed = Arc::new(AtomicBool::new(false));
@@ -199,7 +198,7 @@ pub(crate) fn read_records(db: &Database, stop: &StopWhen) -> Result<u64, Failed
 struct Overlay {
     file: File,
     /// Beside a serving store: reads from the disk at a pace.
-    pace: Option<DiskPace>,
+    pace: Option<Arc<DiskPace>>,
     /// (offset, bytes) in the order written; a rewrite of the same range replaces it.
     writes: Mutex<Vec<(u64, Vec<u8>)>>,
     /// The length redb set, once it sets one; until then the file's own.
