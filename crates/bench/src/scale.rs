@@ -17,13 +17,13 @@ use super::procs::{start_kv_with, vm_kib, FamilyRss, Proc};
 use super::scale_load::{delete_tenth, fill, paced_claims, CLAIM_RATE, FILL_CONNECTIONS};
 use super::scale_postgres;
 use super::scale_redis;
-use super::scale_rows::{Scale, ScaleRow};
+use super::scale_rows::{check_time, Scale, ScaleRow};
 use super::wire::Http;
 
 /// How long the bench waits for the integrity check that follows a restart; the row then goes
 /// on beside it. Paced (`--check-disk-reads`, 1,000 pages a second by default), a check of a
 /// 10 M store the host cannot cache takes longer than this.
-const CHECK_WAIT: Duration = Duration::from_secs(1800);
+pub(crate) const CHECK_WAIT: Duration = Duration::from_secs(1800);
 
 /// What the section is asked for.
 pub(crate) struct ScaleConfig {
@@ -85,8 +85,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         // A connection of its own: `http` sat idle through the claims, longer than the
         // container's idle timeout (30 s) at 10 M records, and was closed.
         let integrity_check_s = integrity(&mut Http::connect(server.addr).await?).await?;
-        let check = integrity_check_s
-            .map_or(format!("still running after {} s", CHECK_WAIT.as_secs()), |s| format!("{s:.1} s"));
+        let check = check_time(integrity_check_s);
         let rss_with_check_mb = kib_to_mb(family.most_kib());
         // Once the check has passed (or the wait for it ended): beside it, both read the whole
         // file from the same disk.

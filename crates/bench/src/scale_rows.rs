@@ -118,3 +118,9 @@ pub(crate) struct PostgresScale {
     pub empty_claims: Claims,
     pub rows: Vec<PostgresRow>,
 }
+
+/// How the bench names a row's integrity check: its time, or that it stopped waiting for it.
+pub(crate) fn check_time(secs: Option<f64>) -> String {
+    let wait = super::scale::CHECK_WAIT.as_secs();
+    secs.map_or(format!("still running after {wait} s (the row went on beside it)"), |s| format!("{s:.1} s"))
+}

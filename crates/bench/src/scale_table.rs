@@ -3,7 +3,7 @@
 
 use super::scale_load::CLAIM_RATE;
 use super::scale_redis;
-use super::scale_rows::{PostgresScale, Scale};
+use super::scale_rows::{check_time, PostgresScale, Scale};
 
 /// The section's table (Markdown).
 pub(crate) fn table(s: &Scale) -> String {
@@ -44,7 +44,7 @@ pub(crate) fn table(s: &Scale) -> String {
             r.claims_after_check.p50_ms,
             r.claims_after_check.p99_ms,
             r.claims_after_check.max_ms,
-            r.integrity_check_s.map_or("still running (the row went on beside it)".to_owned(), |s| format!("{s:.1} s")),
+            check_time(r.integrity_check_s),
             r.before_compact_file_bytes as f64 / 1e6,
             r.before_compact_disk_bytes as f64 / 1e6,
             r.compacted_file_bytes as f64 / 1e6,

@@ -62,7 +62,9 @@ pub(crate) struct Value {
 
 impl From<Bytes> for Value {
     fn from(sent: Bytes) -> Value {
-        let squeezed = u32::try_from(sent.len()).ok().and_then(|len| Some((len, squeeze::shrink(&sent, 4)?)));
+        // Compressed only when that saves more than the length the record then also keeps.
+        let extra = HEADER_LEN_V3 - HEADER_LEN_V2;
+        let squeezed = u32::try_from(sent.len()).ok().and_then(|len| Some((len, squeeze::shrink(&sent, extra)?)));
         Value { sent, squeezed }
     }
 }

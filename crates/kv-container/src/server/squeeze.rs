@@ -86,15 +86,8 @@ mod tests {
     #[test]
     fn short_or_incompressible_values_are_left_alone() {
         assert_eq!(shrink(br#"{"a":1}"#, 4), None);
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let noise: Vec<u8> = (0..4096)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let bytes: Vec<u8> = (0..=255).collect();
+        let noise = crate::server::compact::tests::noise(0x2545_f491_4f6c_dd1d, 4096, &bytes);
         assert_eq!(shrink(&noise, 4), None);
     }
 
