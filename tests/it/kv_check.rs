@@ -35,12 +35,16 @@ fn signal(pid: u32, sig: &str) -> bool {
     Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success()
 }
 
+/// The state letter of `pid` in `/proc` (`R`, `S`, `D`, `T` stopped, `Z` zombie); `None`
+/// once it is gone.
+fn state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).map(str::to_owned)
+}
+
 /// Whether `pid` is a live process (a zombie has ended: its parent has yet to collect it).
 fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()) != Some("Z"),
-        Err(_) => false,
-    }
+    state(pid).is_some_and(|s| s != "Z")
 }
 
 async fn gone_within(pid: u32, limit: Duration) -> bool {
@@ -104,8 +108,18 @@ async fn catch_a_running_check(http: &reqwest::Client, server: &KvServer, log: &
         };
         // Caught only if it had not ended (a zombie ignores SIGSTOP: the check then passes).
         if signal(pid, "-STOP") {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            if alive(pid) && integrity_state(http, &server.url()).await == "running" {
+            // Stopped once the kernel says so; a process that ended first is a zombie or gone.
+            let held = loop {
+                match state(pid).as_deref() {
+                    Some("T") => break true,
+                    Some("Z") | None => break false,
+                    Some(_) => {
+                        assert!(started.elapsed() < Duration::from_secs(20), "SIGSTOP did not stop {pid}");
+                        tokio::time::sleep(Duration::from_millis(1)).await
+                    }
+                }
+            };
+            if held && integrity_state(http, &server.url()).await == "running" {
                 return Held(pid);
             }
         }
