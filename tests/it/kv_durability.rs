@@ -77,7 +77,13 @@ async fn acknowledged_writes_survive_kill_9() {
     assert!(log.unexpected.lock().unwrap().is_empty(), "{:?}", log.unexpected.lock().unwrap());
     assert!(!acked.is_empty(), "no write was acknowledged before the kill");
 
-    let server = KvServer::start(dir.path(), &[]);
+    let logs = tempfile::tempdir().unwrap();
+    let restart_log = logs.path().join("restart.log");
+    let server = KvServer::start_logged(dir.path(), &[], &[("STATEFUL_TOOL_LOG", "info")], &restart_log);
+    // redb repaired the file before serving, with the file read ahead of its walk.
+    let said = std::fs::read_to_string(&restart_log).unwrap();
+    assert!(said.contains("not closed cleanly, repairing"), "{said}");
+    assert!(said.contains("of the data file ahead of the repair in"), "{said}");
     let base = server.url();
     let acked = Arc::new(acked);
     let checkers: Vec<_> = (0..8)

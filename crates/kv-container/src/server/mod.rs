@@ -49,6 +49,7 @@ mod open;
 mod ops_metrics;
 mod pin;
 mod rates;
+mod read_ahead;
 mod record;
 mod request;
 mod squeeze;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableTableMetadata};
 
 use super::counts;
+use super::read_ahead::ReadAhead;
 use super::tables::{DATA, EXPIRY, META};
 
 /// The database file inside `--data`.
@@ -73,7 +74,7 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, 
     let path = dir.join(DB_FILE);
     match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let db = quietly(|| builder(cache_bytes).create(&path))
+            let db = quietly(|| builder(cache_bytes, None).create(&path))
                 .map_err(|why| damaged(&path, dir, why))?
                 .with_context(|| format!("creating {}", path.display()))?;
             // The new file's directory entry must survive a power loss like its contents.
@@ -147,14 +148,21 @@ pub(super) fn looks_like_a_store(path: &Path) -> Result<(), String> {
 /// background (`integrity`), so a start takes seconds whatever the file's size.
 fn open_existing(path: &Path, cache_bytes: usize) -> Result<Database, String> {
     looks_like_a_store(path)?;
-    quietly(|| builder(cache_bytes).open(path))?.map_err(|e| format!("it cannot be opened: {e}"))
+    let ahead = ReadAhead::new(path);
+    let opened = quietly(|| builder(cache_bytes, Some(ahead.clone())).open(path));
+    ahead.end();
+    opened?.map_err(|e| format!("it cannot be opened: {e}"))
 }
 
-fn builder(cache_bytes: usize) -> redb::Builder {
+/// redb's settings; `ahead` reads the file ahead of a repair (see `read_ahead`).
+fn builder(cache_bytes: usize, ahead: Option<Arc<ReadAhead>>) -> redb::Builder {
     let mut builder = Database::builder();
-    builder.set_cache_size(cache_bytes).set_repair_callback(|s| {
+    builder.set_cache_size(cache_bytes).set_repair_callback(move |s| {
         // Only after an unclean shutdown (kill -9, power loss): committed data is intact.
-        tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", s.progress() * 100.0)
+        tracing::warn!("kv: database was not closed cleanly, repairing ({:.0}%)", s.progress() * 100.0);
+        if let Some(ahead) = &ahead {
+            ahead.begin();
+        }
     });
     builder
 }
@@ -311,7 +319,11 @@ impl DbSlot {
                 }
             }
         }
-        let opened = panic::catch_unwind(AssertUnwindSafe(|| builder(self.cache_bytes).open(&self.path)))
+        let ahead = ReadAhead::new(&self.path);
+        let opened =
+            panic::catch_unwind(AssertUnwindSafe(|| builder(self.cache_bytes, Some(ahead.clone())).open(&self.path)));
+        ahead.end();
+        let opened = opened
             .map_err(|_| "the storage engine panicked reopening the data file".to_owned())?
             .map_err(|e| format!("reopening {} failed: {e}", self.path.display()))?;
         *self.db.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(opened));
