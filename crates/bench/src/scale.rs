@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::measure::kib_to_mb;
 use super::procs::{start_kv_with, vm_kib, FamilyRss, Proc};
-use super::scale_load::{delete_tenth, fill, paced_claims, CLAIM_RATE, FILL_CONNECTIONS};
+use super::scale_load::{claims_from, delete_tenth, fill, paced_claims, CLAIM_RATE, FILL_CONNECTIONS, FILL_PREFIX};
 use super::scale_postgres;
 use super::scale_redis;
 use super::scale_rows::{check_time, Scale, ScaleRow};
@@ -44,14 +44,16 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
     let log = dir.join("scale-kv.log");
     std::fs::create_dir_all(&data)?;
     let mut server = start(cfg, &data, &log)?;
-    let empty = paced_claims(server.addr, "empty-", cfg.claim_secs).await?;
-    // The claims are records too: ids `empty-…` and `claims-<size>-…` beside the fill's.
+    let empty = paced_claims(server.addr, claims_from(0), cfg.claim_secs).await?;
+    let mut round = 0;
+    // The claims are records too, among the fill's (see `claims_from`); the tenth deleted is of
+    // the fill's.
     let (mut filled, mut live, mut rows) = (0u64, (CLAIM_RATE * cfg.claim_secs) as u64, Vec::new());
     // Each size deletes a tenth of the records filled since the size before.
     let mut deleted_upto = 0u64;
     for &size in &cfg.sizes {
         let more = size.saturating_sub(live);
-        let f = fill(server.addr, "scale-", filled, filled + more, FILL_CONNECTIONS).await?;
+        let f = fill(server.addr, FILL_PREFIX, filled, filled + more, FILL_CONNECTIONS).await?;
         eprintln!("  scale: {} more records in {:.0} s ({:.0}/s)", f.records, f.secs, f.records as f64 / f.secs);
         filled += more;
         live += more;
@@ -72,7 +74,8 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         let now: serde_json::Value = serde_json::from_slice(&now).context("/ui/api/now is not JSON")?;
         let age_ms =
             now["now_ms"].as_u64().unwrap_or(0).saturating_sub(now["census"]["as_of_ms"].as_u64().unwrap_or(0));
-        let at_size = paced_claims(server.addr, &format!("claims-{size}-"), cfg.claim_secs).await?;
+        round += 1;
+        let at_size = paced_claims(server.addr, claims_from(round), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         // What the check does not change, printed before the wait for it (which can be long).
@@ -91,7 +94,8 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         // file from the same disk.
         let (backup_s, backup_bytes) = backup(server.addr, "/backup").await?;
         let (image_backup_s, image_backup_bytes) = backup(server.addr, "/backup?format=image").await?;
-        let claims_after_check = paced_claims(server.addr, &format!("settled-{size}-"), cfg.claim_secs).await?;
+        round += 1;
+        let claims_after_check = paced_claims(server.addr, claims_from(round), cfg.claim_secs).await?;
         live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         let rss_settled_anon_mb = kib_to_mb(vm_kib(server.pid(), "RssAnon"));
@@ -109,7 +113,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         );
 
         let records = live;
-        let deleted = delete_tenth(server.addr, "scale-", deleted_upto, filled, FILL_CONNECTIONS).await?;
+        let deleted = delete_tenth(server.addr, FILL_PREFIX, deleted_upto, filled, FILL_CONNECTIONS).await?;
         deleted_upto = filled;
         live -= deleted;
         ensure!(server.terminate(Duration::from_secs(120))?.success(), "kv serve did not stop cleanly");

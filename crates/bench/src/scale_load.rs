@@ -209,20 +209,32 @@ impl Pace {
     }
 }
 
-/// New claims (`If-None-Match: *`, each must be created) paced as [`Pace`] says for `secs`.
-pub(crate) async fn paced_claims(addr: SocketAddr, prefix: &str, secs: f64) -> anyhow::Result<Claims> {
+/// The prefix of the fill's event ids (`event_id(FILL_PREFIX, i)`).
+pub(crate) const FILL_PREFIX: &str = "scale-";
+
+/// The first index of the `round`-th run of new claims: ids of the fill's kind past any fill
+/// (2^40 on), 2^32 apart. Like real delivery ids, each claim then lands among the stored
+/// records, in whatever page its id falls in. Until 2026-12-07 the claims had ids of their own
+/// (`claims-<size>-…`): all of a run's claims went to one range of keys beside the fill's,
+/// whose few pages every claim shared and no claim read from the disk.
+pub(crate) fn claims_from(round: u64) -> u64 {
+    (1 << 40) + (round << 32)
+}
+
+/// New claims (`If-None-Match: *`, each must be created) paced as [`Pace`] says for `secs`:
+/// ids `event_id(FILL_PREFIX, first + i)`.
+pub(crate) async fn paced_claims(addr: SocketAddr, first: u64, secs: f64) -> anyhow::Result<Claims> {
     let pace = Pace::new(secs);
     let now_ms = wall_ms();
     let mut workers = JoinSet::new();
     for w in pace.connections() {
         let mut http = Http::connect(addr).await?;
-        let prefix = prefix.to_owned();
         workers.spawn(async move {
             let mut lat = Vec::new();
             for i in pace.claims_of(w) {
                 pace.until(i).await;
-                let id = event_id(&prefix, i);
-                let (key, value) = (storage_key(None, &id), record(&id, i, now_ms));
+                let id = event_id(FILL_PREFIX, first + i);
+                let (key, value) = (storage_key(None, &id), record(&id, first + i, now_ms));
                 let t = Instant::now();
                 let status = http.put_if_absent(&key, &value, TTL_MS).await?;
                 lat.push(micros_since(t));
@@ -262,5 +274,20 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&value).unwrap();
         assert_eq!((v["v"].as_u64(), v["status"].as_str()), (Some(1), Some("completed")));
         assert_eq!(serde_json::from_slice::<serde_json::Value>(&record("x", 100, 0)).unwrap()["status"], "processing");
+    }
+
+    #[test]
+    fn new_claims_land_among_the_fill_not_in_a_range_of_their_own() {
+        let fill: Vec<String> = (0..10_000).map(|i| event_id(FILL_PREFIX, i)).collect();
+        let claims: Vec<String> = (0..100).map(|i| event_id(FILL_PREFIX, claims_from(1) + i)).collect();
+        let mut all: Vec<(&String, bool)> =
+            fill.iter().map(|id| (id, false)).chain(claims.iter().map(|id| (id, true))).collect();
+        all.sort();
+        // The claims, in key order, each have fill records between them and the next.
+        let at: Vec<usize> = all.iter().enumerate().filter(|(_, (_, claim))| *claim).map(|(n, _)| n).collect();
+        let adjacent = at.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(adjacent < 5, "{adjacent} of 99 neighbouring claims are next to each other");
+        // Rounds and the fill never share an index.
+        assert!(claims_from(0) > 1 << 36 && claims_from(2) - claims_from(1) == 1 << 32);
     }
 }

@@ -24,7 +24,7 @@ use tokio_postgres::{Client, NoTls};
 
 use super::measure::{kib_to_mb, micros_since};
 use super::postgres::{self, Server, SCHEMA};
-use super::scale_load::{event_id, record, wall_ms, Claims, Pace};
+use super::scale_load::{claims_from, event_id, record, wall_ms, Claims, Pace, FILL_PREFIX};
 use super::scale_rows::{PostgresRow, PostgresScale};
 use super::workload::TTL_MS;
 
@@ -51,8 +51,8 @@ pub(crate) async fn run(sizes: &[u64], claim_secs: f64, dir: &Path) -> anyhow::R
     let shared_buffers: String = client.query_one("SHOW shared_buffers", &[]).await?.get(0);
     drop(client);
     let sql = Sql::new(SCHEMA);
-    let empty_claims = claims(&url, &sql, "pg-empty-", claim_secs).await?;
-    let (mut filled, mut rows) = (0u64, Vec::new());
+    let empty_claims = claims(&url, &sql, claims_from(0), claim_secs).await?;
+    let (mut filled, mut rows, mut rounds) = (0u64, Vec::new(), 0);
     for &size in sizes {
         let more = size.saturating_sub(filled);
         let started = Instant::now();
@@ -72,7 +72,8 @@ pub(crate) async fn run(sizes: &[u64], claim_secs: f64, dir: &Path) -> anyhow::R
         server.restart()?;
         drop(ready(&url).await?);
         let restart_to_select_s = started.elapsed().as_secs_f64();
-        let at_size = claims(&url, &sql, &format!("pg-claims-{size}-"), claim_secs).await?;
+        rounds += 1;
+        let at_size = claims(&url, &sql, claims_from(rounds), claim_secs).await?;
         let dump = dump(&server, &url, dir)?;
         eprintln!(
             "  scale: postgres at {filled} records: fill {fill_per_s:.0}/s, table {:.0} MB, restart {restart_to_select_s:.2} s, claim p99 {:.2} ms",
@@ -153,7 +154,7 @@ async fn fill(url: &str, from: u64, to: u64) -> anyhow::Result<()> {
                 }
                 let (mut keys, mut values, mut claim_ids) = (Vec::new(), Vec::new(), Vec::new());
                 for i in first..(first + FILL_BATCH).min(to) {
-                    let id = event_id("scale-", i);
+                    let id = event_id(FILL_PREFIX, i);
                     let value = record(&id, i, now_ms);
                     claim_ids.push(claim_id(&value));
                     keys.push(storage_key(None, &id));
@@ -171,8 +172,8 @@ async fn fill(url: &str, from: u64, to: u64) -> anyhow::Result<()> {
 }
 
 /// New claims through the plugin's claim statement (each must be created, finding no record)
-/// paced as [`Pace`] says for `secs`.
-async fn claims(url: &str, sql: &Sql, prefix: &str, secs: f64) -> anyhow::Result<Claims> {
+/// paced as [`Pace`] says for `secs`, ids as `scale_load::claims_from` says.
+async fn claims(url: &str, sql: &Sql, first: u64, secs: f64) -> anyhow::Result<Claims> {
     let mut clients = Vec::new();
     for _ in Pace::new(secs).connections() {
         let client = connect(url).await?;
@@ -185,13 +186,12 @@ async fn claims(url: &str, sql: &Sql, prefix: &str, secs: f64) -> anyhow::Result
     let now_ms = wall_ms();
     let mut workers = JoinSet::new();
     for (w, (client, statement)) in pace.connections().zip(clients) {
-        let prefix = prefix.to_owned();
         workers.spawn(async move {
             let (mut lat, ttl, until) = (Vec::new(), TTL_MS as i64, None::<i64>);
             for i in pace.claims_of(w) {
                 pace.until(i).await;
-                let id = event_id(&prefix, i);
-                let (key, value) = (storage_key(None, &id), record(&id, i, now_ms));
+                let id = event_id(FILL_PREFIX, first + i);
+                let (key, value) = (storage_key(None, &id), record(&id, first + i, now_ms));
                 let claim = claim_id(&value);
                 let t = Instant::now();
                 let row = client.query_one(&statement, &[&key, &value, &claim, &ttl, &until]).await?;
