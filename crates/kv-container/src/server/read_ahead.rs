@@ -6,8 +6,8 @@
 //! the file not in the page cache (a host reboot) that took 159 s for 11 GB, against 23–42 s
 //! with most of it cached: the walk waited on one small read after another. Read in order,
 //! with the kernel's readahead, the same disk gives the whole file far faster. Only a file
-//! the host can hold in its page cache is read so (at most half the memory available): a
-//! larger one would push out the pages the walk has yet to read again.
+//! the host can hold in its page cache is read so (at most three quarters of the memory
+//! available): a larger one would push out the pages the walk has yet to read again.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -43,7 +43,7 @@ impl ReadAhead {
         let len = std::fs::metadata(&self.path).map_or(0, |m| m.len());
         if !fits(len, mem_available()) {
             tracing::info!(
-                "kv: the data file ({} MB) is larger than half the memory available: the repair reads it as it goes",
+                "kv: the data file ({} MB) is larger than 3/4 of the memory available: the repair reads it as it goes",
                 len >> 20
             );
             return;
@@ -74,7 +74,7 @@ impl ReadAhead {
 
 /// Whether a file of `len` bytes is read ahead with `available` bytes of memory free.
 fn fits(len: u64, available: Option<u64>) -> bool {
-    available.is_some_and(|a| len <= a / 2)
+    available.is_some_and(|a| len <= a / 4 * 3)
 }
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes; `None` where there is none.
@@ -128,9 +128,9 @@ mod tests {
     }
 
     #[test]
-    fn only_a_file_within_half_the_free_memory_is_read_ahead() {
-        assert!(fits(4 << 30, Some(8 << 30)));
-        assert!(!fits((4 << 30) + 1, Some(8 << 30)));
+    fn only_a_file_within_three_quarters_of_the_free_memory_is_read_ahead() {
+        assert!(fits(6 << 30, Some(8 << 30)));
+        assert!(!fits((6 << 30) + 1, Some(8 << 30)));
         assert!(!fits(1, None), "no figure for the free memory: not read ahead");
         assert!(mem_available().is_some_and(|m| m > 0), "Linux reports MemAvailable");
     }
