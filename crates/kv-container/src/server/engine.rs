@@ -27,6 +27,7 @@ use super::open::DbSlot;
 use super::pin::Held;
 use super::record::{ServerClock, StoredValue};
 use super::tables::DATA;
+use super::warm::{self, Warmer};
 use super::writer::{BatchHook, Job, Writer, IDLE};
 pub(crate) use super::writer::{DurabilityMode, EngineError, Stats, MAX_BATCH};
 
@@ -49,6 +50,8 @@ pub(crate) struct Engine {
     busy_since: Arc<AtomicU64>,
     /// The background check of every page and record.
     integrity: Arc<Integrity>,
+    /// Whether a write's pages are read before it is queued (see `warm`).
+    warmer: Arc<Warmer>,
 }
 
 /// Joins the writer thread; it exits once every [`Engine`] handle has been dropped.
@@ -123,8 +126,10 @@ impl Engine {
         };
         let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || writer.run())?;
         let integrity = Arc::new(Integrity::new(checked.clean_header, check));
-        let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since, integrity: integrity.clone() };
-        Ok((engine, WriterHandle(thread, integrity)))
+        let warmer = Arc::new(Warmer::default());
+        let (handle, integrity) = (WriterHandle(thread, integrity.clone()), integrity);
+        let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since, integrity, warmer };
+        Ok((engine, handle))
     }
 
     /// The live record under `key`, read from an MVCC snapshot on a blocking thread.
@@ -184,6 +189,11 @@ impl Engine {
 
     /// Queues one write and waits until its batch has committed (or failed).
     pub(crate) async fn write(&self, op: WriteOp) -> Result<WriteOutcome, EngineError> {
+        if let WriteOp::Put { key, .. } | WriteOp::Delete { key, .. } = &op {
+            if let (true, Ok(db)) = (self.warmer.wanted(self.clock.now_ms(), warm::read_bytes), self.db()) {
+                warm::warm(db, key.clone()).await;
+            }
+        }
         let (reply, answer) = oneshot::channel();
         self.queue.send(Job { op, reply }).await.map_err(|_| EngineError::Unavailable)?;
         // A dropped reply means the writer died mid-batch: report failure, never success.

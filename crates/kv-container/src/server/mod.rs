@@ -63,6 +63,7 @@ mod ttl;
 mod ui;
 mod usage;
 mod verify;
+mod warm;
 mod writer;
 
 use std::io::Write;
