@@ -148,13 +148,12 @@ pub(super) fn looks_like_a_store(path: &Path) -> Result<(), String> {
 /// background (`integrity`), so a start takes seconds whatever the file's size.
 fn open_existing(path: &Path, cache_bytes: usize) -> Result<Database, String> {
     looks_like_a_store(path)?;
-    let ahead = ReadAhead::new(path);
-    let opened = quietly(|| builder(cache_bytes, Some(ahead.clone())).open(path));
-    ahead.end();
-    opened?.map_err(|e| format!("it cannot be opened: {e}"))
+    quietly(|| builder(cache_bytes, Some(ReadAhead::new(path))).open(path))?
+        .map_err(|e| format!("it cannot be opened: {e}"))
 }
 
-/// redb's settings; `ahead` reads the file ahead of a repair (see `read_ahead`).
+/// redb's settings; `ahead` reads the file ahead of a repair (see `read_ahead`), and stops
+/// when the builder is dropped, at the end of the open.
 fn builder(cache_bytes: usize, ahead: Option<Arc<ReadAhead>>) -> redb::Builder {
     let mut builder = Database::builder();
     builder.set_cache_size(cache_bytes).set_repair_callback(move |s| {
@@ -319,11 +318,8 @@ impl DbSlot {
                 }
             }
         }
-        let ahead = ReadAhead::new(&self.path);
-        let opened =
-            panic::catch_unwind(AssertUnwindSafe(|| builder(self.cache_bytes, Some(ahead.clone())).open(&self.path)));
-        ahead.end();
-        let opened = opened
+        let read_ahead = Some(ReadAhead::new(&self.path));
+        let opened = panic::catch_unwind(AssertUnwindSafe(|| builder(self.cache_bytes, read_ahead).open(&self.path)))
             .map_err(|_| "the storage engine panicked reopening the data file".to_owned())?
             .map_err(|e| format!("reopening {} failed: {e}", self.path.display()))?;
         *self.db.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(opened));

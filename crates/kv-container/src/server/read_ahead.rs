@@ -21,7 +21,8 @@ use std::time::Instant;
 const CHUNK: usize = 4 << 20;
 
 /// Starts once, when redb's repair begins ([`ReadAhead::begin`]), and stops when the open
-/// ends ([`ReadAhead::end`]), whichever comes first: the read or the repair.
+/// ends (dropped with the builder that holds it, a panic included), whichever comes first:
+/// the read or the repair.
 pub(crate) struct ReadAhead {
     path: PathBuf,
     stop: Arc<AtomicBool>,
@@ -64,11 +65,17 @@ impl ReadAhead {
     }
 
     /// Stops the read (if it runs) and waits for it.
-    pub(crate) fn end(&self) {
+    fn end(&self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
