@@ -17,13 +17,8 @@ use super::procs::{start_kv_with, vm_kib, FamilyRss, Proc};
 use super::scale_load::{claims_from, delete_tenth, fill, paced_claims, CLAIM_RATE, FILL_CONNECTIONS, FILL_PREFIX};
 use super::scale_postgres;
 use super::scale_redis;
-use super::scale_rows::{check_time, Scale, ScaleRow};
+use super::scale_rows::{check_time, Scale, ScaleRow, CHECK_WAIT};
 use super::wire::Http;
-
-/// How long the bench waits for the integrity check that follows a restart; the row then goes
-/// on beside it. Paced (`--check-disk-reads`, 1,000 pages a second by default), a check of a
-/// 10 M store the host cannot cache takes longer than this.
-pub(crate) const CHECK_WAIT: Duration = Duration::from_secs(1800);
 
 /// What the section is asked for.
 pub(crate) struct ScaleConfig {
