@@ -29,6 +29,8 @@ pub(crate) struct Config {
     pub scale_records: Vec<u64>,
     pub scale_cache_mb: u64,
     pub scale_claim_secs: f64,
+    /// `--scale-data`: the scale section's store is kept there and resumed.
+    pub scale_data: Option<PathBuf>,
     /// `--backends` names postgres: the scale section fills a PostgreSQL too (the plugin and
     /// raw rows on PostgreSQL are the `postgres` section's).
     pub scale_postgres: bool,

@@ -17,6 +17,7 @@ mod raw;
 mod report;
 mod results;
 mod scale;
+mod scale_keep;
 mod scale_load;
 mod scale_postgres;
 mod scale_redis;
@@ -86,6 +87,15 @@ struct Args {
     /// `--cache-mb` of the KV container in the scale section.
     #[arg(long, default_value_t = 256)]
     scale_cache_mb: u64,
+    /// Seconds of new claims at 500/s the scale section measures each time (default 10; 1
+    /// with --quick): 500 a second, so its p99 is the 5·SECS-th slowest.
+    #[arg(long)]
+    scale_claim_secs: Option<f64>,
+    /// Keep the scale section's store in DIR after the run, with what it holds
+    /// (scale-bench.json); a later run with the same DIR measures that store again and fills
+    /// only what a larger size needs.
+    #[arg(long)]
+    scale_data: Option<std::path::PathBuf>,
     /// The redis-server binary.
     #[arg(long, env = "REDIS_SERVER", default_value = "redis-server")]
     redis_server: String,
@@ -157,7 +167,8 @@ fn config(args: &Args) -> anyhow::Result<Config> {
             sizes
         },
         scale_cache_mb: args.scale_cache_mb,
-        scale_claim_secs: if args.quick { 1.0 } else { 10.0 },
+        scale_claim_secs: args.scale_claim_secs.unwrap_or(if args.quick { 1.0 } else { 10.0 }).max(0.1),
+        scale_data: args.scale_data.clone(),
         scale_postgres,
     })
 }

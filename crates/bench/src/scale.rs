@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::measure::kib_to_mb;
 use super::procs::{start_kv_with, vm_kib, FamilyRss, Proc};
+use super::scale_keep;
 use super::scale_load::{claims_from, delete_tenth, fill, paced_claims, CLAIM_RATE, FILL_CONNECTIONS, FILL_PREFIX};
 use super::scale_postgres;
 use super::scale_redis;
@@ -31,31 +32,42 @@ pub(crate) struct ScaleConfig {
     pub redis: Option<String>,
     /// Whether a PostgreSQL (the bench's own) is measured beside it too.
     pub postgres: bool,
+    /// `--scale-data`: the store's directory, kept after the run and resumed by the next.
+    pub keep: Option<PathBuf>,
 }
 
 /// Fills one store through every size in `cfg.sizes` (ascending), measuring at each.
 pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleRow)) -> anyhow::Result<Scale> {
-    let data = dir.join("scale-data");
+    let (data, mut at) = scale_keep::open(cfg.keep.as_deref(), dir)?;
     let log = dir.join("scale-kv.log");
-    std::fs::create_dir_all(&data)?;
+    let empty = {
+        std::fs::create_dir_all(dir.join("scale-empty"))?;
+        let mut server = start(cfg, &dir.join("scale-empty"), &dir.join("scale-empty.log"))?;
+        let claims = paced_claims(&[(server.addr, claims_from(0))], cfg.claim_secs).await?[0];
+        ensure!(server.terminate(Duration::from_secs(30))?.success(), "the empty kv serve did not stop cleanly");
+        claims
+    };
     let mut server = start(cfg, &data, &log)?;
-    let empty = paced_claims(server.addr, claims_from(0), cfg.claim_secs).await?;
-    let mut round = 0;
-    // The claims are records too, among the fill's (see `claims_from`); the tenth deleted is of
-    // the fill's.
-    let (mut filled, mut live, mut rows) = (0u64, (CLAIM_RATE * cfg.claim_secs) as u64, Vec::new());
-    // Each size deletes a tenth of the records filled since the size before.
-    let mut deleted_upto = 0u64;
+    let mut rows = Vec::new();
     for &size in &cfg.sizes {
-        let more = size.saturating_sub(live);
-        let f = fill(server.addr, FILL_PREFIX, filled, filled + more, FILL_CONNECTIONS).await?;
-        eprintln!("  scale: {} more records in {:.0} s ({:.0}/s)", f.records, f.secs, f.records as f64 / f.secs);
-        filled += more;
-        live += more;
+        // The claims are records too, among the fill's (see `claims_from`).
+        let more = size.saturating_sub(at.live);
+        let f = fill(server.addr, FILL_PREFIX, at.filled, at.filled + more, FILL_CONNECTIONS).await?;
+        if f.records > 0 {
+            eprintln!("  scale: {} more records in {:.0} s ({:.0}/s)", f.records, f.secs, f.records as f64 / f.secs);
+            at.record_bytes = f.bytes / f.records;
+        }
+        at.filled += more;
+        at.live += more;
         ensure!(server.terminate(Duration::from_secs(120))?.success(), "kv serve did not stop cleanly");
         let file = data.join("kv.redb");
         let (file_bytes, file_disk_bytes) = sizes(&file)?;
 
+        // The reference for this size's claims: an empty store beside it, started with it,
+        // taking turns with it a second at a time (see `paced_claims`).
+        let empty_dir = dir.join(format!("scale-empty-{size}"));
+        std::fs::create_dir_all(&empty_dir)?;
+        let mut empty_server = start(cfg, &empty_dir, &dir.join("scale-empty.log"))?;
         let started = Instant::now();
         server = start(cfg, &data, &log)?;
         let family = FamilyRss::start(server.pid());
@@ -69,15 +81,17 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         let now: serde_json::Value = serde_json::from_slice(&now).context("/ui/api/now is not JSON")?;
         let age_ms =
             now["now_ms"].as_u64().unwrap_or(0).saturating_sub(now["census"]["as_of_ms"].as_u64().unwrap_or(0));
-        round += 1;
-        let at_size = paced_claims(server.addr, claims_from(round), cfg.claim_secs).await?;
-        live += (CLAIM_RATE * cfg.claim_secs) as u64;
+        at.round += 1;
+        let beside = [(server.addr, claims_from(at.round)), (empty_server.addr, claims_from(at.round))];
+        let [at_size, empty_beside] = paced_claims(&beside, cfg.claim_secs).await?[..] else { unreachable!() };
+        at.live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         // What the check does not change, printed before the wait for it (which can be long).
         eprintln!(
-            "  scale: {live} records, right after the restart: restart {restart_to_healthz_s:.2} s, RSS {rss_steady_mb:.0} MB, \
+            "  scale: {} records, right after the restart: restart {restart_to_healthz_s:.2} s, RSS {rss_steady_mb:.0} MB, \
              counts {status_ms:.1} ms ({:.1} s old), first /metrics {first_metrics_ms:.1} ms, new claims {at_size} \
-             (empty store {empty})",
+             (an empty store beside it {empty_beside})",
+            at.live,
             age_ms as f64 / 1000.0,
         );
         // A connection of its own: `http` sat idle through the claims, longer than the
@@ -89,28 +103,34 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         // file from the same disk.
         let (backup_s, backup_bytes) = backup(server.addr, "/backup").await?;
         let (image_backup_s, image_backup_bytes) = backup(server.addr, "/backup?format=image").await?;
-        round += 1;
-        let claims_after_check = paced_claims(server.addr, claims_from(round), cfg.claim_secs).await?;
-        live += (CLAIM_RATE * cfg.claim_secs) as u64;
+        at.round += 1;
+        let beside = [(server.addr, claims_from(at.round)), (empty_server.addr, claims_from(at.round))];
+        let [claims_after_check, empty_after_check] = paced_claims(&beside, cfg.claim_secs).await?[..] else {
+            unreachable!()
+        };
+        ensure!(empty_server.terminate(Duration::from_secs(30))?.success(), "the empty kv serve did not stop cleanly");
+        std::fs::remove_dir_all(&empty_dir)?;
+        at.live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_settled_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         let rss_settled_anon_mb = kib_to_mb(vm_kib(server.pid(), "RssAnon"));
         let rss_peak_mb = kib_to_mb(vm_kib(server.pid(), "VmHWM"));
         // The compaction that follows takes long at 10 M (38 min): what was measured so far
         // is printed first.
         eprintln!(
-            "  scale: {live} records: restart {restart_to_healthz_s:.2} s, RSS {rss_steady_mb:.0} / {rss_peak_mb:.0} / \
+            "  scale: {} records: restart {restart_to_healthz_s:.2} s, RSS {rss_steady_mb:.0} / {rss_peak_mb:.0} / \
              {rss_settled_mb:.0} MB ({rss_with_check_mb:.0} MB with the check's process), counts {status_ms:.1} ms ({:.1} s old), first /metrics {first_metrics_ms:.1} ms, \
              backup {backup_s:.1} s ({:.0} MB/s) / image {image_backup_s:.1} s ({:.0} MB/s), new claims \
-             {at_size} (after the check {claims_after_check}; empty store {empty}), check {check}",
+             {at_size} (after the check {claims_after_check}; an empty store beside it {empty_beside}, {empty_after_check}), check {check}",
+            at.live,
             age_ms as f64 / 1000.0,
             backup_bytes as f64 / 1e6 / backup_s.max(1e-9),
             image_backup_bytes as f64 / 1e6 / image_backup_s.max(1e-9),
         );
 
-        let records = live;
-        let deleted = delete_tenth(server.addr, FILL_PREFIX, deleted_upto, filled, FILL_CONNECTIONS).await?;
-        deleted_upto = filled;
-        live -= deleted;
+        let records = at.live;
+        let deleted = delete_tenth(server.addr, FILL_PREFIX, at.deleted_upto, at.filled, FILL_CONNECTIONS).await?;
+        at.deleted_upto = at.filled;
+        at.live -= deleted;
         ensure!(server.terminate(Duration::from_secs(120))?.success(), "kv serve did not stop cleanly");
         let (before_compact_file_bytes, before_compact_disk_bytes) = sizes(&file)?;
         let started = Instant::now();
@@ -121,8 +141,9 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         eprintln!("  scale: kv usage after kv compact at {records} records:\n{usage_after_compact}");
         let row = ScaleRow {
             records,
-            record_bytes: f.bytes / f.records.max(1),
-            fill_per_s: f.records as f64 / f.secs,
+            record_bytes: at.record_bytes,
+            // None: the kept store already held this size.
+            fill_per_s: (f.records > 0).then(|| f.records as f64 / f.secs),
             file_bytes,
             file_disk_bytes,
             restart_to_healthz_s,
@@ -131,6 +152,8 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
             status_age_s: age_ms as f64 / 1000.0,
             claims: at_size,
             claims_after_check,
+            empty_beside,
+            empty_after_check,
             rss_steady_mb,
             rss_settled_mb,
             rss_settled_anon_mb,
@@ -149,6 +172,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
             compacted_disk_bytes,
             usage_after_compact,
         };
+        scale_keep::save(&data, &at)?;
         progress(&row);
         rows.push(row);
         server = start(cfg, &data, &log)?;

@@ -159,6 +159,13 @@ pub(crate) struct Claims {
     pub max_ms: f64,
 }
 
+impl Claims {
+    /// p50, p99 and the slowest of latencies in µs.
+    fn of(lat: &mut [u32]) -> Claims {
+        Claims { p50_ms: quantile_ms(lat, 0.50), p99_ms: quantile_ms(lat, 0.99), max_ms: quantile_ms(lat, 1.0) }
+    }
+}
+
 impl std::fmt::Display for Claims {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "p50 / p99 / max {:.2} / {:.2} / {:.1} ms", self.p50_ms, self.p99_ms, self.max_ms)
@@ -201,11 +208,7 @@ impl Pace {
         while let Some(done) = workers.join_next().await {
             all.extend(done.context("a claim worker panicked")??);
         }
-        Ok(Claims {
-            p50_ms: quantile_ms(&mut all, 0.50),
-            p99_ms: quantile_ms(&mut all, 0.99),
-            max_ms: quantile_ms(&mut all, 1.0),
-        })
+        Ok(Claims::of(&mut all))
     }
 }
 
@@ -221,29 +224,50 @@ pub(crate) fn claims_from(round: u64) -> u64 {
     (1 << 40) + (round << 32)
 }
 
-/// New claims (`If-None-Match: *`, each must be created) paced as [`Pace`] says for `secs`:
-/// ids `event_id(FILL_PREFIX, first + i)`.
-pub(crate) async fn paced_claims(addr: SocketAddr, first: u64, secs: f64) -> anyhow::Result<Claims> {
-    let pace = Pace::new(secs);
+/// Claims a store takes in a row before the next store's turn when [`paced_claims`] measures
+/// several: one second's, so each sees the full rate, and a disturbance of the machine (a
+/// writeback, a neighbour's burst) falls on both within seconds.
+const TURN: u64 = CLAIM_RATE as u64;
+
+/// New claims (`If-None-Match: *`, each must be created) paced as [`Pace`] says, `secs` for
+/// each store, the stores taking turns a second at a time: store `s` is sent ids
+/// `event_id(FILL_PREFIX, first_s + i)`. One store's latencies per store, in their order.
+/// Taking turns lets a store's latency be judged against another's measured in the same
+/// seconds (the empty store's beside the filled one's), which one after the other on a noisy
+/// machine it cannot be.
+pub(crate) async fn paced_claims(stores: &[(SocketAddr, u64)], secs: f64) -> anyhow::Result<Vec<Claims>> {
+    let n = stores.len().max(1) as u64;
+    let pace = Pace::new(secs * n as f64);
     let now_ms = wall_ms();
     let mut workers = JoinSet::new();
     for w in pace.connections() {
-        let mut http = Http::connect(addr).await?;
+        let mut conns = Vec::new();
+        for &(addr, first) in stores {
+            conns.push((Http::connect(addr).await?, first));
+        }
         workers.spawn(async move {
             let mut lat = Vec::new();
             for i in pace.claims_of(w) {
                 pace.until(i).await;
-                let id = event_id(FILL_PREFIX, first + i);
-                let (key, value) = (storage_key(None, &id), record(&id, first + i, now_ms));
+                let s = ((i / TURN) % n) as usize;
+                let (http, first) = &mut conns[s];
+                let id = event_id(FILL_PREFIX, *first + i);
+                let (key, value) = (storage_key(None, &id), record(&id, *first + i, now_ms));
                 let t = Instant::now();
                 let status = http.put_if_absent(&key, &value, TTL_MS).await?;
-                lat.push(micros_since(t));
+                lat.push((s, micros_since(t)));
                 ensure!(status == 201, "claiming {key} answered {status}");
             }
             Ok::<_, anyhow::Error>(lat)
         });
     }
-    pace.gather(workers).await
+    let mut each = vec![Vec::with_capacity(pace.count as usize / n as usize); n as usize];
+    while let Some(done) = workers.join_next().await {
+        for (s, us) in done.context("a claim worker panicked")?? {
+            each[s].push(us);
+        }
+    }
+    Ok(each.iter_mut().map(|lat| Claims::of(lat)).collect())
 }
 
 /// Unix time in ms: the records' times, and their leases, are the store's present.

@@ -17,7 +17,8 @@ pub(crate) struct ScaleRow {
     pub records: u64,
     /// Keys and values as written, per record.
     pub record_bytes: u64,
-    pub fill_per_s: f64,
+    /// None when a kept store (`--scale-data`) already held the size.
+    pub fill_per_s: Option<f64>,
     pub file_bytes: u64,
     /// What the file holds on disk (`st_blocks` × 512, as `du` counts it).
     pub file_disk_bytes: u64,
@@ -29,6 +30,11 @@ pub(crate) struct ScaleRow {
     pub claims: Claims,
     /// The same once the integrity check has passed (the page cache warmer, no check reading).
     pub claims_after_check: Claims,
+    /// The reference for each: new claims on an empty store started beside this size's
+    /// restart, taking turns with it a second at a time, so both saw the machine in the same
+    /// state.
+    pub empty_beside: Claims,
+    pub empty_after_check: Claims,
     pub rss_steady_mb: f64,
     /// After the check, the backup and the second claims: all of it, and its private part
     /// (`RssAnon`: the page cache and heap, without the mapped binary).
@@ -61,6 +67,7 @@ pub(crate) struct ScaleRow {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Scale {
     pub cache_mb: u64,
+    /// An empty store's claims before anything else ran.
     pub empty_claims: Claims,
     pub rows: Vec<ScaleRow>,
     pub redis: Option<RedisScale>,

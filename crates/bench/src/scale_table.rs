@@ -1,9 +1,9 @@
 //! The scale section's tables (Markdown): the KV container's row per size, its disk verdict,
 //! and Redis's and PostgreSQL's rows beside it.
 
-use super::scale_load::CLAIM_RATE;
+use super::scale_load::{Claims, CLAIM_RATE};
 use super::scale_redis;
-use super::scale_rows::{check_time, PostgresScale, Scale};
+use super::scale_rows::{check_time, PostgresScale, Scale, ScaleRow};
 
 /// The section's table (Markdown).
 pub(crate) fn table(s: &Scale) -> String {
@@ -66,6 +66,9 @@ pub(crate) fn table(s: &Scale) -> String {
             r.records, r.record_bytes
         ));
     }
+    for r in &s.rows {
+        out.push_str(&claims_verdict(r, &s.empty_claims));
+    }
     out.push('\n');
     if let Some(redis) = &s.redis {
         out.push_str(&scale_redis::table(redis));
@@ -74,6 +77,26 @@ pub(crate) fn table(s: &Scale) -> String {
         out.push_str(&postgres_table(postgres));
     }
     out
+}
+
+/// The issue's target for new claims: p99 at the size ≤ 2× the empty store's, each judged
+/// against an empty store measured in the same seconds (taking turns with it), right after
+/// the restart and once the check has passed.
+fn claims_verdict(r: &ScaleRow, first_empty: &Claims) -> String {
+    let now = r.claims.p99_ms / r.empty_beside.p99_ms.max(1e-9);
+    let after = r.claims_after_check.p99_ms / r.empty_after_check.p99_ms.max(1e-9);
+    let verdict = if now.max(after) <= 2.0 { "met" } else { "not met" };
+    format!(
+        "\nNew-claim p99 at {} records against an empty store's in the same seconds: {:.2} ms against {:.2} ms right after \
+         the restart ({now:.2}×), {:.2} against {:.2} ms after the check ({after:.2}×); the empty store alone at the \
+         start {:.2} ms; ≤ 2×: {verdict}.",
+        r.records,
+        r.claims.p99_ms,
+        r.empty_beside.p99_ms,
+        r.claims_after_check.p99_ms,
+        r.empty_after_check.p99_ms,
+        first_empty.p99_ms
+    )
 }
 
 /// The PostgreSQL table (Markdown).

@@ -103,6 +103,7 @@ pub(crate) async fn run(cfg: &Config, tmp: &TempDir, progress: impl Fn(&str, &Ro
             claim_secs: cfg.scale_claim_secs,
             redis: cfg.backends.contains(&Store::Redis).then(|| cfg.redis.clone()),
             postgres: cfg.scale_postgres,
+            keep: cfg.scale_data.clone(),
         };
         let scale = super::scale::run(&scale_cfg, tmp.path(), |r| {
             eprintln!(
