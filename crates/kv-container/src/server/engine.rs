@@ -200,6 +200,14 @@ impl Engine {
         answer.await.map_err(|_| EngineError::Unavailable)?
     }
 
+    /// Reads the pages of the records the next purge batch of `limit` keys deletes (see
+    /// `ttl`), so the writer finds them in memory.
+    pub(crate) async fn warm_expired(&self, limit: usize) {
+        if let Ok(db) = self.db() {
+            warm::warm_expired(db, self.clock.now_ms(), limit).await;
+        }
+    }
+
     /// When the batch being applied started (tests pose as a writer mid-batch).
     #[cfg(test)]
     pub(crate) fn busy_since(&self) -> &AtomicU64 {

@@ -1,4 +1,5 @@
-//! A write's pages read before the write is queued, while the store reads from the disk.
+//! A write's pages read before the write is queued, while the store reads from the disk;
+//! a purge batch's always (see `ttl`).
 //!
 //! Why: the single writer applies every write, and a page it needs that is in neither its
 //! cache nor the host's page cache (a record's leaf, at 10 M records with the file not
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use redb::Database;
 
-use super::tables::DATA;
+use super::tables::{DATA, EXPIRY};
 
 /// How often the bytes read from the disk are looked at again.
 const LOOK_EVERY_MS: u64 = 1000;
@@ -61,6 +62,21 @@ pub(crate) async fn warm(db: Arc<Database>, key: String) {
         let txn = db.begin_read().ok()?;
         let table = txn.open_table(DATA).ok()?;
         table.get(key.as_str()).ok().flatten().map(|_| ())
+    };
+    let _ = tokio::task::spawn_blocking(read).await;
+}
+
+/// Reads the pages of the first `limit` records expired at `now_ms`, in the order a purge
+/// deletes them, on a blocking thread (see `ttl`). A failed read is left to the writer.
+pub(crate) async fn warm_expired(db: Arc<Database>, now_ms: u64, limit: usize) {
+    let read = move || -> Option<()> {
+        let txn = db.begin_read().ok()?;
+        let (expiry, data) = (txn.open_table(EXPIRY).ok()?, txn.open_table(DATA).ok()?);
+        for entry in expiry.range::<(u64, &str)>(..(now_ms.saturating_add(1), "")).ok()?.take(limit) {
+            let (k, _) = entry.ok()?;
+            data.get(k.value().1).ok()?;
+        }
+        Some(())
     };
     let _ = tokio::task::spawn_blocking(read).await;
 }
