@@ -59,11 +59,14 @@ package: build
 
 # The scale section's sizes (comma-separated; 10000000 takes 15–40 min and ~20 GB of /tmp).
 SCALE_RECORDS ?= 1000000
+# More of the bench's flags, e.g. BENCH_ARGS="--sections scale --scale-data /var/tmp/kv10m
+# --scale-claim-secs 30" keeps the filled store for the next run to measure again.
+BENCH_ARGS ?=
 bench:
 	./scripts/ensure-redis.sh
 	./scripts/ensure-postgres.sh
 	$(CARGO) build --release --locked --workspace --bins
-	target/release/stateful-tool-bench --scale-records $(SCALE_RECORDS) --backends kv,redis,postgres
+	target/release/stateful-tool-bench --scale-records $(SCALE_RECORDS) --backends kv,redis,postgres $(BENCH_ARGS)
 
 debug:
 	@test -f .env || { echo "copy .env.example to .env and set REMOTE_INSTALL_KEY (Dify -> Plugins -> Debug)"; exit 1; }
