@@ -4,7 +4,7 @@ use redb::{Database, Durability, ReadableTable, Table};
 
 use super::counts::Counter;
 use super::record::{CorruptRecord, StoredValue, Value};
-use super::tables::{DATA, EXPIRY, META, REV_KEY};
+use super::tables::{expired_at, DATA, EXPIRY, META, REV_KEY};
 
 /// What a write is conditional on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,10 +229,8 @@ impl Tables<'_> {
     }
 
     fn purge(&mut self, limit: usize) -> Result<WriteOutcome, BatchError> {
-        // Everything strictly below (now + 1, "") has expires_ms <= now, i.e. is expired.
-        let bound = self.now.saturating_add(1);
         let mut victims: Vec<(u64, String)> = Vec::new();
-        for entry in self.expiry.range::<(u64, &str)>(..(bound, ""))? {
+        for entry in self.expiry.range(expired_at(self.now))? {
             if victims.len() >= limit {
                 break;
             }

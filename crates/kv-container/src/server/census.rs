@@ -20,7 +20,7 @@ use crate::server::counts;
 use crate::server::engine::{Engine, ReadError};
 use crate::server::ops_metrics;
 use crate::server::record::{system_now_ms, StoredValue};
-use crate::server::tables::{DATA, EXPIRY};
+use crate::server::tables::{expired_at, DATA, EXPIRY};
 
 /// How long a read waits for a scan in progress before taking the previous result.
 const FRESH_WAIT: Duration = Duration::from_millis(1000);
@@ -170,7 +170,7 @@ fn scan(db: &redb::Database, now_ms: u64, stuck_after_ms: u64) -> Result<Snapsho
     let mut keys = data.len()?;
     // Expired, not purged yet: absent for every client, so not counted either.
     let expiry = txn.open_table(EXPIRY)?;
-    for entry in expiry.range::<(u64, &str)>(..(now_ms.saturating_add(1), ""))? {
+    for entry in expiry.range(expired_at(now_ms))? {
         let (k, _) = entry?;
         let (expires, key) = k.value();
         if let Some(rec) = load(key)?.filter(|r| r.expires_ms == expires) {

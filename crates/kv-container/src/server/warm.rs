@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use redb::Database;
 
-use super::tables::{DATA, EXPIRY};
+use super::tables::{expired_at, DATA, EXPIRY};
 
 /// How often the bytes read from the disk are looked at again.
 const LOOK_EVERY_MS: u64 = 1000;
@@ -72,7 +72,7 @@ pub(crate) async fn warm_expired(db: Arc<Database>, now_ms: u64, limit: usize) {
     let read = move || -> Option<()> {
         let txn = db.begin_read().ok()?;
         let (expiry, data) = (txn.open_table(EXPIRY).ok()?, txn.open_table(DATA).ok()?);
-        for entry in expiry.range::<(u64, &str)>(..(now_ms.saturating_add(1), "")).ok()?.take(limit) {
+        for entry in expiry.range(expired_at(now_ms)).ok()?.take(limit) {
             let (k, _) = entry.ok()?;
             data.get(k.value().1).ok()?;
         }
