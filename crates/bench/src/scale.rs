@@ -43,7 +43,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
     let empty = {
         std::fs::create_dir_all(dir.join("scale-empty"))?;
         let mut server = start(cfg, &dir.join("scale-empty"), &dir.join("scale-empty.log"))?;
-        let claims = paced_claims(&[(server.addr, claims_from(0))], cfg.claim_secs).await?[0];
+        let [claims] = paced_claims([(server.addr, claims_from(0))], cfg.claim_secs).await?;
         ensure!(server.terminate(Duration::from_secs(30))?.success(), "the empty kv serve did not stop cleanly");
         claims
     };
@@ -83,7 +83,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
             now["now_ms"].as_u64().unwrap_or(0).saturating_sub(now["census"]["as_of_ms"].as_u64().unwrap_or(0));
         at.round += 1;
         let beside = [(server.addr, claims_from(at.round)), (empty_server.addr, claims_from(at.round))];
-        let [at_size, empty_beside] = paced_claims(&beside, cfg.claim_secs).await?[..] else { unreachable!() };
+        let [at_size, empty_beside] = paced_claims(beside, cfg.claim_secs).await?;
         at.live += (CLAIM_RATE * cfg.claim_secs) as u64;
         let rss_steady_mb = kib_to_mb(vm_kib(server.pid(), "VmRSS"));
         // What the check does not change, printed before the wait for it (which can be long).
@@ -105,9 +105,7 @@ pub(crate) async fn run(cfg: &ScaleConfig, dir: &Path, progress: impl Fn(&ScaleR
         let (image_backup_s, image_backup_bytes) = backup(server.addr, "/backup?format=image").await?;
         at.round += 1;
         let beside = [(server.addr, claims_from(at.round)), (empty_server.addr, claims_from(at.round))];
-        let [claims_after_check, empty_after_check] = paced_claims(&beside, cfg.claim_secs).await?[..] else {
-            unreachable!()
-        };
+        let [claims_after_check, empty_after_check] = paced_claims(beside, cfg.claim_secs).await?;
         ensure!(empty_server.terminate(Duration::from_secs(30))?.success(), "the empty kv serve did not stop cleanly");
         std::fs::remove_dir_all(&empty_dir)?;
         at.live += (CLAIM_RATE * cfg.claim_secs) as u64;

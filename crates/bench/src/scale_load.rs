@@ -235,14 +235,17 @@ const TURN: u64 = CLAIM_RATE as u64;
 /// Taking turns lets a store's latency be judged against another's measured in the same
 /// seconds (the empty store's beside the filled one's), which one after the other on a noisy
 /// machine it cannot be.
-pub(crate) async fn paced_claims(stores: &[(SocketAddr, u64)], secs: f64) -> anyhow::Result<Vec<Claims>> {
-    let n = stores.len().max(1) as u64;
+pub(crate) async fn paced_claims<const N: usize>(
+    stores: [(SocketAddr, u64); N],
+    secs: f64,
+) -> anyhow::Result<[Claims; N]> {
+    let n = N.max(1) as u64;
     let pace = Pace::new(secs * n as f64);
     let now_ms = wall_ms();
     let mut workers = JoinSet::new();
     for w in pace.connections() {
         let mut conns = Vec::new();
-        for &(addr, first) in stores {
+        for (addr, first) in stores {
             conns.push((Http::connect(addr).await?, first));
         }
         workers.spawn(async move {
@@ -261,13 +264,13 @@ pub(crate) async fn paced_claims(stores: &[(SocketAddr, u64)], secs: f64) -> any
             Ok::<_, anyhow::Error>(lat)
         });
     }
-    let mut each = vec![Vec::with_capacity(pace.count as usize / n as usize); n as usize];
+    let mut each: [Vec<u32>; N] = std::array::from_fn(|_| Vec::with_capacity(pace.count as usize / n as usize));
     while let Some(done) = workers.join_next().await {
         for (s, us) in done.context("a claim worker panicked")?? {
             each[s].push(us);
         }
     }
-    Ok(each.iter_mut().map(|lat| Claims::of(lat)).collect())
+    Ok(each.map(|mut lat| Claims::of(&mut lat)))
 }
 
 /// Unix time in ms: the records' times, and their leases, are the store's present.
