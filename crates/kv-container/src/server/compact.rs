@@ -5,8 +5,10 @@
 //! The original is read through the integrity check's view (`verify`): every page checksum is
 //! checked first, and nothing is written to it, not even redb's "open" marker. The copy is
 //! `kv.redb.compact` beside it, written in batches (its memory is the two page caches,
-//! whatever the store's size), fsync'd, checked against the records copied, and only then,
-//! if it holds fewer blocks on disk and is no longer, renamed over `kv.redb` (then the directory is fsync'd). A kill at any point before the
+//! whatever the store's size), fsync'd, checked as `kv check` checks a store (every page
+//! checksum, every record read back, as many as were copied), and only then, if it holds
+//! fewer blocks on disk and is no longer, renamed over `kv.redb` (then the directory is
+//! fsync'd). A copy that fails its check is deleted and the store left as it was. A kill at any point before the
 //! rename leaves the original byte for byte as it was and a `.compact` leftover, which the
 //! next run deletes; after it the store is the copy, complete.
 
@@ -22,7 +24,7 @@ use super::counts::{self, Counter};
 use super::open::{quietly, refuse_if_open_elsewhere, sync_dir, Damaged, DB_FILE};
 use super::record::{system_now_ms, StoredValue};
 use super::tables::{DATA, EXPIRY, META};
-use super::verify::{verify_pages, Failed, Reads, StopWhen, View};
+use super::verify::{self, verify_pages, Failed, Reads, StopWhen, View};
 
 /// The copy being written, beside the data file.
 pub(crate) const COMPACT_FILE: &str = "kv.redb.compact";
@@ -143,6 +145,23 @@ pub(crate) fn compact(dir: &Path, now_ms: u64) -> anyhow::Result<Compacted> {
             leftover_removed,
             replaced: false,
         });
+    }
+    // The copy is about to be the only one: its pages are checked as the original's were,
+    // and its records read back, before it replaces anything.
+    match verify::check(&copy) {
+        Ok(records) if records == copied.records => {}
+        failed => {
+            let _ = std::fs::remove_file(&copy);
+            let why = match failed {
+                Ok(records) => format!("it holds {records} records, not the {} copied", copied.records),
+                Err(why) => why,
+            };
+            anyhow::bail!(
+                "the copy {} failed its check ({why}); {} was left as it was",
+                copy.display(),
+                path.display()
+            );
+        }
     }
     std::fs::rename(&copy, &path).with_context(|| format!("renaming {} to {}", copy.display(), path.display()))?;
     sync_dir(dir)?;

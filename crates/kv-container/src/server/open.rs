@@ -86,9 +86,15 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, 
         Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         Ok(_) => {
             refuse_if_open_elsewhere(&path)?;
-            let clean_header = clean_header(&path);
+            let (clean_header, len) = (clean_header(&path), std::fs::metadata(&path)?.len());
             let db = open_existing(&path, cache_bytes).map_err(|why| damaged(&path, dir, why))?;
             let db = create_tables(db)?;
+            // redb's open takes a page, and grows a file that has none free (what `kv compact`
+            // can leave): the header found then describes a shorter file than the one there
+            // is, which redb cannot open as it was (its open panicked, read as damage, and
+            // every write was refused). The first check then reads the file as it now is,
+            // like every later one.
+            let clean_header = clean_header.filter(|_| std::fs::metadata(&path).is_ok_and(|m| m.len() == len));
             let records = db.begin_read()?.open_table(DATA)?.len()?;
             Ok((db, Checked { records, created: false, clean_header }))
         }
