@@ -103,6 +103,9 @@ fn compose_snippet_runs_the_container_with_a_healthcheck_that_works() {
         svc["healthcheck"]["test"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert_eq!(&test[..3], ["CMD", "bash", "-c"]);
     assert!(test[3].contains("GET /healthz"));
+    // A start after a crash repairs the file first (up to 159 s at 10 M records, operations.md).
+    let start_period = svc["healthcheck"]["start_period"].as_str().and_then(|p| p.strip_suffix('s'));
+    assert!(start_period.and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s >= 160), "{start_period:?}");
     let dir = tempfile::tempdir().unwrap();
     let kv = KvServer::start(dir.path(), &["--token", "t"]);
     let script = test[3].replace("/8123", &format!("/{}", kv.addr().port()));
