@@ -19,7 +19,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::check_process::{self, lower_priority, CheckProgram};
 use super::health::Health;
-use super::open::{Damaged, DbSlot};
+use super::open::{CleanStart, Damaged, DbSlot};
 use super::pin::{pin, First, Pinned};
 use super::record::system_now_ms;
 use super::traffic::Traffic;
@@ -94,7 +94,7 @@ pub(crate) enum CheckRunner {
 pub(crate) struct Integrity {
     runner: CheckRunner,
     /// The first page of the data file at start, until the first check takes it.
-    header_at_start: Mutex<Option<Vec<u8>>>,
+    header_at_start: Mutex<Option<CleanStart>>,
     verdict: Mutex<Option<Verdict>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -113,16 +113,17 @@ pub(crate) struct CheckJob {
 /// The snapshot a check reads, taken when it is asked for, on the caller's thread and
 /// between two commits (so the first check's is taken before the first write): the commit
 /// held to the end (see `pin`), and the reopen count then. The first check of a file closed
-/// cleanly uses the header the file had before it was opened: it then also compares the
-/// free-page state stored at the clean close with the pages in use, as the check of a
-/// stopped file does.
+/// cleanly uses the header the file had before it was opened, while the file is still the
+/// one found (`CleanStart::describes`: on a loaded machine requests can commit first): it
+/// then also compares the free-page state stored at the clean close with the pages in use,
+/// as the check of a stopped file does.
 struct Snapshot {
     pinned: Pinned,
     generation: u64,
 }
 
 impl Integrity {
-    pub(crate) fn new(header_at_start: Option<Vec<u8>>, runner: CheckRunner) -> Integrity {
+    pub(crate) fn new(header_at_start: Option<CleanStart>, runner: CheckRunner) -> Integrity {
         Integrity { runner, header_at_start: Mutex::new(header_at_start), ..Integrity::default() }
     }
 
@@ -148,8 +149,9 @@ impl Integrity {
         let taken = job.slot.get().ok_or_else(|| "the store is being reopened".to_owned()).and_then(|db| {
             let _between = job.slot.commit_gate();
             let mut pinned = pin(db, job.slot.path(), First::AsIs)?;
-            if let Some(page) = self.header_at_start.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                pinned.header = page;
+            let at_start = self.header_at_start.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(start) = at_start.filter(|s| s.describes(&pinned.header, pinned.len)) {
+                pinned.header = start.header;
             }
             Ok(Snapshot { pinned, generation })
         });

@@ -48,7 +48,30 @@ pub(crate) struct Checked {
     pub(crate) created: bool,
     /// The file's first page as found, when it was closed cleanly: the first background check
     /// sees the file as it was at start through it (see `integrity`).
-    pub(crate) clean_header: Option<Vec<u8>>,
+    pub(crate) clean_header: Option<CleanStart>,
+}
+
+/// A file closed cleanly, as found before it was opened.
+#[derive(Debug, Clone)]
+pub(crate) struct CleanStart {
+    /// Its first page then.
+    pub(crate) header: Vec<u8>,
+    /// Its length then.
+    pub(crate) len: u64,
+    /// Its first page once opened: while the file still has it, no commit has been made since.
+    pub(crate) opened: Vec<u8>,
+}
+
+impl CleanStart {
+    /// Whether the file held by `pinned` is still the one found at start: no commit since
+    /// the open (its first page as the open left it), and its length as found. redb's open
+    /// takes a page, and grows a file that has none free (what `kv compact` can leave), and
+    /// commits grow it or reuse pages of the commit found; a header describing a file other
+    /// than the one there is opens as no file redb knows (its open panicked, which read as
+    /// damage, and every write was refused).
+    pub(crate) fn describes(&self, header: &[u8], len: u64) -> bool {
+        header == self.opened.as_slice() && len == self.len
+    }
 }
 
 /// redb's file header lives in the first page; its flags byte follows the signature, and
@@ -89,12 +112,10 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, 
             let (clean_header, len) = (clean_header(&path), std::fs::metadata(&path)?.len());
             let db = open_existing(&path, cache_bytes).map_err(|why| damaged(&path, dir, why))?;
             let db = create_tables(db)?;
-            // redb's open takes a page, and grows a file that has none free (what `kv compact`
-            // can leave): the header found then describes a shorter file than the one there
-            // is, which redb cannot open as it was (its open panicked, read as damage, and
-            // every write was refused). The first check then reads the file as it now is,
-            // like every later one.
-            let clean_header = clean_header.filter(|_| std::fs::metadata(&path).is_ok_and(|m| m.len() == len));
+            let clean_header = match (clean_header, header_page(&path)) {
+                (Some(header), Ok(opened)) => Some(CleanStart { header, len, opened }),
+                _ => None,
+            };
             let records = db.begin_read()?.open_table(DATA)?.len()?;
             Ok((db, Checked { records, created: false, clean_header }))
         }
