@@ -125,7 +125,7 @@ impl Engine {
             hook,
         };
         let thread = std::thread::Builder::new().name("kv-writer".into()).spawn(move || writer.run())?;
-        let integrity = Arc::new(Integrity::new(checked.clean_header, check));
+        let integrity = Arc::new(Integrity::new(checked.clean_start, check));
         let warmer = Arc::new(Warmer::default());
         let (handle, integrity) = (WriterHandle(thread, integrity.clone()), integrity);
         let engine = Engine { slot, health, queue, clock, stats, metrics, busy_since, integrity, warmer };

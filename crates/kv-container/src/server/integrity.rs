@@ -93,8 +93,8 @@ pub(crate) enum CheckRunner {
 #[derive(Default)]
 pub(crate) struct Integrity {
     runner: CheckRunner,
-    /// The first page of the data file at start, until the first check takes it.
-    header_at_start: Mutex<Option<CleanStart>>,
+    /// The data file as found at start, when closed cleanly, until the first check takes it.
+    clean_start: Mutex<Option<CleanStart>>,
     verdict: Mutex<Option<Verdict>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -123,8 +123,8 @@ struct Snapshot {
 }
 
 impl Integrity {
-    pub(crate) fn new(header_at_start: Option<CleanStart>, runner: CheckRunner) -> Integrity {
-        Integrity { runner, header_at_start: Mutex::new(header_at_start), ..Integrity::default() }
+    pub(crate) fn new(clean_start: Option<CleanStart>, runner: CheckRunner) -> Integrity {
+        Integrity { runner, clean_start: Mutex::new(clean_start), ..Integrity::default() }
     }
 
     pub(crate) fn verdict(&self) -> Verdict {
@@ -149,7 +149,7 @@ impl Integrity {
         let taken = job.slot.get().ok_or_else(|| "the store is being reopened".to_owned()).and_then(|db| {
             let _between = job.slot.commit_gate();
             let mut pinned = pin(db, job.slot.path(), First::AsIs)?;
-            let at_start = self.header_at_start.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let at_start = self.clean_start.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(start) = at_start.filter(|s| s.describes(&pinned.header, pinned.len)) {
                 pinned.header = start.header;
             }

@@ -46,9 +46,9 @@ pub(crate) struct Damaged {
 pub(crate) struct Checked {
     pub(crate) records: u64,
     pub(crate) created: bool,
-    /// The file's first page as found, when it was closed cleanly: the first background check
-    /// sees the file as it was at start through it (see `integrity`).
-    pub(crate) clean_header: Option<CleanStart>,
+    /// The file as found, when it was closed cleanly: the first background check sees it
+    /// through its first page then, while it is still that file (see `integrity`).
+    pub(crate) clean_start: Option<CleanStart>,
 }
 
 /// A file closed cleanly, as found before it was opened.
@@ -63,8 +63,9 @@ pub(crate) struct CleanStart {
 }
 
 impl CleanStart {
-    /// Whether the file held by `pinned` is still the one found at start: no commit since
-    /// the open (its first page as the open left it), and its length as found. redb's open
+    /// Whether a file whose first page and length are now `header` and `len` is still the one
+    /// found at start: no commit since the open (its first page as the open left it), and
+    /// its length as found. redb's open
     /// takes a page, and grows a file that has none free (what `kv compact` can leave), and
     /// commits grow it or reuse pages of the commit found; a header describing a file other
     /// than the one there is opens as no file redb knows (its open panicked, which read as
@@ -104,7 +105,7 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, 
             sync_dir(dir)?;
             let db = create_tables(db)?;
             tracing::info!("kv: created a new, empty store at {}", path.display());
-            Ok((db, Checked { records: 0, created: true, clean_header: None }))
+            Ok((db, Checked { records: 0, created: true, clean_start: None }))
         }
         Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         Ok(_) => {
@@ -112,12 +113,12 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, 
             let (clean_header, len) = (clean_header(&path), std::fs::metadata(&path)?.len());
             let db = open_existing(&path, cache_bytes).map_err(|why| damaged(&path, dir, why))?;
             let db = create_tables(db)?;
-            let clean_header = match (clean_header, header_page(&path)) {
+            let clean_start = match (clean_header, header_page(&path)) {
                 (Some(header), Ok(opened)) => Some(CleanStart { header, len, opened }),
                 _ => None,
             };
             let records = db.begin_read()?.open_table(DATA)?.len()?;
-            Ok((db, Checked { records, created: false, clean_header }))
+            Ok((db, Checked { records, created: false, clean_start }))
         }
     }
 }
