@@ -217,7 +217,7 @@ async fn plugin_sigkill_mid_flight_against_redis() {
     sigkill_mid_flight(upstream, true, |id| {
         let client = client.clone();
         async move {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let mut conn = crate::support::redis::multiplexed(&client).await;
             let v: Option<Vec<u8>> =
                 redis::cmd("GET").arg(storage_key(None, &id)).query_async(&mut conn).await.unwrap();
             v

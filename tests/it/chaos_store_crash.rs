@@ -176,7 +176,7 @@ async fn redis_restart_under_load_loses_no_accepted_event() {
     let read = |id: String| {
         let client = client.clone();
         async move {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let mut conn = crate::support::redis::multiplexed(&client).await;
             let v: Option<Vec<u8>> =
                 redis::cmd("GET").arg(storage_key(None, &id)).query_async(&mut conn).await.unwrap();
             v

@@ -131,7 +131,14 @@ pub(crate) async fn run(
     let Some(cluster) = start(&cfg.redis, tmp.path())? else { return Ok(()) };
     let seeds = cluster.seeds();
     let urls: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("redis://127.0.0.1:{p}")).collect();
-    let client = redis::cluster::ClusterClient::builder(urls).build().context("a cluster client")?;
+    // Answers wait as long as a loaded machine needs: the client's own default gives up
+    // after a second, which failed a run rather than measured it.
+    let wait = Duration::from_secs(60);
+    let client = redis::cluster::ClusterClient::builder(urls)
+        .connection_timeout(wait)
+        .response_timeout(wait)
+        .build()
+        .context("a cluster client")?;
     let url = format!("redis+cluster://{seeds}");
     let mut run_id = 0u32;
     for &c in &cfg.concurrency {

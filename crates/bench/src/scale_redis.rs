@@ -23,6 +23,8 @@ const CONFIG: [&str; 6] = ["--appendonly", "yes", "--appendfsync", "always", "--
 const FILL_PIPELINE: u64 = 64;
 /// How long a restart may read its data back.
 const LOAD_WAIT: Duration = Duration::from_secs(1800);
+/// How long a connection waits for Redis to connect or to answer (see `connect`).
+const ANSWER_WAIT: Duration = Duration::from_secs(60);
 
 /// Fills one Redis through every size in `sizes` (ascending), measuring at each.
 pub(crate) async fn run(bin: &str, sizes: &[u64], claim_secs: f64, dir: &Path) -> anyhow::Result<RedisScale> {
@@ -64,9 +66,16 @@ pub(crate) async fn run(bin: &str, sizes: &[u64], claim_secs: f64, dir: &Path) -
     Ok(RedisScale { empty_claims, rows })
 }
 
+/// A connection that waits for its answers as long as the fill may take: the client's own
+/// default (500 ms) failed the whole bench ("timed out") on a loaded machine, where
+/// `appendfsync always` waits on a busy disk. A Redis that stops answering still ends the run
+/// (the bench's budget).
 async fn connect(server: &Proc) -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(format!("redis://{}/0", server.addr))?;
-    Ok(client.get_multiplexed_async_connection().await?)
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(ANSWER_WAIT))
+        .set_response_timeout(Some(ANSWER_WAIT));
+    Ok(client.get_multiplexed_async_connection_with_config(&config).await?)
 }
 
 /// The plugin's claim: `TIME` and `SET key record NX GET PX ttl` in one round trip; a new

@@ -170,3 +170,11 @@ impl Drop for RedisServer {
         self.kill9();
     }
 }
+
+/// An async connection that waits for answers as long as a loaded machine may need: the
+/// client's own default gives up after 500 ms, which is a test's failure, not the store's.
+pub(crate) async fn multiplexed(client: &redis::Client) -> redis::aio::MultiplexedConnection {
+    let wait = Some(Duration::from_secs(30));
+    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(wait).set_response_timeout(wait);
+    client.get_multiplexed_async_connection_with_config(&config).await.unwrap()
+}

@@ -10,8 +10,9 @@
 //! storage engine's reading stays out of the server.
 //!
 //! The server holds the commit (see `pin`) and takes the ladder's rungs while the process
-//! reads; the process gets the file's path and, on stdin, that commit's header (its length,
-//! 4 bytes little-endian, then the bytes), then one byte each time the store turns quiet or
+//! reads; the process gets the file's path and, on stdin, [`PROTOCOL`], the file's length as
+//! of that commit (8 bytes little-endian) and its header (its length, 4 bytes little-endian,
+//! then the bytes), then one byte each time the store turns quiet or
 //! busy (see `traffic`: the disk reads are paced only while it serves), and answers one JSON
 //! line on stdout. Stopping the check (shutdown, a reopen) kills the process.
 
@@ -28,7 +29,7 @@ use super::disk_pace::DiskPace;
 use super::ladder::Ladder;
 use super::open::quietly;
 use super::traffic::{QuietWatch, Traffic};
-use super::verify::{self, Failed, StopWhen, STOPPED};
+use super::verify::{self, Commit, Failed, StopWhen, STOPPED};
 
 /// How often the server looks whether the check ended, is to stop, needs a rung, or is to
 /// change its pace.
@@ -41,6 +42,12 @@ const BUSY: u8 = b'b';
 
 /// The most header bytes the process takes (redb's header is one page).
 const MAX_HEADER: u32 = 1 << 20;
+
+/// What the server sends first. A binary replaced under a running server (an upgrade in
+/// place) is started as its check process: one that speaks another version of this stdin
+/// refuses it, and the check is reported incomplete, not read as damage. Version 1 sent the
+/// header's length first, and its 4 bytes here read as a header too long for version 1.
+const PROTOCOL: [u8; 4] = *b"KVC2";
 
 /// `kv serve --check-disk-reads`'s default. At 10 M records on the development machine's
 /// disk, new claims right after a restart had p99 3.1–9.4 ms with the check paced at 1,000
@@ -97,13 +104,13 @@ pub struct CheckPinnedArgs {
     disk_reads: u32,
 }
 
-/// Server side: checks the commit whose first page is `header`, in a process of `program`,
+/// Server side: checks `commit` in a process of `program`,
 /// taking `ladder`'s rungs and telling it whether `traffic` is quiet meanwhile; `ended` stops
 /// it.
 pub(crate) fn check(
     program: &CheckProgram,
     file: &Path,
-    header: &[u8],
+    commit: Commit<'_>,
     ladder: &Ladder,
     traffic: &Traffic,
     ended: &StopWhen,
@@ -115,7 +122,7 @@ pub(crate) fn check(
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     let mut child = command.spawn().map_err(|e| Failed::Incomplete(format!("cannot start the check process: {e}")))?;
     tracing::info!("kv: integrity check reading in process {} (kv check-pinned)", child.id());
-    let answer = watch(&mut child, header, ladder, traffic, ended);
+    let answer = watch(&mut child, commit, ladder, traffic, ended);
     if answer.is_err() {
         let _ = child.kill();
     }
@@ -141,16 +148,21 @@ fn children_peak_rss_kib() -> u64 {
 
 fn watch(
     child: &mut Child,
-    header: &[u8],
+    commit: Commit<'_>,
     ladder: &Ladder,
     traffic: &Traffic,
     ended: &StopWhen,
 ) -> Result<u64, Failed> {
     let io = |e: std::io::Error| Failed::Incomplete(format!("the check process: {e}"));
     let mut stdin = child.stdin.take().ok_or_else(|| Failed::Incomplete("no stdin".into()))?;
+    let Commit { header, len: file_len } = commit;
     let len = u32::try_from(header.len()).ok().filter(|&n| n <= MAX_HEADER);
     let len = len.ok_or_else(|| Failed::Incomplete(format!("a header of {} bytes", header.len())))?;
-    stdin.write_all(&len.to_le_bytes()).and_then(|()| stdin.write_all(header)).map_err(io)?;
+    let mut sent = PROTOCOL.to_vec();
+    sent.extend_from_slice(&file_len.to_le_bytes());
+    sent.extend_from_slice(&len.to_le_bytes());
+    sent.extend_from_slice(header);
+    stdin.write_all(&sent).map_err(io)?;
     let (mut quiet_watch, mut told_quiet) = (QuietWatch::new(traffic.seen(), Instant::now()), false);
     let status = loop {
         if ended() {
@@ -178,14 +190,14 @@ fn watch(
     }
 }
 
-/// Process side: reads the header from stdin, checks every page and record of that commit,
-/// answers on stdout.
+/// Process side: reads the commit's file length and header from stdin, checks every page and
+/// record of that commit, answers on stdout.
 pub(crate) fn check_pinned(args: &CheckPinnedArgs) -> anyhow::Result<ExitCode> {
     follow_parent(args.parent);
     lower_priority();
     tracing::info!("kv: integrity check process {} reading {}", std::process::id(), args.file.display());
     let mut stdin = std::io::stdin();
-    let header = read_header(&mut stdin).context("reading the header from stdin")?;
+    let (len, header) = read_commit(&mut stdin).context("reading the commit's length and header from stdin")?;
     let pace = DiskPace::per_second(args.disk_reads).map(Arc::new);
     let told = pace.clone();
     // Reads the server's quiet/busy bytes for as long as it sends them, paced or not: a pipe
@@ -196,7 +208,7 @@ pub(crate) fn check_pinned(args: &CheckPinnedArgs) -> anyhow::Result<ExitCode> {
         let checked = verify::verify_pages(
             &args.file,
             never.clone(),
-            verify::View::Running(&header),
+            verify::View::Running(Commit { header: &header, len }),
             verify::Reads::Asked(pace),
         )?;
         verify::read_records(checked.db(), &never)
@@ -210,8 +222,18 @@ pub(crate) fn check_pinned(args: &CheckPinnedArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The header the server sends first: its length (4 bytes, little-endian), then the bytes.
-fn read_header(from: &mut impl Read) -> std::io::Result<Vec<u8>> {
+/// What the server sends first: [`PROTOCOL`], the file's length (8 bytes, little-endian),
+/// then the header's length (4 bytes, little-endian) and its bytes.
+fn read_commit(from: &mut impl Read) -> std::io::Result<(u64, Vec<u8>)> {
+    let mut protocol = [0u8; 4];
+    from.read_exact(&mut protocol)?;
+    if protocol != PROTOCOL {
+        return Err(std::io::Error::other(
+            "the server speaks another version of this check's stdin (the binary was replaced under it?)",
+        ));
+    }
+    let mut file_len = [0u8; 8];
+    from.read_exact(&mut file_len)?;
     let mut len = [0u8; 4];
     from.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len);
@@ -220,7 +242,7 @@ fn read_header(from: &mut impl Read) -> std::io::Result<Vec<u8>> {
     }
     let mut header = vec![0u8; len as usize];
     from.read_exact(&mut header)?;
-    Ok(header)
+    Ok((u64::from_le_bytes(file_len), header))
 }
 
 /// Sets `pace` quiet or busy as the server says, until its end of the pipe closes.
@@ -282,11 +304,13 @@ mod tests {
     #[test]
     fn the_header_then_the_pace_as_the_server_sends_them() {
         let header = vec![0xA5u8; 4096];
-        let mut sent = (header.len() as u32).to_le_bytes().to_vec();
+        let mut sent = PROTOCOL.to_vec();
+        sent.extend_from_slice(&0x0123_4567_89ab_cdefu64.to_le_bytes());
+        sent.extend_from_slice(&(header.len() as u32).to_le_bytes());
         sent.extend_from_slice(&header);
         sent.extend_from_slice(&[QUIET, BUSY, QUIET]);
         let mut from = std::io::Cursor::new(sent);
-        assert_eq!(read_header(&mut from).unwrap(), header);
+        assert_eq!(read_commit(&mut from).unwrap(), (0x0123_4567_89ab_cdef, header));
         let pace = DiskPace::per_second(1).unwrap();
         follow_pace(&mut from, Some(&pace));
         // The last word counts.
@@ -297,30 +321,54 @@ mod tests {
     }
 
     #[test]
-    fn the_server_sends_the_header_then_quiet_once_no_request_came_for_a_second() {
+    fn the_server_sends_the_length_and_header_then_quiet_once_no_request_came_for_a_second() {
         let tmp = tempfile::tempdir().unwrap();
         let db = Arc::new(redb::Database::create(tmp.path().join("db")).unwrap());
         let got = tmp.path().join("stdin");
-        // A stand-in for `kv check-pinned`: keeps the header and the first pace byte, answers.
-        let script =
-            format!("head -c {} > '{}'; echo '{{\"verdict\":\"passed\",\"records\":3}}'", 4 + 512 + 1, got.display());
+        // A stand-in for `kv check-pinned`: keeps the commit and the first pace byte, answers.
+        let script = format!(
+            "head -c {} > '{}'; echo '{{\"verdict\":\"passed\",\"records\":3}}'",
+            4 + 8 + 4 + 512 + 1,
+            got.display()
+        );
         let mut child =
             Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
         let (header, never): (Vec<u8>, StopWhen) = (vec![0x5Au8; 512], Arc::new(|| false));
         let traffic = Traffic::default();
-        let records = watch(&mut child, &header, &Ladder::new(db), &traffic, &never).unwrap();
+        let commit = Commit { header: &header, len: 7 << 30 };
+        let records = watch(&mut child, commit, &Ladder::new(db), &traffic, &never).unwrap();
         assert_eq!(records, 3);
         let sent = std::fs::read(&got).unwrap();
-        assert_eq!(sent[..4], 512u32.to_le_bytes());
-        assert_eq!(sent[4..516], header[..]);
-        assert_eq!(sent[516..], [QUIET], "no request came: quiet, and nothing before it");
+        assert_eq!(sent[..4], PROTOCOL);
+        assert_eq!(sent[4..12], (7u64 << 30).to_le_bytes());
+        assert_eq!(sent[12..16], 512u32.to_le_bytes());
+        assert_eq!(sent[16..528], header[..]);
+        assert_eq!(sent[528..], [QUIET], "no request came: quiet, and nothing before it");
     }
 
     #[test]
     fn a_header_longer_than_a_page_could_be_is_refused_before_it_is_allocated() {
-        let mut from = std::io::Cursor::new((MAX_HEADER + 1).to_le_bytes().to_vec());
-        assert!(read_header(&mut from).is_err());
-        let mut short = std::io::Cursor::new(vec![8, 0, 0, 0, 1, 2]);
-        assert!(read_header(&mut short).is_err(), "a header cut short");
+        let sent = |rest: &[u8]| {
+            let mut sent = PROTOCOL.to_vec();
+            sent.extend_from_slice(&4096u64.to_le_bytes());
+            sent.extend_from_slice(rest);
+            std::io::Cursor::new(sent)
+        };
+        assert!(read_commit(&mut sent(&(MAX_HEADER + 1).to_le_bytes())).is_err());
+        assert!(read_commit(&mut sent(&[8, 0, 0, 0, 1, 2])).is_err(), "a header cut short");
+        assert_eq!(read_commit(&mut sent(&[2, 0, 0, 0, 1, 2])).unwrap(), (4096, vec![1, 2]));
+    }
+
+    /// Version 1 of this stdin (the header's length, then the header) is refused by this
+    /// version, and this version's by version 1 (its tag reads as a header longer than
+    /// `MAX_HEADER`): a server and a check process of two builds never take each other's
+    /// bytes for a commit.
+    #[test]
+    fn another_version_of_the_stdin_is_refused_both_ways() {
+        let mut v1 = 4096u32.to_le_bytes().to_vec();
+        v1.extend_from_slice(&[0x5A; 4096]);
+        let why = read_commit(&mut std::io::Cursor::new(v1)).unwrap_err();
+        assert!(why.to_string().contains("another version"), "{why}");
+        assert!(u32::from_le_bytes(PROTOCOL) > MAX_HEADER, "version 1 reads the tag as a header's length");
     }
 }

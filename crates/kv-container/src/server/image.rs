@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use super::open::{header_page, quietly};
 use super::pin::Pinned;
 use super::tables::{DATA, META, REV_KEY};
-use super::verify::{read_records, verify_pages, Failed, Reads, StopWhen, View};
+use super::verify::{read_records, verify_pages, Commit, Failed, Reads, StopWhen, View};
 
 pub(crate) const FORMAT: &str = "stateful-tool-kv-image";
 const VERSION: u32 = 1;
@@ -278,9 +278,11 @@ pub(crate) fn restore(file: &Path, tmp: &Path) -> anyhow::Result<Summary> {
     };
     // Its newest commit was complete when it was copied: redb going back to the one before
     // would be damage, as in the check of a running store.
-    let checked = quietly(|| verify_pages(tmp, never.clone(), View::Running(&page), Reads::Ahead))
-        .map_err(anyhow::Error::msg)?
-        .map_err(why)?;
+    let checked = quietly(|| {
+        verify_pages(tmp, never.clone(), View::Running(Commit { header: &page, len: header.length }), Reads::Ahead)
+    })
+    .map_err(anyhow::Error::msg)?
+    .map_err(why)?;
     let records = quietly(|| read_records(checked.db(), &never)).map_err(anyhow::Error::msg)?.map_err(why)?;
     drop(checked);
     ensure!(records == header.records, "the image holds {records} records, its header says {}", header.records);

@@ -116,7 +116,8 @@ pub(crate) struct CheckJob {
 /// cleanly uses the header the file had before it was opened, while the file is still the
 /// one found (`CleanStart::describes`: on a loaded machine requests can commit first): it
 /// then also compares the free-page state stored at the clean close with the pages in use,
-/// as the check of a stopped file does.
+/// as the check of a stopped file does. Every check sees the file at the length it had then
+/// (`verify::Commit`): commits made before its process opens the file grow it or trim it.
 struct Snapshot {
     pinned: Pinned,
     generation: u64,
@@ -235,7 +236,7 @@ impl Integrity {
         let records = match &self.runner {
             CheckRunner::Process(program) => {
                 let pinned = &snap.pinned;
-                check_process::check(program, slot.path(), &pinned.header, &pinned.ladder, traffic, &ended)
+                check_process::check(program, slot.path(), pinned.commit(), &pinned.ladder, traffic, &ended)
             }
             CheckRunner::Thread => in_thread(slot.path(), &snap.pinned, &ended),
         };
@@ -256,6 +257,6 @@ fn in_thread(path: &Path, pinned: &Pinned, ended: &verify::StopWhen) -> Result<u
     // the pages requests use. Its pages stay this commit's while `pinned` lives. No pace:
     // this runner is an in-process container's (`kv serve` checks in a process, paced).
     let reads = verify::Reads::Asked(None);
-    let checked = verify::verify_pages(path, stop_when.clone(), verify::View::Running(&pinned.header), reads)?;
+    let checked = verify::verify_pages(path, stop_when.clone(), verify::View::Running(pinned.commit()), reads)?;
     verify::read_records(checked.db(), &stop_when)
 }

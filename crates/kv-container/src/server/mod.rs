@@ -41,6 +41,8 @@ mod image;
 mod image_tests;
 mod inspect;
 mod integrity;
+#[cfg(test)]
+mod integrity_tests;
 mod ladder;
 mod limits;
 mod listing;

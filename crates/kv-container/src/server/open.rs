@@ -112,11 +112,14 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> anyhow::Result<(Database, 
             refuse_if_open_elsewhere(&path)?;
             let (clean_header, len) = (clean_header(&path), std::fs::metadata(&path)?.len());
             let db = open_existing(&path, cache_bytes).map_err(|why| damaged(&path, dir, why))?;
-            let db = create_tables(db)?;
+            // Read before `create_tables`, which commits when it builds the counts (a store
+            // from before them): that commit may reuse pages the clean header names, and
+            // its first page then differs from this, so the first check reads the file anew.
             let clean_start = match (clean_header, header_page(&path)) {
                 (Some(header), Ok(opened)) => Some(CleanStart { header, len, opened }),
                 _ => None,
             };
+            let db = create_tables(db)?;
             let records = db.begin_read()?.open_table(DATA)?.len()?;
             Ok((db, Checked { records, created: false, clean_start }))
         }

@@ -16,6 +16,7 @@ use redb::{Database, Durability, ReadTransaction, Savepoint};
 
 use super::ladder::Ladder;
 use super::open::{header_page, DbSlot};
+use super::verify::Commit;
 
 /// A held commit: its pages stay in the file until this is dropped (or [`Pinned::let_go`]).
 /// Fields drop in order: the transaction and the savepoint before the database.
@@ -33,6 +34,11 @@ pub(crate) struct Pinned {
 }
 
 impl Pinned {
+    /// The held commit as the check sees the file.
+    pub(crate) fn commit(&self) -> Commit<'_> {
+        Commit { header: &self.header, len: self.len }
+    }
+
     /// Lets go of the held commit; the rungs taken meanwhile are the caller's to let go of.
     pub(crate) fn let_go(self) -> Ladder {
         let Pinned { txn, _savepoint, ladder, .. } = self;

@@ -50,10 +50,18 @@ pub(crate) enum View<'a> {
     /// A stopped file; after a power loss redb going back to the commit before is its
     /// ordinary recovery of a commit cut short, not damage.
     Stopped,
-    /// Open in a running store, seen through `header` (the file's first page, read between
-    /// two commits while the caller began the read transaction it holds to the end): its
-    /// newest commit is complete, so redb going back to the one before means damage.
-    Running(&'a [u8]),
+    /// Open in a running store, seen as of a commit it holds: that commit is complete, so
+    /// redb going back to the one before means damage.
+    Running(Commit<'a>),
+}
+
+/// A commit of a running store as the check sees the file: its first page and its length,
+/// both read between two commits while the caller began the read transaction it holds to
+/// the end (see `pin`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Commit<'a> {
+    pub(crate) header: &'a [u8],
+    pub(crate) len: u64,
 }
 
 /// How [`verify_pages`] reads the file.
@@ -109,6 +117,10 @@ pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>, reads: R
     let overlay = Overlay {
         file,
         pace,
+        until: match view {
+            View::Stopped => None,
+            View::Running(commit) => Some(commit.len),
+        },
         writes: Mutex::default(),
         len: Mutex::default(),
         grown: grown.clone(),
@@ -116,8 +128,8 @@ pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>, reads: R
         closed: closed.clone(),
     };
     let live = !matches!(view, View::Stopped);
-    if let View::Running(page) = view {
-        overlay.writes.lock().unwrap_or_else(|p| p.into_inner()).push((0, page.to_vec()));
+    if let View::Running(commit) = view {
+        overlay.writes.lock().unwrap_or_else(|p| p.into_inner()).push((0, commit.header.to_vec()));
     }
     // redb reports 0.3 only when the newest commit's pages fail their checksums and it falls
     // back to the commit before: for the check that is damage, whatever it recovers.
@@ -130,7 +142,7 @@ pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>, reads: R
         }
     });
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut db = builder.create_with_backend(overlay).map_err(|e| Box::new(e.into()))?;
+        let mut db = builder.create_with_backend(overlay).map_err(boxed)?;
         if grown.load(Ordering::SeqCst) {
             agree_layout(&db)?;
         }
@@ -140,7 +152,7 @@ pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>, reads: R
                 // redb's close commits its free-page state, and after a failed check that
                 // commit panics: the check's own error is the one to report.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
-                return Err(Box::new(e.into()));
+                return Err(boxed(e));
             }
         };
         Ok::<_, Box<redb::Error>>((Checked { db: Some(db), closed: live.then_some(closed) }, clean))
@@ -175,12 +187,17 @@ pub(crate) fn verify_pages(path: &Path, stop: StopWhen, view: View<'_>, reads: R
 /// same length, so a `false` means what it says. The commit changes no table: a page that
 /// does not match its checksum is still found, as are newest commits that do not.
 fn agree_layout(db: &Database) -> Result<(), Box<redb::Error>> {
-    let mut txn = db.begin_write().map_err(|e| Box::new(e.into()))?;
+    let mut txn = db.begin_write().map_err(boxed)?;
     txn.set_durability(redb::Durability::Immediate);
     // As a stopped store's last commit is (redb's close writes its free-page state so): a
     // damaged page is then reported as such, not as a failed rollback to the commit before.
     txn.set_two_phase_commit(true);
-    txn.commit().map_err(|e| Box::new(e.into()))
+    txn.commit().map_err(boxed)
+}
+
+/// Any of redb's errors as the one the check reports (boxed: `redb::Error` is large).
+fn boxed(e: impl Into<redb::Error>) -> Box<redb::Error> {
+    Box::new(e.into())
 }
 
 /// Tells the kernel this descriptor's reads are not sequential: no readahead for them.
@@ -239,6 +256,14 @@ struct Overlay {
     file: File,
     /// Beside a serving store: reads from the disk at a pace.
     pace: Option<Arc<DiskPace>>,
+    /// A running store's file length as of the commit read, which is the length the check
+    /// sees: the writer's commits since grow the file or trim free pages off its end, and
+    /// redb's open of a file whose length does not match the header it is given panicked
+    /// (longer, through the clean start's header, which has no recovery flag; shorter,
+    /// through any), which read as damage: on a loaded machine, requests commit before the
+    /// check's process opens the file. What the writer appended is not read; a page trimmed
+    /// off was free in that commit, and reads as zeros, as a page past the end does.
+    until: Option<u64>,
     /// (offset, bytes) in the order written; a rewrite of the same range replaces it.
     writes: Mutex<Vec<(u64, Vec<u8>)>>,
     /// The length redb set, once it sets one; until then the file's own.
@@ -256,11 +281,19 @@ impl std::fmt::Debug for Overlay {
     }
 }
 
+impl Overlay {
+    /// How much of the file is read: up to the commit's length where that is given.
+    fn file_len(&self) -> io::Result<u64> {
+        let now = self.file.metadata()?.len();
+        Ok(self.until.map_or(now, |until| until.min(now)))
+    }
+}
+
 impl StorageBackend for Overlay {
     fn len(&self) -> io::Result<u64> {
-        match *self.len.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(len) => Ok(len),
-            None => Ok(self.file.metadata()?.len()),
+        match (*self.len.lock().unwrap_or_else(|p| p.into_inner()), self.until) {
+            (Some(len), _) | (None, Some(len)) => Ok(len),
+            (None, None) => self.file_len(),
         }
     }
 
@@ -270,7 +303,7 @@ impl StorageBackend for Overlay {
         }
         let mut buf = vec![0u8; len];
         // Past the file's end (a length redb set) reads as zeros, as the trait asks.
-        let in_file = self.file.metadata()?.len().saturating_sub(offset).min(len as u64) as usize;
+        let in_file = self.file_len()?.saturating_sub(offset).min(len as u64) as usize;
         match &self.pace {
             Some(pace) => pace.read_exact_at(&self.file, &mut buf[..in_file], offset)?,
             None => self.file.read_exact_at(&mut buf[..in_file], offset)?,
