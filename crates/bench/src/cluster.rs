@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 
 use super::config::Config;
 use super::measure::{micros_since, Measure, Meter, Tally};
-use super::procs::{cpu_ticks, TempDir};
+use super::procs::{cpu_ticks, TempDir, REDIS_ANSWER_WAIT};
 use super::results::{Results, Row};
 use super::started::{plugin_rows, with_store_cpu, StartedStore};
 use super::workload::{event_ids, keys, record_value, TTL_MS};
@@ -131,12 +131,9 @@ pub(crate) async fn run(
     let Some(cluster) = start(&cfg.redis, tmp.path())? else { return Ok(()) };
     let seeds = cluster.seeds();
     let urls: Vec<String> = cluster.nodes.iter().map(|(_, p)| format!("redis://127.0.0.1:{p}")).collect();
-    // Answers wait as long as a loaded machine needs: the client's own default gives up
-    // after a second, which failed a run rather than measured it.
-    let wait = Duration::from_secs(60);
     let client = redis::cluster::ClusterClient::builder(urls)
-        .connection_timeout(wait)
-        .response_timeout(wait)
+        .connection_timeout(REDIS_ANSWER_WAIT)
+        .response_timeout(REDIS_ANSWER_WAIT)
         .build()
         .context("a cluster client")?;
     let url = format!("redis+cluster://{seeds}");

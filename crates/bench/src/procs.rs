@@ -133,6 +133,12 @@ pub(crate) fn start_kv_with(
     Ok(Proc { child, addr })
 }
 
+/// How long the bench's Redis clients wait to connect or for an answer. The clients' own
+/// defaults (500 ms for a connection, a second for a cluster) failed whole runs ("timed
+/// out") on a loaded machine, where `appendfsync always` waits on a busy disk; a Redis that
+/// stops answering still ends the run (the bench's budget).
+pub(crate) const REDIS_ANSWER_WAIT: Duration = Duration::from_secs(60);
+
 /// Starts redis-server on a free loopback port without persistence (the tests' set-up), and
 /// waits until it answers PING.
 pub(crate) fn start_redis(bin: &str, dir: &Path) -> anyhow::Result<Proc> {

@@ -12,7 +12,7 @@ use anyhow::{ensure, Context};
 use event_store::key::storage_key;
 
 use super::measure::{kib_to_mb, micros_since};
-use super::procs::{start_redis_on, vm_kib, Proc};
+use super::procs::{start_redis_on, vm_kib, Proc, REDIS_ANSWER_WAIT};
 use super::scale_load::{event_id, record, wall_ms, Claims, Pace, CLAIM_RATE, FILL_CONNECTIONS};
 use super::scale_rows::{RedisRow, RedisScale};
 use super::workload::TTL_MS;
@@ -23,8 +23,6 @@ const CONFIG: [&str; 6] = ["--appendonly", "yes", "--appendfsync", "always", "--
 const FILL_PIPELINE: u64 = 64;
 /// How long a restart may read its data back.
 const LOAD_WAIT: Duration = Duration::from_secs(1800);
-/// How long a connection waits for Redis to connect or to answer (see `connect`).
-const ANSWER_WAIT: Duration = Duration::from_secs(60);
 
 /// Fills one Redis through every size in `sizes` (ascending), measuring at each.
 pub(crate) async fn run(bin: &str, sizes: &[u64], claim_secs: f64, dir: &Path) -> anyhow::Result<RedisScale> {
@@ -66,15 +64,13 @@ pub(crate) async fn run(bin: &str, sizes: &[u64], claim_secs: f64, dir: &Path) -
     Ok(RedisScale { empty_claims, rows })
 }
 
-/// A connection that waits for its answers as long as the fill may take: the client's own
-/// default (500 ms) failed the whole bench ("timed out") on a loaded machine, where
-/// `appendfsync always` waits on a busy disk. A Redis that stops answering still ends the run
-/// (the bench's budget).
+/// A connection that waits for its answers as long as the fill may take (see
+/// `REDIS_ANSWER_WAIT`).
 async fn connect(server: &Proc) -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(format!("redis://{}/0", server.addr))?;
     let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(ANSWER_WAIT))
-        .set_response_timeout(Some(ANSWER_WAIT));
+        .set_connection_timeout(Some(REDIS_ANSWER_WAIT))
+        .set_response_timeout(Some(REDIS_ANSWER_WAIT));
     Ok(client.get_multiplexed_async_connection_with_config(&config).await?)
 }
 

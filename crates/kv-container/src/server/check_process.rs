@@ -12,9 +12,8 @@
 //! The server holds the commit (see `pin`) and takes the ladder's rungs while the process
 //! reads; the process gets the file's path and, on stdin, [`PROTOCOL`], the file's length as
 //! of that commit (8 bytes little-endian) and its header (its length, 4 bytes little-endian,
-//! then the bytes), then one byte each time the store turns quiet or
-//! busy (see `traffic`: the disk reads are paced only while it serves), and answers one JSON
-//! line on stdout. Stopping the check (shutdown, a reopen) kills the process.
+//! then the bytes), then one byte each time the store turns quiet or busy (see `traffic`: the
+//! disk reads are paced only while it serves), and answers one JSON line on stdout. Stopping the check (shutdown, a reopen) kills the process.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -104,9 +103,8 @@ pub struct CheckPinnedArgs {
     disk_reads: u32,
 }
 
-/// Server side: checks `commit` in a process of `program`,
-/// taking `ladder`'s rungs and telling it whether `traffic` is quiet meanwhile; `ended` stops
-/// it.
+/// Server side: checks `commit` in a process of `program`, taking `ladder`'s rungs and
+/// telling it whether `traffic` is quiet meanwhile; `ended` stops it.
 pub(crate) fn check(
     program: &CheckProgram,
     file: &Path,

@@ -65,11 +65,10 @@ pub(crate) struct CleanStart {
 impl CleanStart {
     /// Whether a file whose first page and length are now `header` and `len` is still the one
     /// found at start: no commit since the open (its first page as the open left it), and
-    /// its length as found. redb's open
-    /// takes a page, and grows a file that has none free (what `kv compact` can leave), and
-    /// commits grow it or reuse pages of the commit found; a header describing a file other
-    /// than the one there is opens as no file redb knows (its open panicked, which read as
-    /// damage, and every write was refused).
+    /// its length as found. redb's open takes a page, and grows a file that has none free
+    /// (what `kv compact` can leave), and commits grow it or reuse pages of the commit found;
+    /// a header describing a file other than the one there is opens as no file redb knows
+    /// (its open panicked, which read as damage, and every write was refused).
     pub(crate) fn describes(&self, header: &[u8], len: u64) -> bool {
         header == self.opened.as_slice() && len == self.len
     }

@@ -266,7 +266,7 @@ struct Overlay {
     until: Option<u64>,
     /// (offset, bytes) in the order written; a rewrite of the same range replaces it.
     writes: Mutex<Vec<(u64, Vec<u8>)>>,
-    /// The length redb set, once it sets one; until then the file's own.
+    /// The length redb set, once it sets one; until then `until`, or else the file's own.
     len: Mutex<Option<u64>>,
     /// redb made the file longer than it was (see `agree_layout`).
     grown: Arc<AtomicBool>,
@@ -291,9 +291,9 @@ impl Overlay {
 
 impl StorageBackend for Overlay {
     fn len(&self) -> io::Result<u64> {
-        match (*self.len.lock().unwrap_or_else(|p| p.into_inner()), self.until) {
-            (Some(len), _) | (None, Some(len)) => Ok(len),
-            (None, None) => self.file_len(),
+        match self.len.lock().unwrap_or_else(|p| p.into_inner()).or(self.until) {
+            Some(len) => Ok(len),
+            None => self.file_len(),
         }
     }
 
